@@ -1,0 +1,25 @@
+//! rlun: a userspace iSCSI initiator.
+//!
+//! The layers, top to bottom (see ARCHITECTURE.md for the full picture):
+//!
+//! - [`cli`]: the `rlun` command line (clap), also the source of the man page.
+//! - [`client`]: a logged-in session to one target plus typed SCSI helpers
+//!   (INQUIRY, READ CAPACITY, READ/WRITE…), with UNIT ATTENTION retry.
+//! - [`session`]: the driver task: owns the sans-IO protocol core and a
+//!   transport, runs timers and NOP keepalives, turns requests into PDUs.
+//! - [`proto`]: the sans-IO RFC 7143 core (PDU codec, digests, text keys,
+//!   negotiation, CHAP, login state machine, full-feature command window and
+//!   Data-In/R2T/Data-Out sequencing). It never touches a socket or a clock.
+//! - [`scsi`]: CDB builders and response/sense parsers (SPC-5, SBC-4).
+//! - [`transport`]: TCP framing on tokio.
+//! - [`url`] and [`config`]: `iscsi://` URLs and credentials.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod proto;
+pub mod scsi;
+pub mod session;
+pub mod transport;
+pub mod url;

@@ -1,0 +1,1 @@
+//! sans-IO RFC 7143 core
