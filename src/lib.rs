@@ -20,6 +20,7 @@ pub mod client;
 pub mod config;
 pub mod proto;
 pub mod scsi;
+pub mod secret;
 pub mod session;
 pub mod transport;
 pub mod url;

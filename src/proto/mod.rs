@@ -1,1 +1,7 @@
-//! sans-IO RFC 7143 core
+//! The sans-IO RFC 7143 core. Nothing in here reads a socket or a clock:
+//! callers feed bytes/PDUs and `Instant`s in and take PDUs to send out.
+
+pub mod chap;
+pub mod digest;
+pub mod negotiate;
+pub mod text;
