@@ -5,4 +5,5 @@ pub mod chap;
 pub mod digest;
 pub mod negotiate;
 pub mod pdu;
+pub mod session;
 pub mod text;

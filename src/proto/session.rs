@@ -1,0 +1,1680 @@
+//! Full Feature Phase of one iSCSI connection, sans-IO (RFC 7143 §3.2, §4.2).
+//!
+//! [`Session`] owns everything a logged-in connection has to track: the
+//! Initiator Task Tags in use, the command window (CmdSN, ExpCmdSN, MaxCmdSN,
+//! §3.2.2.1), ExpStatSN (§3.2.2.2), Data-In reassembly with DataSN checks
+//! (§11.7.5), R2T → Data-Out sequences (§11.8) within MaxBurstLength,
+//! immediate and unsolicited data within FirstBurstLength (§3.2.4.2), NOP
+//! keepalives in both directions (§11.18/§11.19), Text exchanges with
+//! continuation (SendTargets, §11.10), task management and logout.
+//!
+//! It does no I/O and reads no clock. The driver feeds it:
+//! - [`Session::submit`] / [`Session::submit_text`] / [`Session::abort_task`]…
+//!   for work from above;
+//! - [`Session::handle_pdu`] for every PDU received, with the current time;
+//! - [`Session::handle_timeout`] when the instant from
+//!   [`Session::poll_timeout`] has passed;
+//!
+//! and drains [`Session::poll_transmit`] (PDUs to send, in order) and
+//! [`Session::poll_event`] (completed tasks and notable target events).
+//!
+//! An `Err` from `handle_pdu` or `handle_timeout` means the target broke the
+//! protocol or stopped answering: at ErrorRecoveryLevel 0 the connection must
+//! be dropped (§7.1.5); [`Session::fail_all`] then completes every task with
+//! the error so no caller waits forever.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use thiserror::Error;
+
+use super::pdu::{
+    logout_reason, tmf, Bhs, DataOut, LogoutRequest, NopOut, Pdu, Residual, ScsiCommand, TaskAttr,
+    TaskMgmtRequest, TextRequest, RESERVED_TAG,
+};
+
+/// Parameters of the Full Feature Phase, as negotiated at login.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeatureParams {
+    pub immediate_data: bool,
+    pub initial_r2t: bool,
+    pub first_burst_length: u32,
+    pub max_burst_length: u32,
+    /// Largest data segment we may send (the target's MaxRecvDataSegmentLength).
+    pub max_xmit_data_segment_length: u32,
+    /// Largest data segment the target may send us (our declaration).
+    pub max_recv_data_segment_length: u32,
+    /// Most commands we keep in flight, whatever the window allows.
+    pub queue_depth: u32,
+    /// Send a NOP-Out ping after this long without hearing from the target.
+    pub nop_interval: Option<Duration>,
+    /// Declare the connection dead when a ping is unanswered for this long.
+    pub nop_timeout: Duration,
+}
+
+impl Default for FeatureParams {
+    fn default() -> Self {
+        FeatureParams {
+            immediate_data: true,
+            initial_r2t: true,
+            first_burst_length: 65536,
+            max_burst_length: 262144,
+            max_xmit_data_segment_length: 8192,
+            max_recv_data_segment_length: 262144,
+            queue_depth: 128,
+            nop_interval: Some(Duration::from_secs(5)),
+            nop_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Sequence numbers at the moment login completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionNumbers {
+    /// CmdSN of the next non-immediate command.
+    pub cmd_sn: u32,
+    pub exp_cmd_sn: u32,
+    pub max_cmd_sn: u32,
+    pub exp_stat_sn: u32,
+}
+
+/// Handle for a task submitted to the session; unique for the session's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub u64);
+
+/// A SCSI command to execute.
+#[derive(Debug, Clone)]
+pub struct CommandRequest {
+    /// The 8-byte LUN field (SAM encoding).
+    pub lun: [u8; 8],
+    /// CDB, zero-padded to 16 bytes.
+    pub cdb: [u8; 16],
+    /// Data to write; empty when the command moves no data out.
+    pub data_out: Bytes,
+    /// Bytes expected from the target; 0 when the command reads nothing.
+    pub read_len: u32,
+    pub attr: TaskAttr,
+}
+
+/// What the target answered to a SCSI command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandResult {
+    /// SCSI status byte (SAM-5): 0x00 GOOD, 0x02 CHECK CONDITION…
+    pub status: u8,
+    /// Sense data (without the 2-byte SenseLength prefix), if any.
+    pub sense: Option<Bytes>,
+    /// Read data actually received.
+    pub data: Bytes,
+    pub residual: Residual,
+}
+
+/// Why a task did not complete with a SCSI status.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum TaskError {
+    #[error("target failure: iSCSI response code {0:#04x}")]
+    TargetFailure(u8),
+    #[error("target rejected the request: {0}")]
+    Rejected(&'static str),
+    #[error("task aborted")]
+    Aborted,
+    #[error("connection lost: {0}")]
+    ConnectionLost(String),
+    #[error("command does not fit in a PDU: {0}")]
+    Invalid(&'static str),
+}
+
+/// The target broke the protocol or stopped answering: drop the connection.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum ProtocolError {
+    #[error("target sent {what} for unknown task tag {itt:#010x}")]
+    UnknownTask { what: &'static str, itt: u32 },
+    #[error("Data-In for task {itt:#010x} out of order: DataSN {got}, expected {expected}")]
+    DataSn { itt: u32, got: u32, expected: u32 },
+    #[error("Data-In for task {itt:#010x} at offset {offset}+{len} overruns the {expected}-byte read buffer")]
+    DataOverrun {
+        itt: u32,
+        offset: u32,
+        len: u32,
+        expected: u32,
+    },
+    #[error("R2T for task {itt:#010x} asks for bytes {offset}+{len} of a {total}-byte write")]
+    BadR2t {
+        itt: u32,
+        offset: u32,
+        len: u32,
+        total: u32,
+    },
+    #[error("target sent a {0} PDU, which is not valid in the full feature phase")]
+    UnexpectedPdu(&'static str),
+    #[error("target sent unknown opcode {0:#04x}")]
+    UnknownOpcode(u8),
+    #[error("target sent a {what} with a malformed data segment")]
+    MalformedData { what: &'static str },
+    #[error("target did not answer a NOP-Out ping within {0:?}")]
+    PingTimeout(Duration),
+}
+
+/// Task management outcome (§11.6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TmfOutcome {
+    Complete,
+    TaskDoesNotExist,
+    LunDoesNotExist,
+    TaskStillAllegiant,
+    NotSupported,
+    Rejected,
+    Other(u8),
+}
+
+impl TmfOutcome {
+    fn from_code(c: u8) -> TmfOutcome {
+        match c {
+            0 => TmfOutcome::Complete,
+            1 => TmfOutcome::TaskDoesNotExist,
+            2 => TmfOutcome::LunDoesNotExist,
+            3 => TmfOutcome::TaskStillAllegiant,
+            5 => TmfOutcome::NotSupported,
+            255 => TmfOutcome::Rejected,
+            o => TmfOutcome::Other(o),
+        }
+    }
+}
+
+/// Things the session reports to its driver.
+#[derive(Debug)]
+pub enum Event {
+    /// A SCSI command finished (with any status) or failed.
+    Command {
+        id: TaskId,
+        result: Result<CommandResult, TaskError>,
+    },
+    /// A text exchange finished: the whole (reassembled) text data.
+    Text {
+        id: TaskId,
+        result: Result<Bytes, TaskError>,
+    },
+    /// A task management function finished.
+    TaskMgmt {
+        id: TaskId,
+        result: Result<TmfOutcome, TaskError>,
+    },
+    /// A NOP-Out ping we sent was answered.
+    Pong { id: TaskId, rtt: Duration },
+    /// Logout finished (response code 0 = success).
+    Logout {
+        id: TaskId,
+        result: Result<u8, TaskError>,
+    },
+    /// An Asynchronous Message from the target (§11.9).
+    Async {
+        event: u8,
+        vcode: u8,
+        parameters: [u16; 3],
+        data: Bytes,
+    },
+    /// A Reject that names no task of ours (logged by the driver).
+    Reject { reason: &'static str },
+}
+
+#[derive(Debug)]
+enum TaskKind {
+    Command(CommandTask),
+    Text { data: Bytes, received: BytesMut },
+    TaskMgmt,
+    Ping { sent: Instant },
+    Logout,
+}
+
+#[derive(Debug)]
+struct CommandTask {
+    lun: [u8; 8],
+    data_out: Bytes,
+    read_len: u32,
+    read_buf: BytesMut,
+    received: u32,
+    next_data_sn: u32,
+    /// Status delivered in the final Data-In (S bit).
+    status_from_data_in: Option<(u8, Residual)>,
+}
+
+#[derive(Debug)]
+struct Task {
+    id: TaskId,
+    itt: u32,
+    cmd_sn: u32,
+    kind: TaskKind,
+}
+
+/// A request waiting for the command window (or queue depth) to open.
+#[derive(Debug)]
+enum Queued {
+    Command(TaskId, CommandRequest),
+    Text(TaskId, Bytes),
+}
+
+/// The Full Feature Phase state of one connection. See the module docs.
+#[derive(Debug)]
+pub struct Session {
+    params: FeatureParams,
+    cmd_sn: u32,
+    exp_cmd_sn: u32,
+    max_cmd_sn: u32,
+    exp_stat_sn: u32,
+    next_itt: u32,
+    next_task: u64,
+    tasks: HashMap<u32, Task>,
+    by_id: HashMap<TaskId, u32>,
+    /// Non-immediate requests waiting for the window.
+    waiting: VecDeque<Queued>,
+    /// SCSI commands in flight (counted against `queue_depth`).
+    commands_in_flight: u32,
+    transmit: VecDeque<Pdu>,
+    events: VecDeque<Event>,
+    last_heard: Option<Instant>,
+    ping_outstanding: Option<(u32, Instant)>,
+}
+
+/// RFC 1982 serial-number "less than" on 32-bit sequence numbers (§3.2.2.1).
+pub fn sn_lt(a: u32, b: u32) -> bool {
+    a != b && (b.wrapping_sub(a) as i32) > 0
+}
+
+/// RFC 1982 "less than or equal".
+pub fn sn_lte(a: u32, b: u32) -> bool {
+    a == b || sn_lt(a, b)
+}
+
+impl Session {
+    pub fn new(params: FeatureParams, numbers: SessionNumbers) -> Session {
+        Session {
+            params,
+            cmd_sn: numbers.cmd_sn,
+            exp_cmd_sn: numbers.exp_cmd_sn,
+            max_cmd_sn: numbers.max_cmd_sn,
+            exp_stat_sn: numbers.exp_stat_sn,
+            next_itt: 1,
+            next_task: 1,
+            tasks: HashMap::new(),
+            by_id: HashMap::new(),
+            waiting: VecDeque::new(),
+            commands_in_flight: 0,
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
+            last_heard: None,
+            ping_outstanding: None,
+        }
+    }
+
+    pub fn params(&self) -> &FeatureParams {
+        &self.params
+    }
+
+    /// Current sequence numbers (for diagnostics and tests).
+    pub fn numbers(&self) -> SessionNumbers {
+        SessionNumbers {
+            cmd_sn: self.cmd_sn,
+            exp_cmd_sn: self.exp_cmd_sn,
+            max_cmd_sn: self.max_cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+        }
+    }
+
+    /// Tasks of any kind not yet completed, plus those waiting for the window.
+    pub fn outstanding(&self) -> usize {
+        self.tasks.len() + self.waiting.len()
+    }
+
+    fn alloc_task_id(&mut self) -> TaskId {
+        let id = TaskId(self.next_task);
+        self.next_task += 1;
+        id
+    }
+
+    fn alloc_itt(&mut self) -> u32 {
+        loop {
+            let itt = self.next_itt;
+            self.next_itt = self.next_itt.wrapping_add(1);
+            if itt != RESERVED_TAG && !self.tasks.contains_key(&itt) {
+                return itt;
+            }
+        }
+    }
+
+    /// True when the window admits one more non-immediate command (§3.2.2.1).
+    pub fn window_open(&self) -> bool {
+        sn_lte(self.cmd_sn, self.max_cmd_sn)
+    }
+
+    /// Queue a SCSI command. It is sent as soon as the command window and the
+    /// queue depth allow; its result arrives as [`Event::Command`].
+    pub fn submit(&mut self, req: CommandRequest) -> TaskId {
+        let id = self.alloc_task_id();
+        if !req.data_out.is_empty() && req.read_len > 0 {
+            self.events.push_back(Event::Command {
+                id,
+                result: Err(TaskError::Invalid(
+                    "bidirectional commands are not supported",
+                )),
+            });
+            return id;
+        }
+        self.waiting.push_back(Queued::Command(id, req));
+        self.pump();
+        id
+    }
+
+    /// Start a Text Request exchange (e.g. `SendTargets=All`); the reassembled
+    /// answer arrives as [`Event::Text`].
+    pub fn submit_text(&mut self, data: Bytes) -> TaskId {
+        let id = self.alloc_task_id();
+        self.waiting.push_back(Queued::Text(id, data));
+        self.pump();
+        id
+    }
+
+    /// Send a NOP-Out ping now (immediate, so it ignores the window).
+    pub fn ping(&mut self, now: Instant) -> TaskId {
+        let id = self.alloc_task_id();
+        let itt = self.alloc_itt();
+        self.transmit.push_back(Pdu::new(Bhs::NopOut(NopOut {
+            immediate: true,
+            lun: [0; 8],
+            itt,
+            ttt: RESERVED_TAG,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+        })));
+        self.insert(Task {
+            id,
+            itt,
+            cmd_sn: self.cmd_sn,
+            kind: TaskKind::Ping { sent: now },
+        });
+        self.ping_outstanding = Some((itt, now));
+        id
+    }
+
+    /// ABORT TASK for an in-flight command (§11.5.1). A command still waiting
+    /// for the window is dropped locally and completes as aborted at once.
+    pub fn abort_task(&mut self, target: TaskId) -> TaskId {
+        let id = self.alloc_task_id();
+        if let Some(pos) = self.waiting.iter().position(|q| match q {
+            Queued::Command(t, _) | Queued::Text(t, _) => *t == target,
+        }) {
+            if let Some(q) = self.waiting.remove(pos) {
+                self.complete_queued_with(q, TaskError::Aborted);
+            }
+            self.events.push_back(Event::TaskMgmt {
+                id,
+                result: Ok(TmfOutcome::Complete),
+            });
+            return id;
+        }
+        let Some(&ref_itt) = self.by_id.get(&target) else {
+            self.events.push_back(Event::TaskMgmt {
+                id,
+                result: Ok(TmfOutcome::TaskDoesNotExist),
+            });
+            return id;
+        };
+        let (lun, ref_cmd_sn) = match &self.tasks[&ref_itt] {
+            Task {
+                kind: TaskKind::Command(c),
+                cmd_sn,
+                ..
+            } => (c.lun, *cmd_sn),
+            t => ([0; 8], t.cmd_sn),
+        };
+        self.send_tmf(id, tmf::ABORT_TASK, lun, ref_itt, ref_cmd_sn);
+        id
+    }
+
+    /// LOGICAL UNIT RESET (§11.5.1): every task on the LUN is terminated.
+    pub fn lun_reset(&mut self, lun: [u8; 8]) -> TaskId {
+        let id = self.alloc_task_id();
+        self.send_tmf(id, tmf::LOGICAL_UNIT_RESET, lun, RESERVED_TAG, self.cmd_sn);
+        id
+    }
+
+    fn send_tmf(&mut self, id: TaskId, function: u8, lun: [u8; 8], ref_itt: u32, ref_cmd_sn: u32) {
+        let itt = self.alloc_itt();
+        self.transmit
+            .push_back(Pdu::new(Bhs::TaskMgmtRequest(TaskMgmtRequest {
+                immediate: true,
+                function,
+                lun,
+                itt,
+                referenced_task_tag: ref_itt,
+                cmd_sn: self.cmd_sn,
+                exp_stat_sn: self.exp_stat_sn,
+                ref_cmd_sn,
+                exp_data_sn: 0,
+            })));
+        self.insert(Task {
+            id,
+            itt,
+            cmd_sn: self.cmd_sn,
+            kind: TaskKind::TaskMgmt,
+        });
+    }
+
+    /// Close the session (§11.14). Sent as an immediate command.
+    pub fn logout(&mut self) -> TaskId {
+        let id = self.alloc_task_id();
+        let itt = self.alloc_itt();
+        self.transmit
+            .push_back(Pdu::new(Bhs::LogoutRequest(LogoutRequest {
+                immediate: true,
+                reason: logout_reason::CLOSE_SESSION,
+                itt,
+                cid: 0,
+                cmd_sn: self.cmd_sn,
+                exp_stat_sn: self.exp_stat_sn,
+            })));
+        self.insert(Task {
+            id,
+            itt,
+            cmd_sn: self.cmd_sn,
+            kind: TaskKind::Logout,
+        });
+        id
+    }
+
+    fn insert(&mut self, task: Task) {
+        self.by_id.insert(task.id, task.itt);
+        self.tasks.insert(task.itt, task);
+    }
+
+    fn remove(&mut self, itt: u32) -> Option<Task> {
+        let t = self.tasks.remove(&itt)?;
+        self.by_id.remove(&t.id);
+        if matches!(t.kind, TaskKind::Command(_)) {
+            self.commands_in_flight -= 1;
+        }
+        Some(t)
+    }
+
+    /// Move waiting requests onto the wire while the window and queue depth allow.
+    fn pump(&mut self) {
+        while self.window_open() {
+            let Some(front) = self.waiting.front() else {
+                break;
+            };
+            if matches!(front, Queued::Command(..))
+                && self.commands_in_flight >= self.params.queue_depth
+            {
+                break;
+            }
+            match self.waiting.pop_front().expect("front exists") {
+                Queued::Command(id, req) => self.send_command(id, req),
+                Queued::Text(id, data) => self.send_text(id, data),
+            }
+        }
+    }
+
+    fn send_command(&mut self, id: TaskId, req: CommandRequest) {
+        let itt = self.alloc_itt();
+        let cmd_sn = self.cmd_sn;
+        self.cmd_sn = self.cmd_sn.wrapping_add(1);
+        let total = req.data_out.len() as u32;
+        let p = &self.params;
+        // Immediate data (§3.2.4.2): in the command PDU itself.
+        let immediate_len = if p.immediate_data {
+            total
+                .min(p.first_burst_length)
+                .min(p.max_xmit_data_segment_length)
+        } else {
+            0
+        };
+        // Unsolicited Data-Out PDUs follow when InitialR2T=No, up to FirstBurstLength.
+        let unsolicited_end = if !p.initial_r2t {
+            total.min(p.first_burst_length)
+        } else {
+            immediate_len
+        };
+        let final_ = unsolicited_end <= immediate_len;
+        let cmd = ScsiCommand {
+            immediate: false,
+            final_,
+            read: req.read_len > 0,
+            write: total > 0,
+            attr: req.attr,
+            lun: req.lun,
+            itt,
+            expected_data_transfer_length: if total > 0 { total } else { req.read_len },
+            cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            cdb: req.cdb,
+        };
+        self.transmit.push_back(Pdu::with_data(
+            Bhs::ScsiCommand(cmd),
+            req.data_out.slice(..immediate_len as usize),
+        ));
+        if unsolicited_end > immediate_len {
+            self.queue_data_out(
+                itt,
+                req.lun,
+                RESERVED_TAG,
+                &req.data_out,
+                immediate_len,
+                unsolicited_end,
+            );
+        }
+        self.commands_in_flight += 1;
+        self.insert(Task {
+            id,
+            itt,
+            cmd_sn,
+            kind: TaskKind::Command(CommandTask {
+                lun: req.lun,
+                data_out: req.data_out,
+                read_len: req.read_len,
+                read_buf: BytesMut::new(),
+                received: 0,
+                next_data_sn: 0,
+                status_from_data_in: None,
+            }),
+        });
+    }
+
+    /// Data-Out PDUs for bytes `start..end` of `data`, each within
+    /// MaxXmitDataSegmentLength, DataSN from 0, F on the last (§11.7).
+    fn queue_data_out(
+        &mut self,
+        itt: u32,
+        lun: [u8; 8],
+        ttt: u32,
+        data: &Bytes,
+        start: u32,
+        end: u32,
+    ) {
+        let seg = self.params.max_xmit_data_segment_length.max(512);
+        let mut offset = start;
+        let mut data_sn = 0;
+        while offset < end {
+            let len = seg.min(end - offset);
+            self.transmit.push_back(Pdu::with_data(
+                Bhs::DataOut(DataOut {
+                    final_: offset + len == end,
+                    lun,
+                    itt,
+                    ttt,
+                    exp_stat_sn: self.exp_stat_sn,
+                    data_sn,
+                    buffer_offset: offset,
+                }),
+                data.slice(offset as usize..(offset + len) as usize),
+            ));
+            offset += len;
+            data_sn += 1;
+        }
+    }
+
+    fn send_text(&mut self, id: TaskId, data: Bytes) {
+        let itt = self.alloc_itt();
+        let cmd_sn = self.cmd_sn;
+        self.cmd_sn = self.cmd_sn.wrapping_add(1);
+        self.transmit.push_back(Pdu::with_data(
+            Bhs::TextRequest(TextRequest {
+                immediate: false,
+                final_: true,
+                continue_: false,
+                lun: [0; 8],
+                itt,
+                ttt: RESERVED_TAG,
+                cmd_sn,
+                exp_stat_sn: self.exp_stat_sn,
+            }),
+            data.clone(),
+        ));
+        self.insert(Task {
+            id,
+            itt,
+            cmd_sn,
+            kind: TaskKind::Text {
+                data,
+                received: BytesMut::new(),
+            },
+        });
+    }
+
+    /// Update ExpCmdSN/MaxCmdSN from a target PDU (§3.2.2.1): ignore values
+    /// that would move backwards or describe an invalid window.
+    fn update_window(&mut self, exp_cmd_sn: u32, max_cmd_sn: u32) {
+        if sn_lt(max_cmd_sn, exp_cmd_sn.wrapping_sub(1)) {
+            return;
+        }
+        if sn_lt(self.exp_cmd_sn, exp_cmd_sn) || self.exp_cmd_sn == exp_cmd_sn {
+            self.exp_cmd_sn = exp_cmd_sn;
+        }
+        if sn_lt(self.max_cmd_sn, max_cmd_sn) {
+            self.max_cmd_sn = max_cmd_sn;
+        }
+    }
+
+    fn update_stat_sn(&mut self, stat_sn: u32) {
+        let next = stat_sn.wrapping_add(1);
+        if sn_lt(self.exp_stat_sn, next) {
+            self.exp_stat_sn = next;
+        }
+    }
+
+    /// Process one PDU from the target.
+    pub fn handle_pdu(&mut self, pdu: Pdu, now: Instant) -> Result<(), ProtocolError> {
+        self.last_heard = Some(now);
+        let result = self.dispatch(pdu, now);
+        self.pump();
+        result
+    }
+
+    fn dispatch(&mut self, pdu: Pdu, now: Instant) -> Result<(), ProtocolError> {
+        match pdu.bhs {
+            Bhs::DataIn(h) => {
+                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+                if h.status_present {
+                    self.update_stat_sn(h.stat_sn);
+                }
+                let Some(task) = self.tasks.get_mut(&h.itt) else {
+                    return Err(ProtocolError::UnknownTask {
+                        what: "Data-In",
+                        itt: h.itt,
+                    });
+                };
+                let TaskKind::Command(c) = &mut task.kind else {
+                    return Err(ProtocolError::UnknownTask {
+                        what: "Data-In",
+                        itt: h.itt,
+                    });
+                };
+                if h.data_sn != c.next_data_sn {
+                    return Err(ProtocolError::DataSn {
+                        itt: h.itt,
+                        got: h.data_sn,
+                        expected: c.next_data_sn,
+                    });
+                }
+                c.next_data_sn = c.next_data_sn.wrapping_add(1);
+                let len = pdu.data.len() as u32;
+                let end = h.buffer_offset as u64 + len as u64;
+                if end > c.read_len as u64 {
+                    return Err(ProtocolError::DataOverrun {
+                        itt: h.itt,
+                        offset: h.buffer_offset,
+                        len,
+                        expected: c.read_len,
+                    });
+                }
+                if len > 0 {
+                    let end = end as usize;
+                    if c.read_buf.len() < end {
+                        if c.read_buf.capacity() == 0 {
+                            c.read_buf.reserve(c.read_len as usize);
+                        }
+                        c.read_buf.resize(end, 0);
+                    }
+                    c.read_buf[h.buffer_offset as usize..end].copy_from_slice(&pdu.data);
+                    c.received += len;
+                }
+                if h.status_present {
+                    if !h.final_ {
+                        return Err(ProtocolError::MalformedData {
+                            what: "Data-In with S bit but without F bit",
+                        });
+                    }
+                    c.status_from_data_in = Some((h.status, h.residual));
+                    self.finish_command(h.itt, h.status, None, h.residual);
+                }
+                Ok(())
+            }
+            Bhs::ScsiResponse(h) => {
+                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+                self.update_stat_sn(h.stat_sn);
+                if !matches!(
+                    self.tasks.get(&h.itt),
+                    Some(Task {
+                        kind: TaskKind::Command(_),
+                        ..
+                    })
+                ) {
+                    return Err(ProtocolError::UnknownTask {
+                        what: "SCSI Response",
+                        itt: h.itt,
+                    });
+                }
+                if h.response != 0 {
+                    let task = self.remove(h.itt).expect("checked above");
+                    self.events.push_back(Event::Command {
+                        id: task.id,
+                        result: Err(TaskError::TargetFailure(h.response)),
+                    });
+                    return Ok(());
+                }
+                // §11.4.7: data segment = SenseLength (2 bytes) + sense data.
+                let sense = if pdu.data.len() >= 2 {
+                    let sl = u16::from_be_bytes([pdu.data[0], pdu.data[1]]) as usize;
+                    if sl + 2 > pdu.data.len() {
+                        return Err(ProtocolError::MalformedData {
+                            what: "SCSI Response (SenseLength beyond the data segment)",
+                        });
+                    }
+                    (sl > 0).then(|| pdu.data.slice(2..2 + sl))
+                } else {
+                    None
+                };
+                self.finish_command(h.itt, h.status, sense, h.residual);
+                Ok(())
+            }
+            Bhs::R2t(h) => {
+                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+                let Some(Task {
+                    kind: TaskKind::Command(c),
+                    ..
+                }) = self.tasks.get(&h.itt)
+                else {
+                    return Err(ProtocolError::UnknownTask {
+                        what: "R2T",
+                        itt: h.itt,
+                    });
+                };
+                let total = c.data_out.len() as u32;
+                let end = h.buffer_offset as u64 + h.desired_length as u64;
+                if h.desired_length == 0
+                    || h.desired_length > self.params.max_burst_length
+                    || end > total as u64
+                {
+                    return Err(ProtocolError::BadR2t {
+                        itt: h.itt,
+                        offset: h.buffer_offset,
+                        len: h.desired_length,
+                        total,
+                    });
+                }
+                let (lun, data) = (c.lun, c.data_out.clone());
+                self.queue_data_out(h.itt, lun, h.ttt, &data, h.buffer_offset, end as u32);
+                Ok(())
+            }
+            Bhs::NopIn(h) => {
+                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+                if h.itt != RESERVED_TAG {
+                    // Answer to our ping (§11.19.1).
+                    self.update_stat_sn(h.stat_sn);
+                    match self.tasks.get(&h.itt) {
+                        Some(Task {
+                            kind: TaskKind::Ping { sent },
+                            ..
+                        }) => {
+                            let rtt = now.saturating_duration_since(*sent);
+                            let task = self.remove(h.itt).expect("present");
+                            if self.ping_outstanding.map(|p| p.0) == Some(h.itt) {
+                                self.ping_outstanding = None;
+                            }
+                            self.events.push_back(Event::Pong { id: task.id, rtt });
+                        }
+                        _ => {
+                            return Err(ProtocolError::UnknownTask {
+                                what: "NOP-In",
+                                itt: h.itt,
+                            })
+                        }
+                    }
+                }
+                if h.ttt != RESERVED_TAG {
+                    // The target pings us: echo its TTT and data (§11.18.3).
+                    self.transmit.push_back(Pdu::with_data(
+                        Bhs::NopOut(NopOut {
+                            immediate: true,
+                            lun: h.lun,
+                            itt: RESERVED_TAG,
+                            ttt: h.ttt,
+                            cmd_sn: self.cmd_sn,
+                            exp_stat_sn: self.exp_stat_sn,
+                        }),
+                        pdu.data,
+                    ));
+                }
+                Ok(())
+            }
+            Bhs::TextResponse(h) => {
+                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+                self.update_stat_sn(h.stat_sn);
+                let exp_stat_sn = self.exp_stat_sn;
+                let cmd_sn = self.cmd_sn;
+                let Some(Task {
+                    kind: TaskKind::Text { received, .. },
+                    ..
+                }) = self.tasks.get_mut(&h.itt)
+                else {
+                    return Err(ProtocolError::UnknownTask {
+                        what: "Text Response",
+                        itt: h.itt,
+                    });
+                };
+                if received.len() + pdu.data.len() > 16 * 1024 * 1024 {
+                    return Err(ProtocolError::MalformedData {
+                        what: "Text Response (over 16 MiB of text)",
+                    });
+                }
+                received.extend_from_slice(&pdu.data);
+                if h.final_ {
+                    let task = self.remove(h.itt).expect("present");
+                    if let TaskKind::Text { received, .. } = task.kind {
+                        self.events.push_back(Event::Text {
+                            id: task.id,
+                            result: Ok(received.freeze()),
+                        });
+                    }
+                } else {
+                    // More to come (C bit or a long answer): ask for the next
+                    // part with an empty Text Request echoing the TTT (§11.10.4).
+                    self.transmit
+                        .push_back(Pdu::new(Bhs::TextRequest(TextRequest {
+                            immediate: false,
+                            final_: true,
+                            continue_: false,
+                            lun: [0; 8],
+                            itt: h.itt,
+                            ttt: h.ttt,
+                            cmd_sn,
+                            exp_stat_sn,
+                        })));
+                }
+                Ok(())
+            }
+            Bhs::TaskMgmtResponse(h) => {
+                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+                self.update_stat_sn(h.stat_sn);
+                let Some(Task {
+                    kind: TaskKind::TaskMgmt,
+                    ..
+                }) = self.tasks.get(&h.itt)
+                else {
+                    return Err(ProtocolError::UnknownTask {
+                        what: "Task Management Response",
+                        itt: h.itt,
+                    });
+                };
+                let task = self.remove(h.itt).expect("present");
+                self.events.push_back(Event::TaskMgmt {
+                    id: task.id,
+                    result: Ok(TmfOutcome::from_code(h.response)),
+                });
+                Ok(())
+            }
+            Bhs::LogoutResponse(h) => {
+                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+                self.update_stat_sn(h.stat_sn);
+                let Some(Task {
+                    kind: TaskKind::Logout,
+                    ..
+                }) = self.tasks.get(&h.itt)
+                else {
+                    return Err(ProtocolError::UnknownTask {
+                        what: "Logout Response",
+                        itt: h.itt,
+                    });
+                };
+                let task = self.remove(h.itt).expect("present");
+                self.events.push_back(Event::Logout {
+                    id: task.id,
+                    result: Ok(h.response),
+                });
+                Ok(())
+            }
+            Bhs::AsyncMessage(h) => {
+                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+                self.update_stat_sn(h.stat_sn);
+                self.events.push_back(Event::Async {
+                    event: h.event,
+                    vcode: h.vcode,
+                    parameters: [h.parameter1, h.parameter2, h.parameter3],
+                    data: pdu.data,
+                });
+                Ok(())
+            }
+            Bhs::Reject(h) => {
+                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+                self.update_stat_sn(h.stat_sn);
+                let reason = h.reason_text();
+                // §11.17: the data segment holds the rejected PDU's header.
+                let itt = (pdu.data.len() >= 48).then(|| {
+                    u32::from_be_bytes([pdu.data[16], pdu.data[17], pdu.data[18], pdu.data[19]])
+                });
+                match itt.filter(|i| *i != RESERVED_TAG && self.tasks.contains_key(i)) {
+                    Some(itt) => {
+                        let task = self.remove(itt).expect("present");
+                        let err = TaskError::Rejected(reason);
+                        self.events.push_back(match task.kind {
+                            TaskKind::Command(_) => Event::Command {
+                                id: task.id,
+                                result: Err(err),
+                            },
+                            TaskKind::Text { .. } => Event::Text {
+                                id: task.id,
+                                result: Err(err),
+                            },
+                            TaskKind::TaskMgmt => Event::TaskMgmt {
+                                id: task.id,
+                                result: Err(err),
+                            },
+                            TaskKind::Logout => Event::Logout {
+                                id: task.id,
+                                result: Err(err),
+                            },
+                            TaskKind::Ping { .. } => {
+                                self.ping_outstanding = None;
+                                Event::Reject { reason }
+                            }
+                        });
+                    }
+                    None => self.events.push_back(Event::Reject { reason }),
+                }
+                Ok(())
+            }
+            Bhs::LoginResponse(_) => Err(ProtocolError::UnexpectedPdu("Login Response")),
+            Bhs::Unknown { opcode, .. } => Err(ProtocolError::UnknownOpcode(opcode)),
+            other => Err(ProtocolError::UnexpectedPdu(other.opcode().name())),
+        }
+    }
+
+    fn finish_command(&mut self, itt: u32, status: u8, sense: Option<Bytes>, residual: Residual) {
+        let Some(task) = self.remove(itt) else {
+            return;
+        };
+        let TaskKind::Command(c) = task.kind else {
+            return;
+        };
+        let mut data = c.read_buf;
+        data.truncate(c.received as usize);
+        self.events.push_back(Event::Command {
+            id: task.id,
+            result: Ok(CommandResult {
+                status,
+                sense,
+                data: data.freeze(),
+                residual,
+            }),
+        });
+    }
+
+    /// Next PDU to send, in order.
+    pub fn poll_transmit(&mut self) -> Option<Pdu> {
+        self.transmit.pop_front()
+    }
+
+    /// Next completed task or target event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Session::handle_timeout`] should next be called, if ever.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if let Some((_, sent)) = self.ping_outstanding {
+            return Some(sent + self.params.nop_timeout);
+        }
+        let interval = self.params.nop_interval?;
+        Some(self.last_heard? + interval)
+    }
+
+    /// Called at (or after) the instant from [`Session::poll_timeout`]: sends
+    /// a keepalive ping when the target has been quiet, and reports a dead
+    /// connection when a ping went unanswered.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ProtocolError> {
+        if let Some((_, sent)) = self.ping_outstanding {
+            if now >= sent + self.params.nop_timeout {
+                return Err(ProtocolError::PingTimeout(self.params.nop_timeout));
+            }
+            return Ok(());
+        }
+        let (Some(interval), Some(last)) = (self.params.nop_interval, self.last_heard) else {
+            return Ok(());
+        };
+        if now >= last + interval {
+            self.ping(now);
+        }
+        Ok(())
+    }
+
+    /// Record that the connection is up as of `now` (start of full feature phase).
+    pub fn start(&mut self, now: Instant) {
+        self.last_heard = Some(now);
+    }
+
+    fn complete_queued_with(&mut self, q: Queued, err: TaskError) {
+        match q {
+            Queued::Command(id, _) => self.events.push_back(Event::Command {
+                id,
+                result: Err(err),
+            }),
+            Queued::Text(id, _) => self.events.push_back(Event::Text {
+                id,
+                result: Err(err),
+            }),
+        }
+    }
+
+    /// The connection is gone: complete every task with `reason`.
+    pub fn fail_all(&mut self, reason: &str) {
+        let err = TaskError::ConnectionLost(reason.to_string());
+        while let Some(q) = self.waiting.pop_front() {
+            self.complete_queued_with(q, err.clone());
+        }
+        let itts: Vec<u32> = self.tasks.keys().copied().collect();
+        let mut tasks: Vec<Task> = itts.into_iter().filter_map(|i| self.remove(i)).collect();
+        tasks.sort_by_key(|t| t.id);
+        for task in tasks {
+            let id = task.id;
+            self.events.push_back(match task.kind {
+                TaskKind::Command(_) => Event::Command {
+                    id,
+                    result: Err(err.clone()),
+                },
+                TaskKind::Text { .. } => Event::Text {
+                    id,
+                    result: Err(err.clone()),
+                },
+                TaskKind::TaskMgmt => Event::TaskMgmt {
+                    id,
+                    result: Err(err.clone()),
+                },
+                TaskKind::Logout => Event::Logout {
+                    id,
+                    result: Err(err.clone()),
+                },
+                TaskKind::Ping { .. } => continue,
+            });
+        }
+        self.ping_outstanding = None;
+        self.transmit.clear();
+    }
+
+    /// Requests of this text exchange (for tests and diagnostics).
+    #[cfg(test)]
+    fn text_request_data(&self, id: TaskId) -> Option<Bytes> {
+        let itt = self.by_id.get(&id)?;
+        match &self.tasks[itt].kind {
+            TaskKind::Text { data, .. } => Some(data.clone()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::pdu::{DataIn, NopIn, R2t, ScsiResponse, TextResponse};
+
+    fn params() -> FeatureParams {
+        FeatureParams {
+            immediate_data: true,
+            initial_r2t: true,
+            first_burst_length: 65536,
+            max_burst_length: 262144,
+            max_xmit_data_segment_length: 8192,
+            max_recv_data_segment_length: 262144,
+            queue_depth: 128,
+            nop_interval: Some(Duration::from_secs(5)),
+            nop_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn session(p: FeatureParams, max_cmd_sn: u32) -> Session {
+        Session::new(
+            p,
+            SessionNumbers {
+                cmd_sn: 1,
+                exp_cmd_sn: 1,
+                max_cmd_sn,
+                exp_stat_sn: 1,
+            },
+        )
+    }
+
+    fn read(len: u32) -> CommandRequest {
+        CommandRequest {
+            lun: [0; 8],
+            cdb: [0x28; 16],
+            data_out: Bytes::new(),
+            read_len: len,
+            attr: TaskAttr::Simple,
+        }
+    }
+
+    fn write(data: Vec<u8>) -> CommandRequest {
+        CommandRequest {
+            lun: [0; 8],
+            cdb: [0x2a; 16],
+            data_out: Bytes::from(data),
+            read_len: 0,
+            attr: TaskAttr::Simple,
+        }
+    }
+
+    fn drain(s: &mut Session) -> Vec<Pdu> {
+        std::iter::from_fn(|| s.poll_transmit()).collect()
+    }
+
+    fn response(itt: u32, stat_sn: u32, exp_cmd_sn: u32, max_cmd_sn: u32, status: u8) -> Pdu {
+        Pdu::new(Bhs::ScsiResponse(ScsiResponse {
+            bidi_overflow: false,
+            bidi_underflow: false,
+            residual: Residual::default(),
+            response: 0,
+            status,
+            itt,
+            snack_tag: 0,
+            stat_sn,
+            exp_cmd_sn,
+            max_cmd_sn,
+            exp_data_sn: 0,
+            bidi_read_residual_count: 0,
+        }))
+    }
+
+    fn data_in(itt: u32, data_sn: u32, offset: u32, data: &[u8], last: bool) -> Pdu {
+        Pdu::with_data(
+            Bhs::DataIn(DataIn {
+                final_: last,
+                ack: false,
+                status_present: last,
+                residual: Residual::default(),
+                status: 0,
+                lun: [0; 8],
+                itt,
+                ttt: RESERVED_TAG,
+                stat_sn: 1,
+                exp_cmd_sn: 2,
+                max_cmd_sn: 40,
+                data_sn,
+                buffer_offset: offset,
+            }),
+            Bytes::copy_from_slice(data),
+        )
+    }
+
+    fn itt_of(p: &Pdu) -> u32 {
+        match &p.bhs {
+            Bhs::ScsiCommand(c) => c.itt,
+            Bhs::DataOut(d) => d.itt,
+            Bhs::TextRequest(t) => t.itt,
+            Bhs::NopOut(n) => n.itt,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn commands_wait_while_the_window_is_closed_and_go_when_it_reopens() {
+        // Window admits CmdSN 1..=3.
+        let mut s = session(params(), 3);
+        let now = Instant::now();
+        for _ in 0..5 {
+            s.submit(read(512));
+        }
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 3, "only three commands fit in the window");
+        let sns: Vec<u32> = sent
+            .iter()
+            .map(|p| match &p.bhs {
+                Bhs::ScsiCommand(c) => c.cmd_sn,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(sns, vec![1, 2, 3]);
+
+        // The target closes the window completely (MaxCmdSN = ExpCmdSN - 1)
+        // while answering the first command: nothing new may go out.
+        let first = itt_of(&sent[0]);
+        s.handle_pdu(response(first, 1, 4, 3, 0), now).unwrap();
+        assert!(drain(&mut s).is_empty());
+        assert!(!s.window_open());
+
+        // Reopening by two lets exactly the two queued commands through.
+        let second = itt_of(&sent[1]);
+        s.handle_pdu(response(second, 2, 4, 5, 0), now).unwrap();
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 2);
+        assert_eq!(s.numbers().cmd_sn, 6);
+        assert_eq!(s.numbers().exp_stat_sn, 3);
+    }
+
+    #[test]
+    fn stale_window_update_is_ignored() {
+        let mut s = session(params(), 10);
+        let id = s.submit(read(0));
+        let itt = itt_of(&drain(&mut s)[0]);
+        // MaxCmdSN behind ExpCmdSN-1 is invalid: keep the old window.
+        s.handle_pdu(response(itt, 1, 2, 0, 0), Instant::now())
+            .unwrap();
+        assert_eq!(s.numbers().max_cmd_sn, 10);
+        assert!(matches!(s.poll_event(), Some(Event::Command { id: got, .. }) if got == id));
+    }
+
+    #[test]
+    fn queue_depth_limits_commands_in_flight() {
+        let mut s = session(
+            FeatureParams {
+                queue_depth: 2,
+                ..params()
+            },
+            100,
+        );
+        for _ in 0..4 {
+            s.submit(read(512));
+        }
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 2);
+        s.handle_pdu(
+            data_in(itt_of(&sent[0]), 0, 0, &[7u8; 512], true),
+            Instant::now(),
+        )
+        .unwrap();
+        assert_eq!(drain(&mut s).len(), 1);
+    }
+
+    #[test]
+    fn data_in_pieces_are_reassembled_and_status_in_last_pdu_completes() {
+        let mut s = session(params(), 10);
+        let id = s.submit(read(12));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let now = Instant::now();
+        s.handle_pdu(data_in(itt, 0, 0, b"abcd", false), now)
+            .unwrap();
+        s.handle_pdu(data_in(itt, 1, 4, b"efgh", false), now)
+            .unwrap();
+        assert!(s.poll_event().is_none());
+        s.handle_pdu(data_in(itt, 2, 8, b"ijkl", true), now)
+            .unwrap();
+        match s.poll_event() {
+            Some(Event::Command { id: got, result }) => {
+                assert_eq!(got, id);
+                let r = result.unwrap();
+                assert_eq!(r.status, 0);
+                assert_eq!(&r.data[..], b"abcdefghijkl");
+            }
+            other => panic!("expected completion, got {other:?}"),
+        }
+        assert_eq!(s.outstanding(), 0);
+    }
+
+    #[test]
+    fn data_in_with_wrong_data_sn_is_a_protocol_error() {
+        let mut s = session(params(), 10);
+        s.submit(read(8));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let err = s
+            .handle_pdu(data_in(itt, 1, 0, b"abcd", false), Instant::now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProtocolError::DataSn {
+                itt,
+                got: 1,
+                expected: 0
+            }
+        );
+    }
+
+    #[test]
+    fn data_in_past_the_buffer_is_a_protocol_error() {
+        let mut s = session(params(), 10);
+        s.submit(read(4));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let err = s
+            .handle_pdu(data_in(itt, 0, 2, b"abcd", true), Instant::now())
+            .unwrap_err();
+        assert!(matches!(err, ProtocolError::DataOverrun { .. }));
+    }
+
+    #[test]
+    fn data_in_for_unknown_task_is_a_protocol_error() {
+        let mut s = session(params(), 10);
+        let err = s
+            .handle_pdu(data_in(99, 0, 0, b"abcd", true), Instant::now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProtocolError::UnknownTask {
+                what: "Data-In",
+                itt: 99
+            }
+        );
+    }
+
+    #[test]
+    fn scsi_response_sense_data_is_extracted() {
+        let mut s = session(params(), 10);
+        let id = s.submit(read(512));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let mut pdu = response(itt, 1, 2, 10, 2);
+        let sense = [
+            0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x21, 0, 0, 0, 0, 0,
+        ];
+        let mut data = vec![0, sense.len() as u8];
+        data.extend_from_slice(&sense);
+        pdu.data = Bytes::from(data);
+        s.handle_pdu(pdu, Instant::now()).unwrap();
+        match s.poll_event() {
+            Some(Event::Command { id: got, result }) => {
+                assert_eq!(got, id);
+                let r = result.unwrap();
+                assert_eq!(r.status, 2);
+                assert_eq!(&r.sense.unwrap()[..], &sense[..]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn sense_length_past_the_segment_is_malformed() {
+        let mut s = session(params(), 10);
+        s.submit(read(512));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let mut pdu = response(itt, 1, 2, 10, 2);
+        pdu.data = Bytes::from_static(&[0, 40, 0x70, 0]);
+        assert!(matches!(
+            s.handle_pdu(pdu, Instant::now()),
+            Err(ProtocolError::MalformedData { .. })
+        ));
+    }
+
+    fn data_outs(pdus: &[Pdu]) -> Vec<(u32, u32, u32, usize, bool)> {
+        pdus.iter()
+            .filter_map(|p| match &p.bhs {
+                Bhs::DataOut(d) => {
+                    Some((d.ttt, d.data_sn, d.buffer_offset, p.data.len(), d.final_))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn write_with_immediate_data_and_initial_r2t_sends_first_segment_in_the_command() {
+        let mut s = session(params(), 10);
+        s.submit(write(vec![1u8; 20000]));
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 1);
+        let Bhs::ScsiCommand(c) = &sent[0].bhs else {
+            panic!()
+        };
+        assert!(c.write && c.final_);
+        assert_eq!(c.expected_data_transfer_length, 20000);
+        assert_eq!(sent[0].data.len(), 8192, "immediate data within MaxXmitDSL");
+    }
+
+    #[test]
+    fn unsolicited_data_out_fills_first_burst_when_initial_r2t_is_no() {
+        let p = FeatureParams {
+            initial_r2t: false,
+            first_burst_length: 20000,
+            ..params()
+        };
+        let mut s = session(p, 10);
+        s.submit(write((0..50000u32).map(|i| i as u8).collect()));
+        let sent = drain(&mut s);
+        let Bhs::ScsiCommand(c) = &sent[0].bhs else {
+            panic!()
+        };
+        assert!(!c.final_, "unsolicited Data-Out follows");
+        assert_eq!(sent[0].data.len(), 8192);
+        assert_eq!(
+            data_outs(&sent),
+            vec![
+                (RESERVED_TAG, 0, 8192, 8192, false),
+                (RESERVED_TAG, 1, 16384, 3616, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn r2t_is_answered_with_data_out_sequence_within_segment_size() {
+        let p = FeatureParams {
+            immediate_data: false,
+            max_xmit_data_segment_length: 4096,
+            ..params()
+        };
+        let mut s = session(p, 10);
+        let data: Vec<u8> = (0..10000u32).map(|i| (i * 7) as u8).collect();
+        let id = s.submit(write(data.clone()));
+        let sent = drain(&mut s);
+        assert_eq!(sent[0].data.len(), 0);
+        let itt = itt_of(&sent[0]);
+        let r2t = |ttt, r2t_sn, offset, len| {
+            Pdu::new(Bhs::R2t(R2t {
+                lun: [0; 8],
+                itt,
+                ttt,
+                stat_sn: 1,
+                exp_cmd_sn: 2,
+                max_cmd_sn: 10,
+                r2t_sn,
+                buffer_offset: offset,
+                desired_length: len,
+            }))
+        };
+        let now = Instant::now();
+        s.handle_pdu(r2t(0x11, 0, 0, 6000), now).unwrap();
+        s.handle_pdu(r2t(0x12, 1, 6000, 4000), now).unwrap();
+        let outs = drain(&mut s);
+        assert_eq!(
+            data_outs(&outs),
+            vec![
+                (0x11, 0, 0, 4096, false),
+                (0x11, 1, 4096, 1904, true),
+                (0x12, 0, 6000, 4000, true),
+            ]
+        );
+        let mut rebuilt = vec![0u8; 10000];
+        for p in &outs {
+            if let Bhs::DataOut(d) = &p.bhs {
+                let o = d.buffer_offset as usize;
+                rebuilt[o..o + p.data.len()].copy_from_slice(&p.data);
+            }
+        }
+        assert_eq!(rebuilt, data);
+        s.handle_pdu(response(itt, 1, 2, 10, 0), now).unwrap();
+        assert!(
+            matches!(s.poll_event(), Some(Event::Command { id: got, result: Ok(_) }) if got == id)
+        );
+    }
+
+    #[test]
+    fn r2t_beyond_the_write_is_a_protocol_error() {
+        let mut s = session(params(), 10);
+        s.submit(write(vec![0; 1000]));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let err = s
+            .handle_pdu(
+                Pdu::new(Bhs::R2t(R2t {
+                    lun: [0; 8],
+                    itt,
+                    ttt: 1,
+                    stat_sn: 1,
+                    exp_cmd_sn: 2,
+                    max_cmd_sn: 10,
+                    r2t_sn: 0,
+                    buffer_offset: 512,
+                    desired_length: 1024,
+                })),
+                Instant::now(),
+            )
+            .unwrap_err();
+        assert!(matches!(err, ProtocolError::BadR2t { .. }));
+    }
+
+    #[test]
+    fn target_nop_in_is_echoed_without_advancing_cmd_sn() {
+        let mut s = session(params(), 10);
+        s.handle_pdu(
+            Pdu::with_data(
+                Bhs::NopIn(NopIn {
+                    lun: [0; 8],
+                    itt: RESERVED_TAG,
+                    ttt: 0x55,
+                    stat_sn: 1,
+                    exp_cmd_sn: 1,
+                    max_cmd_sn: 10,
+                }),
+                Bytes::from_static(b"ping"),
+            ),
+            Instant::now(),
+        )
+        .unwrap();
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 1);
+        let Bhs::NopOut(n) = &sent[0].bhs else {
+            panic!()
+        };
+        assert_eq!(
+            (n.itt, n.ttt, n.cmd_sn, n.immediate),
+            (RESERVED_TAG, 0x55, 1, true)
+        );
+        assert_eq!(&sent[0].data[..], b"ping");
+        assert_eq!(s.numbers().cmd_sn, 1);
+    }
+
+    #[test]
+    fn idle_connection_pings_and_unanswered_ping_is_fatal() {
+        let mut s = session(params(), 10);
+        let t0 = Instant::now();
+        s.start(t0);
+        assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(5)));
+        s.handle_timeout(t0 + Duration::from_secs(5)).unwrap();
+        let sent = drain(&mut s);
+        assert!(matches!(&sent[0].bhs, Bhs::NopOut(n) if n.itt != RESERVED_TAG && n.immediate));
+        assert_eq!(
+            s.poll_timeout(),
+            Some(t0 + Duration::from_secs(15)),
+            "deadline is the ping's timeout"
+        );
+        let err = s.handle_timeout(t0 + Duration::from_secs(15)).unwrap_err();
+        assert_eq!(err, ProtocolError::PingTimeout(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn answered_ping_yields_pong() {
+        let mut s = session(params(), 10);
+        let t0 = Instant::now();
+        let id = s.ping(t0);
+        let itt = itt_of(&drain(&mut s)[0]);
+        s.handle_pdu(
+            Pdu::new(Bhs::NopIn(NopIn {
+                lun: [0; 8],
+                itt,
+                ttt: RESERVED_TAG,
+                stat_sn: 1,
+                exp_cmd_sn: 1,
+                max_cmd_sn: 10,
+            })),
+            t0 + Duration::from_millis(3),
+        )
+        .unwrap();
+        assert!(
+            matches!(s.poll_event(), Some(Event::Pong { id: got, rtt }) if got == id && rtt == Duration::from_millis(3))
+        );
+        assert_eq!(
+            s.poll_timeout(),
+            Some(t0 + Duration::from_millis(3) + Duration::from_secs(5))
+        );
+    }
+
+    #[test]
+    fn long_text_answer_is_fetched_with_continuation_requests() {
+        let mut s = session(params(), 10);
+        let id = s.submit_text(Bytes::from_static(b"SendTargets=All\0"));
+        assert_eq!(
+            s.text_request_data(id).as_deref(),
+            Some(&b"SendTargets=All\0"[..])
+        );
+        let itt = itt_of(&drain(&mut s)[0]);
+        let text = |final_, ttt, data: &'static [u8]| {
+            Pdu::with_data(
+                Bhs::TextResponse(TextResponse {
+                    final_,
+                    continue_: !final_,
+                    lun: [0; 8],
+                    itt,
+                    ttt,
+                    stat_sn: 1,
+                    exp_cmd_sn: 2,
+                    max_cmd_sn: 10,
+                }),
+                Bytes::from_static(data),
+            )
+        };
+        let now = Instant::now();
+        s.handle_pdu(text(false, 0x77, b"TargetName=iqn.a\0TargetAdd"), now)
+            .unwrap();
+        let cont = drain(&mut s);
+        assert!(
+            matches!(&cont[0].bhs, Bhs::TextRequest(t) if t.ttt == 0x77 && t.itt == itt && cont[0].data.is_empty())
+        );
+        s.handle_pdu(text(true, RESERVED_TAG, b"ress=1.2.3.4:3260,1\0"), now)
+            .unwrap();
+        match s.poll_event() {
+            Some(Event::Text { id: got, result }) => {
+                assert_eq!(got, id);
+                assert_eq!(
+                    &result.unwrap()[..],
+                    b"TargetName=iqn.a\0TargetAddress=1.2.3.4:3260,1\0"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn reject_naming_a_command_fails_that_command_only() {
+        let mut s = session(params(), 10);
+        let a = s.submit(read(512));
+        let b = s.submit(read(512));
+        let sent = drain(&mut s);
+        let head = sent[0].encode(Default::default()).head;
+        s.handle_pdu(
+            Pdu::with_data(
+                Bhs::Reject(crate::proto::pdu::Reject {
+                    reason: 0x09,
+                    stat_sn: 1,
+                    exp_cmd_sn: 3,
+                    max_cmd_sn: 10,
+                    data_sn: 0,
+                }),
+                Bytes::from(head[..48].to_vec()),
+            ),
+            Instant::now(),
+        )
+        .unwrap();
+        assert!(
+            matches!(s.poll_event(), Some(Event::Command { id, result: Err(TaskError::Rejected(_)) }) if id == a)
+        );
+        assert_eq!(s.outstanding(), 1);
+        s.fail_all("gone");
+        assert!(
+            matches!(s.poll_event(), Some(Event::Command { id, result: Err(TaskError::ConnectionLost(_)) }) if id == b)
+        );
+    }
+
+    #[test]
+    fn serial_number_comparison_wraps() {
+        assert!(sn_lt(0xffff_fff0, 5));
+        assert!(!sn_lt(5, 0xffff_fff0));
+        assert!(sn_lte(7, 7));
+    }
+
+    #[test]
+    fn window_works_across_cmd_sn_wraparound() {
+        let mut s = Session::new(
+            params(),
+            SessionNumbers {
+                cmd_sn: 0xffff_fffe,
+                exp_cmd_sn: 0xffff_fffe,
+                max_cmd_sn: 1,
+                exp_stat_sn: 0,
+            },
+        );
+        for _ in 0..6 {
+            s.submit(read(0));
+        }
+        assert_eq!(drain(&mut s).len(), 4, "SNs fffffffe, ffffffff, 0, 1");
+    }
+}
