@@ -1,1 +1,3 @@
-//! transports
+//! Transports that carry iSCSI PDUs.
+
+pub mod tcp;
