@@ -1,1 +1,327 @@
-//! TODO
+//! Command-line definitions (clap). The man page `man/rlun.8` is generated
+//! from these definitions (`rlun generate-man man/`), so `--help` and the man
+//! page never disagree.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Exit codes that scripts can rely on (also listed in `rlun --help`).
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// Any failure not covered below.
+    pub const FAILURE: i32 = 1;
+    /// Bad command line: unknown option, malformed URL, bad size.
+    pub const USAGE: i32 = 2;
+    /// The portal could not be reached (resolve, connect, timeout, connection lost).
+    pub const UNREACHABLE: i32 = 3;
+    /// The target refused the login: authentication or authorization failed.
+    pub const AUTH: i32 = 4;
+    /// No such target at the portal, or no such LUN on the target.
+    pub const NOT_FOUND: i32 = 5;
+    /// The LUN refused an I/O: write protected, out of range, medium error…
+    pub const IO: i32 = 6;
+    /// The target broke the iSCSI protocol (malformed or unexpected PDUs).
+    pub const PROTOCOL: i32 = 7;
+    /// A local file could not be read or written.
+    pub const LOCAL_FILE: i32 = 8;
+}
+
+const AFTER_HELP: &str = "\
+URLs:
+  iscsi://[user[%password]@]host[:port]/<target-iqn>/<lun>   one LUN
+  iscsi://host[:port]/<target-iqn>                            all LUNs of a target
+  iscsi://host[:port]  or  host[:port]                        a portal (discovery)
+  iser://...                                                  iSER (RDMA): not available yet
+  IPv6 hosts go in brackets: iscsi://[::1]:3260/...
+
+Credentials (CHAP) should not be given on the command line, where other users
+can read them: use RLUN_CHAP_USER/RLUN_CHAP_SECRET (and RLUN_CHAP_MUTUAL_USER/
+RLUN_CHAP_MUTUAL_SECRET for mutual CHAP), --chap-file, or the config file.
+
+Exit codes:
+  0 success            1 other failure        2 usage error (bad URL/option)
+  3 portal unreachable 4 login refused (auth) 5 target or LUN not found
+  6 I/O refused by LUN 7 target protocol error 8 local file error
+
+Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rlun",
+    version,
+    about = "Userspace iSCSI initiator: discover targets, inspect LUNs, copy and benchmark them",
+    long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) and works with their LUNs \
+                  from user space: discover what a portal offers, inspect a LUN, copy whole LUNs \
+                  to and from files, and benchmark them.",
+    after_help = AFTER_HELP,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// Only print errors.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Configuration file (named targets, CHAP, defaults).
+    #[arg(long, global = true, value_name = "PATH", env = "RLUN_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the targets a portal offers (SendTargets discovery).
+    Discover {
+        /// Portal: iscsi://host[:port] or host[:port].
+        portal: String,
+        #[command(flatten)]
+        conn: ConnectOpts,
+    },
+    /// List LUNs with size, block size, vendor and product.
+    ///
+    /// Given a portal, lists the LUNs of every target it offers; given a
+    /// target URL, lists that target's LUNs.
+    Ls {
+        /// Portal or target URL.
+        url: String,
+        #[command(flatten)]
+        conn: ConnectOpts,
+    },
+    /// Show everything about one LUN: inquiry, capacity, VPD limits and the
+    /// negotiated session parameters.
+    Info {
+        /// LUN URL: iscsi://host[:port]/<iqn>/<lun>.
+        url: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: ConnectOpts,
+    },
+    /// Copy a whole LUN to a file, a file to a LUN, or a LUN to a LUN.
+    ///
+    /// Either side may be a LUN URL or a local file path (`-` is standard
+    /// output as destination). Copying a file to a LUN requires the file to
+    /// fit; a shorter file leaves the rest of the LUN untouched.
+    Cp {
+        /// Source: LUN URL or file.
+        src: String,
+        /// Destination: LUN URL or file.
+        dst: String,
+        /// Size of each SCSI transfer.
+        #[arg(long, default_value = "1M", value_parser = parse_size)]
+        bs: u64,
+        /// Transfers kept in flight.
+        #[arg(long, default_value_t = 16)]
+        qd: u32,
+        /// Show a progress bar (default: when stderr is a terminal).
+        #[arg(long, overrides_with = "no_progress")]
+        progress: bool,
+        /// Never show a progress bar.
+        #[arg(long)]
+        no_progress: bool,
+        /// Set the FUA bit on writes (write through the target's cache).
+        #[arg(long)]
+        fua: bool,
+        #[command(flatten)]
+        conn: ConnectOpts,
+    },
+    /// Measure a LUN: IOPS, MB/s, latency percentiles and CPU time.
+    ///
+    /// Write patterns overwrite the LUN's data.
+    Bench {
+        /// LUN URL.
+        url: String,
+        /// Access pattern.
+        #[arg(long, value_enum, default_value_t = Pattern::Randread)]
+        pattern: Pattern,
+        /// Block size of each I/O (e.g. 4k, 128k, 1M).
+        #[arg(long, default_value = "4k", value_parser = parse_size)]
+        bs: u64,
+        /// I/Os kept in flight.
+        #[arg(long, default_value_t = 32)]
+        qd: u32,
+        /// How long to run (e.g. 10s, 500ms, 1m).
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        duration: Duration,
+        /// Limit I/O to the first SIZE bytes of the LUN (default: whole LUN).
+        #[arg(long, value_parser = parse_size)]
+        size: Option<u64>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Confirm that a write pattern may overwrite the LUN.
+        #[arg(long)]
+        allow_write: bool,
+        #[command(flatten)]
+        conn: ConnectOpts,
+    },
+    /// Write the man pages into a directory.
+    #[command(hide = true)]
+    GenerateMan {
+        /// Output directory.
+        dir: PathBuf,
+    },
+}
+
+/// Benchmark access patterns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Pattern {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Uniformly random reads.
+    Randread,
+    /// Uniformly random writes.
+    Randwrite,
+}
+
+impl Pattern {
+    pub fn is_write(self) -> bool {
+        matches!(self, Pattern::Write | Pattern::Randwrite)
+    }
+    pub fn is_random(self) -> bool {
+        matches!(self, Pattern::Randread | Pattern::Randwrite)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Read => "read",
+            Pattern::Write => "write",
+            Pattern::Randread => "randread",
+            Pattern::Randwrite => "randwrite",
+        }
+    }
+}
+
+/// Digest choice for `--header-digest` / `--data-digest`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DigestChoice {
+    /// No digest.
+    None,
+    /// Require CRC32C (login fails if the target refuses).
+    Crc32c,
+    /// Offer CRC32C, accept None.
+    Prefer,
+}
+
+/// Options for connecting and logging in, shared by every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct ConnectOpts {
+    /// Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or
+    /// iqn.2026-11.org.rlun:<hostname>).
+    #[arg(long, value_name = "IQN", env = "RLUN_INITIATOR_NAME")]
+    pub initiator_name: Option<String>,
+
+    /// CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config).
+    #[arg(long, value_name = "NAME")]
+    pub chap_user: Option<String>,
+
+    /// File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret).
+    #[arg(long, value_name = "PATH")]
+    pub chap_file: Option<PathBuf>,
+
+    /// Header digest.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub header_digest: Option<DigestChoice>,
+
+    /// Data digest.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub data_digest: Option<DigestChoice>,
+
+    /// Give up connecting after this long.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub connect_timeout: Option<Duration>,
+
+    /// Give up logging in after this long.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub login_timeout: Option<Duration>,
+}
+
+/// Parse sizes like `4096`, `4k`, `128K`, `1M`, `2g`, `1MiB` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let digits_end = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (num, unit) = lower.split_at(digits_end);
+    if num.is_empty() {
+        return Err(format!("invalid size {t:?}: expected a number like 4k or 1M"));
+    }
+    let n: u64 = num.parse().map_err(|_| format!("invalid size {t:?}"))?;
+    let mult: u64 = match unit.trim() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        u => return Err(format!("invalid size unit {u:?} in {t:?} (use k, M, G, T)")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {t:?} is too large"))
+}
+
+/// Parse durations like `10s`, `500ms`, `2m`, `1h`, or plain seconds `10`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let digits_end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits_end);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {t:?}: expected e.g. 10s, 500ms, 2m"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        u => return Err(format!("invalid duration unit {u:?} in {t:?}")),
+    };
+    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+        return Err(format!("duration {t:?} out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("128K"), Ok(131072));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("4x").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}
