@@ -1,1 +1,465 @@
-//! TODO
+//! A logged-in target and its LUNs, with typed SCSI operations.
+//!
+//! [`Target`] wraps a [`SessionHandle`]; [`Lun`] knows its block size,
+//! capacity, write protection and block limits and offers `read`, `write`,
+//! `sync`, `unmap`… in blocks. Every command goes through
+//! [`Lun::execute`], which turns a non-GOOD status into a typed
+//! [`ScsiError`] and retries what SAM says is transient: UNIT ATTENTION
+//! (always reported once after login, SPC-5 §5.14), BUSY, TASK SET FULL and
+//! NOT READY "becoming ready".
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+use tracing::{debug, warn};
+
+use crate::proto::pdu::TaskAttr;
+use crate::proto::session::{CommandRequest, CommandResult};
+use crate::scsi::cdb::{self, Cdb, CdbError, WriteSame};
+use crate::scsi::inquiry::{PeripheralQualifier, StandardInquiry};
+use crate::scsi::mode::ModeSense;
+use crate::scsi::vpd::{self, BlockLimits, LogicalBlockProvisioning};
+use crate::scsi::{lun_to_bytes, ParseError, ReadCapacity10, ReadCapacity16, ReportLuns};
+use crate::scsi::{ScsiError, Status};
+use crate::session::{SessionConfig, SessionError, SessionHandle};
+
+/// Errors of the client layer.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error("{op} failed")]
+    Scsi {
+        op: &'static str,
+        #[source]
+        source: ScsiError,
+    },
+    #[error("LUN {0} does not exist on this target")]
+    LunNotFound(u64),
+    #[error("LUN {lun} is not a disk (peripheral device type {device_type})")]
+    NotADisk { lun: u64, device_type: String },
+    #[error("LUN {0} is write protected (read-only)")]
+    ReadOnly(u64),
+    #[error("I/O at block {lba} for {blocks} blocks is past the end of the LUN ({capacity} blocks)")]
+    OutOfRange { lba: u64, blocks: u64, capacity: u64 },
+    #[error("cannot parse the {what} the target returned")]
+    Parse {
+        what: &'static str,
+        #[source]
+        source: ParseError,
+    },
+    #[error("cannot build the command")]
+    Cdb(#[from] CdbError),
+    #[error("{op}: target returned {got} bytes, expected {expected}")]
+    ShortTransfer {
+        op: &'static str,
+        got: usize,
+        expected: usize,
+    },
+}
+
+impl ClientError {
+    pub fn scsi(&self) -> Option<&ScsiError> {
+        match self {
+            ClientError::Scsi { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// A logged-in normal session to one target.
+#[derive(Clone)]
+pub struct Target {
+    session: SessionHandle,
+}
+
+impl Target {
+    pub async fn login(cfg: SessionConfig) -> Result<Target, ClientError> {
+        Ok(Target {
+            session: SessionHandle::connect(cfg).await?,
+        })
+    }
+
+    pub fn from_session(session: SessionHandle) -> Target {
+        Target { session }
+    }
+
+    pub fn session(&self) -> &SessionHandle {
+        &self.session
+    }
+
+    /// REPORT LUNS (sent to LUN 0, SPC-5 §6.33): the LUN numbers.
+    pub async fn report_luns(&self) -> Result<Vec<u64>, ClientError> {
+        let mut alloc = 4096u32;
+        loop {
+            let c = cdb::report_luns(0, alloc)?;
+            let r = execute(&self.session, [0; 8], "REPORT LUNS", &c, Bytes::new()).await?;
+            match ReportLuns::parse(&r.data) {
+                Ok(list) => return Ok(list.numbers()),
+                Err(e) => match e.needed() {
+                    Some(n) if (n as u64) > alloc as u64 && n <= 16 << 20 => alloc = n as u32,
+                    _ => {
+                        return Err(ClientError::Parse {
+                            what: "REPORT LUNS data",
+                            source: e,
+                        })
+                    }
+                },
+            }
+        }
+    }
+
+    /// Open a LUN: INQUIRY (does it exist, is it a disk), READ CAPACITY,
+    /// MODE SENSE (write protect) and the block limits VPD page if offered.
+    pub async fn open_lun(&self, number: u64) -> Result<Lun, ClientError> {
+        let raw = lun_to_bytes(number);
+        let inq = match execute(&self.session, raw, "INQUIRY", &cdb::inquiry(255), Bytes::new()).await {
+            Ok(r) => StandardInquiry::parse(&r.data).map_err(|e| ClientError::Parse {
+                what: "INQUIRY data",
+                source: e,
+            })?,
+            Err(ClientError::Scsi { source, .. }) if source.is_lun_not_supported() => {
+                return Err(ClientError::LunNotFound(number))
+            }
+            Err(e) => return Err(e),
+        };
+        if inq.qualifier != PeripheralQualifier::Connected {
+            return Err(ClientError::LunNotFound(number));
+        }
+        let mut lun = Lun {
+            session: self.session.clone(),
+            raw,
+            number,
+            inquiry: inq,
+            block_size: 512,
+            blocks: 0,
+            write_protected: false,
+            limits: None,
+            provisioning: None,
+            supported_vpd: Vec::new(),
+        };
+        if !matches!(
+            lun.inquiry.device_type,
+            crate::scsi::inquiry::DeviceType::DirectAccess
+        ) {
+            return Err(ClientError::NotADisk {
+                lun: number,
+                device_type: lun.inquiry.device_type.name().to_string(),
+            });
+        }
+        lun.refresh_capacity().await?;
+        lun.write_protected = lun.mode_sense_write_protect().await.unwrap_or_else(|e| {
+            debug!(error = %e, "MODE SENSE failed; assuming writable");
+            false
+        });
+        if let Ok(pages) = lun.vpd(0x00).await {
+            if let Ok(sp) = vpd::SupportedPages::parse(&pages) {
+                lun.supported_vpd = sp.pages.clone();
+                if sp.supports(0xb0) {
+                    if let Ok(b) = lun.vpd(0xb0).await {
+                        lun.limits = BlockLimits::parse(&b).ok();
+                    }
+                }
+                if sp.supports(0xb2) {
+                    if let Ok(b) = lun.vpd(0xb2).await {
+                        lun.provisioning = LogicalBlockProvisioning::parse(&b).ok();
+                    }
+                }
+            }
+        }
+        Ok(lun)
+    }
+
+    pub async fn logout(&self) -> Result<(), ClientError> {
+        Ok(self.session.logout().await?)
+    }
+}
+
+/// One LUN of a logged-in target.
+#[derive(Clone)]
+pub struct Lun {
+    session: SessionHandle,
+    raw: [u8; 8],
+    number: u64,
+    pub inquiry: StandardInquiry,
+    block_size: u32,
+    blocks: u64,
+    write_protected: bool,
+    pub limits: Option<BlockLimits>,
+    pub provisioning: Option<LogicalBlockProvisioning>,
+    pub supported_vpd: Vec<u8>,
+}
+
+/// Default cap on one command's transfer when the target states none.
+const DEFAULT_MAX_TRANSFER: u64 = 8 << 20;
+
+impl Lun {
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+    pub fn session(&self) -> &SessionHandle {
+        &self.session
+    }
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+    pub fn capacity_bytes(&self) -> u64 {
+        self.blocks * self.block_size as u64
+    }
+    pub fn write_protected(&self) -> bool {
+        self.write_protected
+    }
+
+    /// Largest transfer for one READ/WRITE, in bytes: the block limits page's
+    /// MAXIMUM TRANSFER LENGTH, else 8 MiB; always a whole number of blocks.
+    pub fn max_transfer_bytes(&self) -> u64 {
+        let bs = self.block_size as u64;
+        let from_vpd = self
+            .limits
+            .as_ref()
+            .and_then(|l| l.max_transfer_blocks())
+            .map(|b| b as u64 * bs)
+            .unwrap_or(DEFAULT_MAX_TRANSFER);
+        (from_vpd.min(DEFAULT_MAX_TRANSFER) / bs).max(1) * bs
+    }
+
+    /// Run a CDB against this LUN with the retry policy of the module docs.
+    pub async fn execute(&self, cdb: &Cdb, data_out: Bytes) -> Result<CommandResult, ClientError> {
+        execute(&self.session, self.raw, cdb.name(), cdb, data_out).await
+    }
+
+    /// READ CAPACITY(10), then (16) when needed or when (10) is refused.
+    pub async fn refresh_capacity(&mut self) -> Result<(), ClientError> {
+        let r10 = self.execute(&cdb::read_capacity10(), Bytes::new()).await;
+        let (blocks, bs) = match r10 {
+            Ok(r) => {
+                let c = ReadCapacity10::parse(&r.data).map_err(|e| ClientError::Parse {
+                    what: "READ CAPACITY(10) data",
+                    source: e,
+                })?;
+                match c.block_count() {
+                    Some(n) if !c.needs_16() => (n, c.block_length),
+                    _ => self.read_capacity16().await?,
+                }
+            }
+            Err(ClientError::Scsi { .. }) => self.read_capacity16().await?,
+            Err(e) => return Err(e),
+        };
+        if bs == 0 || !bs.is_power_of_two() {
+            return Err(ClientError::Parse {
+                what: "READ CAPACITY data",
+                source: ParseError::BadField {
+                    what: "READ CAPACITY",
+                    field: "block length",
+                    value: bs as u64,
+                },
+            });
+        }
+        self.blocks = blocks;
+        self.block_size = bs;
+        Ok(())
+    }
+
+    async fn read_capacity16(&self) -> Result<(u64, u32), ClientError> {
+        let r = self.execute(&cdb::read_capacity16(32), Bytes::new()).await?;
+        let c = ReadCapacity16::parse(&r.data).map_err(|e| ClientError::Parse {
+            what: "READ CAPACITY(16) data",
+            source: e,
+        })?;
+        let blocks = c.block_count().ok_or(ClientError::Parse {
+            what: "READ CAPACITY(16) data",
+            source: ParseError::BadField {
+                what: "READ CAPACITY(16)",
+                field: "last LBA",
+                value: c.last_lba,
+            },
+        })?;
+        Ok((blocks, c.block_length))
+    }
+
+    /// Full READ CAPACITY(16) data (for `rlun info`).
+    pub async fn read_capacity16_data(&self) -> Result<ReadCapacity16, ClientError> {
+        let r = self.execute(&cdb::read_capacity16(32), Bytes::new()).await?;
+        ReadCapacity16::parse(&r.data).map_err(|e| ClientError::Parse {
+            what: "READ CAPACITY(16) data",
+            source: e,
+        })
+    }
+
+    /// MODE SENSE(10), falling back to (6): the WP bit (SBC-4 §6.5.1).
+    pub async fn mode_sense_write_protect(&self) -> Result<bool, ClientError> {
+        let c = cdb::mode_sense10(0x3f, 0, true, 255)?;
+        match self.execute(&c, Bytes::new()).await {
+            Ok(r) => ModeSense::parse10(&r.data)
+                .map(|m| m.write_protected)
+                .map_err(|e| ClientError::Parse {
+                    what: "MODE SENSE(10) data",
+                    source: e,
+                }),
+            Err(ClientError::Scsi { .. }) => {
+                let c = cdb::mode_sense6(0x3f, 0, true, 255)?;
+                let r = self.execute(&c, Bytes::new()).await?;
+                ModeSense::parse6(&r.data)
+                    .map(|m| m.write_protected)
+                    .map_err(|e| ClientError::Parse {
+                        what: "MODE SENSE(6) data",
+                        source: e,
+                    })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// INQUIRY with EVPD=1 for `page`; grows the allocation length if the page is longer.
+    pub async fn vpd(&self, page: u8) -> Result<Bytes, ClientError> {
+        let mut alloc: u16 = 255;
+        loop {
+            let r = self
+                .execute(&cdb::inquiry_vpd(page, alloc), Bytes::new())
+                .await?;
+            match vpd::page_length(&r.data) {
+                Some(n) if n > r.data.len() && n <= u16::MAX as usize && alloc < u16::MAX => {
+                    alloc = n as u16;
+                }
+                _ => return Ok(r.data),
+            }
+        }
+    }
+
+    pub async fn test_unit_ready(&self) -> Result<(), ClientError> {
+        self.execute(&cdb::test_unit_ready(), Bytes::new()).await.map(|_| ())
+    }
+
+    fn check_range(&self, lba: u64, blocks: u64) -> Result<(), ClientError> {
+        if lba.checked_add(blocks).is_none_or(|end| end > self.blocks) {
+            return Err(ClientError::OutOfRange {
+                lba,
+                blocks,
+                capacity: self.blocks,
+            });
+        }
+        Ok(())
+    }
+
+    /// READ `blocks` blocks at `lba`. Returns exactly `blocks * block_size` bytes.
+    pub async fn read(&self, lba: u64, blocks: u32) -> Result<Bytes, ClientError> {
+        self.check_range(lba, blocks as u64)?;
+        let c = cdb::read(lba, blocks, self.block_size)?;
+        let r = self.execute(&c, Bytes::new()).await?;
+        let expected = blocks as usize * self.block_size as usize;
+        if r.data.len() != expected {
+            return Err(ClientError::ShortTransfer {
+                op: c.name(),
+                got: r.data.len(),
+                expected,
+            });
+        }
+        Ok(r.data)
+    }
+
+    /// WRITE `data` (a whole number of blocks) at `lba`.
+    pub async fn write(&self, lba: u64, data: Bytes, fua: bool) -> Result<(), ClientError> {
+        if self.write_protected {
+            return Err(ClientError::ReadOnly(self.number));
+        }
+        let bs = self.block_size as usize;
+        debug_assert!(data.len() % bs == 0, "write of partial blocks");
+        let blocks = (data.len() / bs) as u32;
+        self.check_range(lba, blocks as u64)?;
+        let c = cdb::write(lba, blocks, self.block_size, fua)?;
+        match self.execute(&c, data).await {
+            Err(ClientError::Scsi { source, .. }) if source.is_write_protected() => {
+                Err(ClientError::ReadOnly(self.number))
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// SYNCHRONIZE CACHE for the whole LUN.
+    pub async fn sync(&self) -> Result<(), ClientError> {
+        self.execute(&cdb::sync_cache(0, 0, false), Bytes::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// UNMAP a range of blocks (SBC-4 §5.30).
+    pub async fn unmap(&self, lba: u64, blocks: u64) -> Result<(), ClientError> {
+        if self.write_protected {
+            return Err(ClientError::ReadOnly(self.number));
+        }
+        self.check_range(lba, blocks)?;
+        let mut list = cdb::UnmapList::new();
+        list.push_range(lba, blocks)?;
+        let c = list.cdb(false);
+        self.execute(&c, Bytes::from(list.to_bytes())).await.map(|_| ())
+    }
+
+    /// WRITE SAME(16) of zeros, with UNMAP when `unmap` (SBC-4 §5.50).
+    pub async fn write_zeroes(&self, lba: u64, blocks: u32, unmap: bool) -> Result<(), ClientError> {
+        if self.write_protected {
+            return Err(ClientError::ReadOnly(self.number));
+        }
+        self.check_range(lba, blocks as u64)?;
+        let c = cdb::write_same16(
+            lba,
+            blocks,
+            self.block_size,
+            WriteSame {
+                unmap,
+                anchor: false,
+                ndob: false,
+            },
+        )?;
+        self.execute(&c, Bytes::from(vec![0u8; self.block_size as usize]))
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Send one CDB and apply the retry policy; GOOD → Ok, otherwise a typed error.
+pub async fn execute(
+    session: &SessionHandle,
+    lun: [u8; 8],
+    op: &'static str,
+    c: &Cdb,
+    data_out: Bytes,
+) -> Result<CommandResult, ClientError> {
+    let read_len = match c.direction() {
+        cdb::DataDirection::Read => c.expected_transfer_len(),
+        _ => 0,
+    };
+    let mut unit_attentions = 0;
+    let mut busy = 0u32;
+    loop {
+        let req = CommandRequest {
+            lun,
+            cdb: c.padded(),
+            data_out: data_out.clone(),
+            read_len,
+            attr: TaskAttr::Simple,
+        };
+        let r = session.command(req).await?;
+        let status = Status::from(r.status);
+        if status.is_success() {
+            return Ok(r);
+        }
+        let err = ScsiError::from_status_and_sense_bytes(status, r.sense.as_deref().unwrap_or(&[]));
+        if err.is_unit_attention() && unit_attentions < 8 {
+            unit_attentions += 1;
+            debug!(op, error = %err, "UNIT ATTENTION; retrying");
+            continue;
+        }
+        if err.is_retryable() && !err.is_unit_attention() && busy < 20 {
+            busy += 1;
+            let wait = Duration::from_millis(10u64 << busy.min(7));
+            warn!(op, error = %err, ?wait, "transient condition; retrying");
+            tokio::time::sleep(wait).await;
+            continue;
+        }
+        return Err(ClientError::Scsi { op, source: err });
+    }
+}

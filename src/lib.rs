@@ -17,6 +17,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod cmd;
 pub mod config;
 pub mod proto;
 pub mod scsi;

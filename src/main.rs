@@ -1,1 +1,45 @@
-fn main() {}
+//! The `rlun` binary: parse the command line, set up logging, run the
+//! subcommand, print the error chain and exit with a documented code.
+
+use clap::Parser;
+use rlun::cli::{exit, Cli};
+use tracing_subscriber::EnvFilter;
+
+fn main() {
+    let cli = Cli::parse();
+    let default_level = if cli.quiet {
+        "error"
+    } else {
+        match cli.verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("rlun={default_level},warn")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rlun: cannot start the async runtime: {e}");
+            std::process::exit(exit::FAILURE);
+        }
+    };
+    let result = runtime.block_on(rlun::cmd::run(cli));
+    // Don't wait for detached tasks (a session still logging out) forever.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
+        Ok(()) => std::process::exit(exit::OK),
+        Err(e) => {
+            eprintln!("rlun: {}", rlun::session::error_chain(&e));
+            std::process::exit(e.exit_code());
+        }
+    }
+}

@@ -4,6 +4,7 @@
 pub mod chap;
 pub mod digest;
 pub mod negotiate;
+pub mod login;
 pub mod pdu;
 pub mod session;
 pub mod text;

@@ -1,0 +1,214 @@
+//! `rlun bench`: IOPS, throughput, latency percentiles and CPU time of one
+//! access pattern on one LUN. `benches/compare.sh` runs it beside libiscsi's
+//! `iscsi-perf` on the same LUN and prints the ratios.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::json;
+
+use super::{CliError, Ctx};
+use crate::cli::{ConnectOpts, Pattern};
+
+pub struct Options {
+    pub pattern: Pattern,
+    pub bs: u64,
+    pub qd: u32,
+    pub duration: Duration,
+    pub size: Option<u64>,
+    pub json: bool,
+    pub allow_write: bool,
+}
+
+/// CPU time (user + system) this process has used so far, from
+/// /proc/self/stat (fields 14 and 15, in USER_HZ = 100 ticks per second on
+/// Linux's stable ABI).
+pub fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may contain spaces; fields after ')' are fixed.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// A tiny xorshift generator: the benchmark needs cheap, not strong, randomness.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+}
+
+/// Latency percentile from sorted microsecond samples.
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)] as f64
+}
+
+pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result<(), CliError> {
+    if o.pattern.is_write() && !o.allow_write {
+        return Err(CliError::Usage(format!(
+            "--pattern {} overwrites the LUN's data; add --allow-write to confirm",
+            o.pattern.name()
+        )));
+    }
+    if o.qd == 0 {
+        return Err(CliError::Usage("--qd must be at least 1".into()));
+    }
+    let (target, lun) = ctx.open_lun(arg, conn).await?;
+    let bs_block = lun.block_size() as u64;
+    if o.bs == 0 || o.bs % bs_block != 0 {
+        return Err(CliError::Usage(format!(
+            "--bs {} is not a multiple of the LUN's {}-byte blocks",
+            o.bs, bs_block
+        )));
+    }
+    if o.bs > lun.max_transfer_bytes() {
+        return Err(CliError::Usage(format!(
+            "--bs {} exceeds the LUN's maximum transfer of {} bytes",
+            o.bs,
+            lun.max_transfer_bytes()
+        )));
+    }
+    let region = o.size.unwrap_or(lun.capacity_bytes());
+    if region > lun.capacity_bytes() {
+        return Err(CliError::Usage(format!(
+            "--size {} is larger than the LUN ({} bytes)",
+            region,
+            lun.capacity_bytes()
+        )));
+    }
+    let slots = region / o.bs;
+    if slots == 0 {
+        return Err(CliError::Usage("the region is smaller than one block of --bs".into()));
+    }
+    let blocks_per_io = (o.bs / bs_block) as u32;
+    let payload = Bytes::from(vec![0xa5u8; o.bs as usize]);
+    let next_seq = Arc::new(AtomicU64::new(0));
+    let cpu0 = process_cpu_seconds();
+    let start = Instant::now();
+    let deadline = start + o.duration;
+    let mut workers = Vec::new();
+    for w in 0..o.qd {
+        let lun = lun.clone();
+        let next_seq = next_seq.clone();
+        let payload = payload.clone();
+        let pattern = o.pattern;
+        workers.push(tokio::spawn(async move {
+            let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9));
+            let mut lat: Vec<u32> = Vec::with_capacity(1 << 16);
+            while Instant::now() < deadline {
+                let slot = if pattern.is_random() {
+                    rng.next() % slots
+                } else {
+                    next_seq.fetch_add(1, Ordering::Relaxed) % slots
+                };
+                let lba = slot * blocks_per_io as u64;
+                let t = Instant::now();
+                if pattern.is_write() {
+                    lun.write(lba, payload.clone(), false).await?;
+                } else {
+                    lun.read(lba, blocks_per_io).await?;
+                }
+                lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+            }
+            Ok::<_, crate::client::ClientError>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut first_err = None;
+    for w in workers {
+        match w.await {
+            Ok(Ok(l)) => all.extend(l),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(CliError::from(e));
+            }
+            Err(e) => {
+                first_err.get_or_insert(CliError::Other(format!("benchmark task failed: {e}")));
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = match (cpu0, process_cpu_seconds()) {
+        (Some(a), Some(b)) => b - a,
+        _ => f64::NAN,
+    };
+    let _ = target.logout().await;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    all.sort_unstable();
+    let ios = all.len() as u64;
+    let bytes = ios * o.bs;
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    let v = json!({
+        "pattern": o.pattern.name(),
+        "bs": o.bs,
+        "qd": o.qd,
+        "seconds": elapsed,
+        "ios": ios,
+        "bytes": bytes,
+        "iops": ios as f64 / elapsed,
+        "mb_per_s": bytes as f64 / elapsed / 1e6,
+        "p50_us": percentile(&all, 0.50),
+        "p99_us": percentile(&all, 0.99),
+        "cpu_seconds": cpu,
+        "cpu_s_per_gib": if gib > 0.0 { cpu / gib } else { f64::NAN },
+    });
+    if o.json {
+        println!("{v}");
+    } else {
+        println!(
+            "{} bs={} qd={}: {:.0} IOPS, {:.1} MB/s, p50 {:.0} us, p99 {:.0} us, CPU {:.2} s ({:.2} s/GiB) over {:.1} s",
+            o.pattern.name(),
+            o.bs,
+            o.qd,
+            v["iops"].as_f64().unwrap_or(0.0),
+            v["mb_per_s"].as_f64().unwrap_or(0.0),
+            v["p50_us"].as_f64().unwrap_or(0.0),
+            v["p99_us"].as_f64().unwrap_or(0.0),
+            cpu,
+            v["cpu_s_per_gib"].as_f64().unwrap_or(f64::NAN),
+            elapsed
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_pick_the_right_sample() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(percentile(&v, 0.5), 51.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn cpu_time_is_readable_and_grows() {
+        let a = process_cpu_seconds().expect("/proc/self/stat readable");
+        let mut x = 0u64;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(200) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        let b = process_cpu_seconds().unwrap();
+        assert!(b > a, "CPU time grew from {a} to {b} (spun {x} times)");
+    }
+}

@@ -1,0 +1,149 @@
+//! `rlun info`: everything about one LUN and the session that reached it.
+
+use serde_json::{json, Value};
+
+use super::{human_size, CliError, Ctx};
+use crate::cli::ConnectOpts;
+use crate::scsi::vpd::{DeviceIdentification, UnitSerialNumber};
+
+pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Result<(), CliError> {
+    let (target, lun) = ctx.open_lun(arg, opts).await?;
+    let serial = match lun.supported_vpd.contains(&0x80) {
+        true => lun
+            .vpd(0x80)
+            .await
+            .ok()
+            .and_then(|b| UnitSerialNumber::parse(&b).ok())
+            .map(|s| s.serial),
+        false => None,
+    };
+    let ids: Vec<String> = match lun.supported_vpd.contains(&0x83) {
+        true => lun
+            .vpd(0x83)
+            .await
+            .ok()
+            .and_then(|b| DeviceIdentification::parse(&b).ok())
+            .map(|d| d.designators.iter().map(|x| x.to_text()).collect())
+            .unwrap_or_default(),
+        false => Vec::new(),
+    };
+    let rc16 = lun.read_capacity16_data().await.ok();
+    let info = target.session().info().clone();
+    let p = &info.params;
+    let inq = &lun.inquiry;
+    let v = json!({
+        "lun": lun.number(),
+        "target": info.target_name,
+        "portal": info.portal,
+        "inquiry": {
+            "vendor": inq.vendor,
+            "product": inq.product,
+            "revision": inq.revision,
+            "device_type": inq.device_type.name(),
+            "version": inq.version,
+            "removable": inq.removable,
+            "command_queuing": inq.cmd_que,
+            "serial": serial,
+            "identifiers": ids,
+        },
+        "capacity": {
+            "blocks": lun.blocks(),
+            "block_size": lun.block_size(),
+            "bytes": lun.capacity_bytes(),
+            "physical_block_size": rc16.as_ref().and_then(|r| r.physical_block_length()),
+            "lbpme": rc16.as_ref().map(|r| r.lbpme),
+            "lbprz": rc16.as_ref().map(|r| r.lbprz),
+        },
+        "write_protected": lun.write_protected(),
+        "block_limits": lun.limits.as_ref().map(|l| json!({
+            "max_transfer_blocks": l.max_transfer_len,
+            "optimal_transfer_blocks": l.optimal_transfer_len,
+            "optimal_granularity_blocks": l.optimal_transfer_granularity,
+            "max_unmap_lba_count": l.max_unmap_lba_count,
+            "max_unmap_descriptors": l.max_unmap_descriptor_count,
+            "unmap_granularity": l.optimal_unmap_granularity,
+            "unmap_alignment": l.unmap_granularity_alignment,
+            "max_write_same_blocks": l.max_write_same_len,
+        })),
+        "provisioning": lun.provisioning.as_ref().map(|p| json!({
+            "unmap": p.lbpu,
+            "write_same16_unmap": p.lbpws,
+            "write_same10_unmap": p.lbpws10,
+            "lbprz": p.lbprz,
+            "type": format!("{:?}", p.provisioning_type),
+        })),
+        "session": {
+            "isid": info.isid.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            "tsih": info.tsih,
+            "target_alias": info.target_alias,
+            "target_portal_group_tag": info.target_portal_group_tag,
+            "header_digest": format!("{:?}", p.header_digest),
+            "data_digest": format!("{:?}", p.data_digest),
+            "max_recv_data_segment_length": p.max_recv_data_segment_length,
+            "max_xmit_data_segment_length": p.max_xmit_data_segment_length,
+            "max_burst_length": p.max_burst_length,
+            "first_burst_length": p.first_burst_length,
+            "immediate_data": p.immediate_data,
+            "initial_r2t": p.initial_r2t,
+            "max_outstanding_r2t": p.max_outstanding_r2t,
+            "error_recovery_level": p.error_recovery_level,
+            "default_time2wait": p.default_time2wait,
+            "default_time2retain": p.default_time2retain,
+        },
+    });
+    let _ = target.logout().await;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&v).expect("JSON of plain values"));
+    } else {
+        print_text(&v);
+    }
+    Ok(())
+}
+
+fn print_text(v: &Value) {
+    let s = |v: &Value| match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let i = &v["inquiry"];
+    let c = &v["capacity"];
+    println!("Target:          {}", s(&v["target"]));
+    println!("Portal:          {}", s(&v["portal"]));
+    println!("LUN:             {}", s(&v["lun"]));
+    println!("Vendor:          {}", s(&i["vendor"]));
+    println!("Product:         {}", s(&i["product"]));
+    println!("Revision:        {}", s(&i["revision"]));
+    println!("Device type:     {}", s(&i["device_type"]));
+    println!("Serial:          {}", s(&i["serial"]));
+    if let Some(ids) = i["identifiers"].as_array() {
+        for id in ids {
+            println!("Identifier:      {}", s(id));
+        }
+    }
+    let bytes = c["bytes"].as_u64().unwrap_or(0);
+    println!("Capacity:        {} ({} bytes)", human_size(bytes), bytes);
+    println!("Blocks:          {}", s(&c["blocks"]));
+    println!("Block size:      {}", s(&c["block_size"]));
+    println!("Physical block:  {}", s(&c["physical_block_size"]));
+    println!("Thin (LBPME):    {}", s(&c["lbpme"]));
+    println!("Write protected: {}", s(&v["write_protected"]));
+    if let Some(l) = v["block_limits"].as_object() {
+        println!("Block limits (VPD 0xB0):");
+        for (k, val) in l {
+            println!("  {k:<28} {}", s(val));
+        }
+    }
+    if let Some(p) = v["provisioning"].as_object() {
+        println!("Provisioning (VPD 0xB2):");
+        for (k, val) in p {
+            println!("  {k:<28} {}", s(val));
+        }
+    }
+    println!("Session:");
+    if let Some(sess) = v["session"].as_object() {
+        for (k, val) in sess {
+            println!("  {k:<28} {}", s(val));
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! The `rlun` subcommands. `main.rs` parses the command line and calls
+//! [`run`]; each subcommand lives in its own file.
+
+mod bench;
+mod cp;
+mod info;
+mod ls;
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::cli::{exit, Cli, Command, ConnectOpts, DigestChoice};
+use crate::client::{ClientError, Lun, Target};
+use crate::config::{resolve_initiator_name, CliCreds, Config, ConfigError, Credentials, DigestPref};
+use crate::proto::login::{ChapSettings, LoginError};
+use crate::proto::negotiate::DigestType;
+use crate::session::{discover, SessionConfig, SessionError};
+use crate::url::{TargetUrl, TransportKind, UrlError};
+
+/// Any failure of a subcommand. [`CliError::exit_code`] maps it to the
+/// documented exit codes.
+#[derive(Debug, Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("bad URL")]
+    Url(#[from] UrlError),
+    #[error("configuration")]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error("{what} {}", path.display())]
+    LocalFile {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Usage(_) | CliError::Url(_) => exit::USAGE,
+            CliError::Config(_) => exit::USAGE,
+            CliError::LocalFile { .. } => exit::LOCAL_FILE,
+            CliError::Other(_) => exit::FAILURE,
+            CliError::Session(e) => session_code(e),
+            CliError::Client(e) => match e {
+                ClientError::Session(s) => session_code(s),
+                ClientError::LunNotFound(_) | ClientError::NotADisk { .. } => exit::NOT_FOUND,
+                ClientError::ReadOnly(_) | ClientError::OutOfRange { .. } | ClientError::Scsi { .. } => exit::IO,
+                ClientError::Parse { .. } | ClientError::ShortTransfer { .. } => exit::PROTOCOL,
+                ClientError::Cdb(_) => exit::USAGE,
+            },
+        }
+    }
+}
+
+fn session_code(e: &SessionError) -> i32 {
+    match e {
+        SessionError::Connect { .. }
+        | SessionError::LoginTimeout { .. }
+        | SessionError::ConnectionLost(_)
+        | SessionError::Closed
+        | SessionError::TooManyRedirects(_) => exit::UNREACHABLE,
+        SessionError::LoginTransport { source, .. } => match source {
+            crate::transport::tcp::TransportError::Pdu(_) => exit::PROTOCOL,
+            crate::transport::tcp::TransportError::Truncated { .. } => exit::PROTOCOL,
+            _ => exit::UNREACHABLE,
+        },
+        SessionError::Login { source, .. } => match source {
+            LoginError::AuthenticationFailed
+            | LoginError::NotAuthorized
+            | LoginError::AuthRequired { .. }
+            | LoginError::Chap(_) => exit::AUTH,
+            LoginError::TargetNotFound | LoginError::TargetRemoved => exit::NOT_FOUND,
+            LoginError::Protocol(_)
+            | LoginError::Text(_)
+            | LoginError::Negotiation(_)
+            | LoginError::BadAuthMethod(_) => exit::PROTOCOL,
+            _ => exit::FAILURE,
+        },
+        SessionError::Protocol(_) | SessionError::BadDiscovery(_) => exit::PROTOCOL,
+        SessionError::Task(crate::proto::session::TaskError::ConnectionLost(_)) => exit::UNREACHABLE,
+        SessionError::Task(_) => exit::IO,
+    }
+}
+
+/// Shared state of one invocation: the config file and what it implies.
+pub struct Ctx {
+    pub config: Config,
+}
+
+impl Ctx {
+    /// Resolve an argument that names a target: a URL, a bare portal, or
+    /// the name of a `[targets.<name>]` entry in the config file.
+    pub fn resolve_url(&self, arg: &str) -> Result<(TargetUrl, Option<String>), CliError> {
+        if !arg.contains("://") {
+            if let Some(entry) = self.config.target(arg) {
+                return Ok((entry.url.clone(), Some(arg.to_string())));
+            }
+        }
+        Ok((TargetUrl::parse(arg)?, None))
+    }
+
+    /// Everything needed to log in to `url`.
+    pub fn session_config(
+        &self,
+        url: &TargetUrl,
+        entry_name: Option<&str>,
+        opts: &ConnectOpts,
+    ) -> Result<SessionConfig, CliError> {
+        if url.transport == TransportKind::Iser {
+            return Err(CliError::Other(
+                "iser:// transport is not available yet in this build of rlun; use iscsi://".into(),
+            ));
+        }
+        let entry = entry_name.and_then(|n| self.config.target(n)).or_else(|| {
+            // A URL that matches a configured target picks up its settings too.
+            self.config.targets.values().find(|e| {
+                e.url.portal == url.portal && e.url.target.is_some() && e.url.target == url.target
+            })
+        });
+        let env = |k: &str| std::env::var(k).ok();
+        let initiator = resolve_initiator_name(opts.initiator_name.as_deref(), env, &self.config)?;
+        let cli_creds = CliCreds {
+            user: opts.chap_user.clone(),
+            ..Default::default()
+        };
+        let (creds, warnings) =
+            Credentials::resolve(&cli_creds, url, env, opts.chap_file.as_deref(), entry)?;
+        for w in warnings.iter().chain(self.config.warnings.iter()) {
+            tracing::warn!("{w}");
+        }
+        let (host, port) = url.portal.host_port();
+        let mut cfg = SessionConfig::new(host, port, initiator);
+        cfg.target_name = url.target.clone();
+        cfg.connect_timeout = opts.connect_timeout.unwrap_or(self.config.connect_timeout());
+        cfg.login_timeout = opts.login_timeout.unwrap_or(self.config.login_timeout());
+        cfg.chap = creds.chap.map(|c| ChapSettings {
+            user: c.user,
+            secret: c.secret,
+            mutual: creds.mutual.map(|m| (m.user, m.secret)),
+        });
+        let header = match opts.header_digest {
+            Some(d) => Some(choice_pref(d)),
+            None => url
+                .header_digest
+                .or(entry.and_then(|e| e.header_digest))
+                .or(self.config.defaults.header_digest),
+        };
+        let data = match opts.data_digest {
+            Some(d) => Some(choice_pref(d)),
+            None => entry
+                .and_then(|e| e.data_digest)
+                .or(self.config.defaults.data_digest),
+        };
+        if let Some(h) = header {
+            cfg.proposal.header_digest = digest_list(h);
+        }
+        if let Some(d) = data {
+            cfg.proposal.data_digest = digest_list(d);
+        }
+        Ok(cfg)
+    }
+
+    /// Log in to the target of `url` and open its LUN.
+    pub async fn open_lun(&self, arg: &str, opts: &ConnectOpts) -> Result<(Target, Lun), CliError> {
+        let (url, entry) = self.resolve_url(arg)?;
+        url.require_target()?;
+        let lun = url.require_lun()?;
+        let cfg = self.session_config(&url, entry.as_deref(), opts)?;
+        let target = Target::login(cfg).await?;
+        match target.open_lun(lun).await {
+            Ok(l) => Ok((target, l)),
+            Err(e) => {
+                let _ = target.logout().await;
+                Err(e.into())
+            }
+        }
+    }
+}
+
+fn choice_pref(c: DigestChoice) -> DigestPref {
+    match c {
+        DigestChoice::None => DigestPref::None,
+        DigestChoice::Crc32c => DigestPref::Crc32c,
+        DigestChoice::Prefer => DigestPref::PreferCrc32c,
+    }
+}
+
+fn digest_list(p: DigestPref) -> Vec<DigestType> {
+    match p {
+        DigestPref::None => vec![DigestType::None],
+        DigestPref::Crc32c => vec![DigestType::Crc32c],
+        DigestPref::PreferCrc32c => vec![DigestType::Crc32c, DigestType::None],
+    }
+}
+
+/// Human size: 1.5 GiB, 512 B.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Run the parsed command line.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let config = Config::load(cli.config.as_deref())?;
+    let ctx = Ctx { config };
+    match cli.command {
+        Command::Discover { portal, conn } => {
+            let (url, entry) = ctx.resolve_url(&portal)?;
+            let portal_url = TargetUrl {
+                target: None,
+                lun: None,
+                ..url
+            };
+            let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
+            let targets = discover(cfg).await?;
+            if targets.is_empty() {
+                eprintln!("portal {} offers no targets to this initiator", portal_url.portal);
+            }
+            for t in targets {
+                println!("{} {}", t.name, t.addresses.join(" "));
+            }
+            Ok(())
+        }
+        Command::Ls { url, conn } => ls::run(&ctx, &url, &conn).await,
+        Command::Info { url, json, conn } => info::run(&ctx, &url, json, &conn).await,
+        Command::Cp {
+            src,
+            dst,
+            bs,
+            qd,
+            progress,
+            no_progress,
+            fua,
+            conn,
+        } => {
+            let show = if no_progress {
+                false
+            } else {
+                progress || std::io::IsTerminal::is_terminal(&std::io::stderr())
+            };
+            cp::run(&ctx, &src, &dst, cp::Options { bs, qd, progress: show, fua }, &conn).await
+        }
+        Command::Bench {
+            url,
+            pattern,
+            bs,
+            qd,
+            duration,
+            size,
+            json,
+            allow_write,
+            conn,
+        } => {
+            bench::run(
+                &ctx,
+                &url,
+                bench::Options {
+                    pattern,
+                    bs,
+                    qd,
+                    duration,
+                    size,
+                    json,
+                    allow_write,
+                },
+                &conn,
+            )
+            .await
+        }
+        Command::GenerateMan { dir } => generate_man(&dir),
+    }
+}
+
+fn generate_man(dir: &std::path::Path) -> Result<(), CliError> {
+    use clap::CommandFactory;
+    let io = |source| CliError::LocalFile {
+        what: "cannot write man page into",
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let cmd = Cli::command();
+    let mut buf = Vec::new();
+    clap_mangen::Man::new(cmd.clone())
+        .section("8")
+        .render(&mut buf)
+        .map_err(io)?;
+    std::fs::write(dir.join("rlun.8"), &buf).map_err(io)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("rlun-{}", sub.get_name());
+        let sub = sub.clone().name(name.clone());
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(sub)
+            .section("8")
+            .render(&mut buf)
+            .map_err(io)?;
+        std::fs::write(dir.join(format!("{name}.8")), &buf).map_err(io)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human_size(512), "512 B");
+        assert_eq!(human_size(64 << 20), "64.0 MiB");
+        assert_eq!(human_size(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn login_failures_map_to_documented_exit_codes() {
+        let e = CliError::Session(SessionError::Login {
+            portal: "p".into(),
+            source: LoginError::AuthenticationFailed,
+        });
+        assert_eq!(e.exit_code(), exit::AUTH);
+        let e = CliError::Session(SessionError::Login {
+            portal: "p".into(),
+            source: LoginError::TargetNotFound,
+        });
+        assert_eq!(e.exit_code(), exit::NOT_FOUND);
+        assert_eq!(CliError::Client(ClientError::ReadOnly(1)).exit_code(), exit::IO);
+        assert_eq!(CliError::Client(ClientError::LunNotFound(9)).exit_code(), exit::NOT_FOUND);
+    }
+}
