@@ -255,7 +255,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .unwrap_or(lower.len());
     let (num, unit) = lower.split_at(digits_end);
     if num.is_empty() {
-        return Err(format!("invalid size {t:?}: expected a number like 4k or 1M"));
+        return Err(format!(
+            "invalid size {t:?}: expected a number like 4k or 1M"
+        ));
     }
     let n: u64 = num.parse().map_err(|_| format!("invalid size {t:?}"))?;
     let mult: u64 = match unit.trim() {

@@ -41,8 +41,14 @@ pub enum ClientError {
     NotADisk { lun: u64, device_type: String },
     #[error("LUN {0} is write protected (read-only)")]
     ReadOnly(u64),
-    #[error("I/O at block {lba} for {blocks} blocks is past the end of the LUN ({capacity} blocks)")]
-    OutOfRange { lba: u64, blocks: u64, capacity: u64 },
+    #[error(
+        "I/O at block {lba} for {blocks} blocks is past the end of the LUN ({capacity} blocks)"
+    )]
+    OutOfRange {
+        lba: u64,
+        blocks: u64,
+        capacity: u64,
+    },
     #[error("cannot parse the {what} the target returned")]
     Parse {
         what: &'static str,
@@ -114,7 +120,15 @@ impl Target {
     /// MODE SENSE (write protect) and the block limits VPD page if offered.
     pub async fn open_lun(&self, number: u64) -> Result<Lun, ClientError> {
         let raw = lun_to_bytes(number);
-        let inq = match execute(&self.session, raw, "INQUIRY", &cdb::inquiry(255), Bytes::new()).await {
+        let inq = match execute(
+            &self.session,
+            raw,
+            "INQUIRY",
+            &cdb::inquiry(255),
+            Bytes::new(),
+        )
+        .await
+        {
             Ok(r) => StandardInquiry::parse(&r.data).map_err(|e| ClientError::Parse {
                 what: "INQUIRY data",
                 source: e,
@@ -265,7 +279,9 @@ impl Lun {
     }
 
     async fn read_capacity16(&self) -> Result<(u64, u32), ClientError> {
-        let r = self.execute(&cdb::read_capacity16(32), Bytes::new()).await?;
+        let r = self
+            .execute(&cdb::read_capacity16(32), Bytes::new())
+            .await?;
         let c = ReadCapacity16::parse(&r.data).map_err(|e| ClientError::Parse {
             what: "READ CAPACITY(16) data",
             source: e,
@@ -283,7 +299,9 @@ impl Lun {
 
     /// Full READ CAPACITY(16) data (for `rlun info`).
     pub async fn read_capacity16_data(&self) -> Result<ReadCapacity16, ClientError> {
-        let r = self.execute(&cdb::read_capacity16(32), Bytes::new()).await?;
+        let r = self
+            .execute(&cdb::read_capacity16(32), Bytes::new())
+            .await?;
         ReadCapacity16::parse(&r.data).map_err(|e| ClientError::Parse {
             what: "READ CAPACITY(16) data",
             source: e,
@@ -331,7 +349,9 @@ impl Lun {
     }
 
     pub async fn test_unit_ready(&self) -> Result<(), ClientError> {
-        self.execute(&cdb::test_unit_ready(), Bytes::new()).await.map(|_| ())
+        self.execute(&cdb::test_unit_ready(), Bytes::new())
+            .await
+            .map(|_| ())
     }
 
     fn check_range(&self, lba: u64, blocks: u64) -> Result<(), ClientError> {
@@ -395,11 +415,18 @@ impl Lun {
         let mut list = cdb::UnmapList::new();
         list.push_range(lba, blocks)?;
         let c = list.cdb(false);
-        self.execute(&c, Bytes::from(list.to_bytes())).await.map(|_| ())
+        self.execute(&c, Bytes::from(list.to_bytes()))
+            .await
+            .map(|_| ())
     }
 
     /// WRITE SAME(16) of zeros, with UNMAP when `unmap` (SBC-4 §5.50).
-    pub async fn write_zeroes(&self, lba: u64, blocks: u32, unmap: bool) -> Result<(), ClientError> {
+    pub async fn write_zeroes(
+        &self,
+        lba: u64,
+        blocks: u32,
+        unmap: bool,
+    ) -> Result<(), ClientError> {
         if self.write_protected {
             return Err(ClientError::ReadOnly(self.number));
         }

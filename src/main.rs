@@ -25,7 +25,10 @@ fn main() {
         .with_target(false)
         .init();
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("rlun: cannot start the async runtime: {e}");

@@ -26,6 +26,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
+use crate::proto::digest::DigestType;
 use crate::proto::login::{ChapSettings, Login, LoginConfig, LoginError, LoginResult, LoginStep};
 use crate::proto::negotiate::{InitiatorProposal, OperationalParams, SessionType};
 use crate::proto::pdu::{self, async_event, Digests, FrameLimits, Pdu, PduError};
@@ -138,7 +139,10 @@ pub struct SessionInfo {
 }
 
 enum Request {
-    Command(CommandRequest, oneshot::Sender<Result<CommandResult, SessionError>>),
+    Command(
+        CommandRequest,
+        oneshot::Sender<Result<CommandResult, SessionError>>,
+    ),
     Text(Bytes, oneshot::Sender<Result<Bytes, SessionError>>),
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
     Abort(TaskRef, oneshot::Sender<Result<TmfOutcome, SessionError>>),
@@ -198,8 +202,9 @@ impl SessionHandle {
                 }
                 LoginStep::Redirect { address, permanent } => {
                     info!(%portal, %address, permanent, "login redirected");
-                    let (h, p) = parse_target_address(&address, port)
-                        .ok_or_else(|| SessionError::BadDiscovery(format!("bad redirect address {address}")))?;
+                    let (h, p) = parse_target_address(&address, port).ok_or_else(|| {
+                        SessionError::BadDiscovery(format!("bad redirect address {address}"))
+                    })?;
                     host = h;
                     port = p;
                 }
@@ -229,14 +234,18 @@ impl SessionHandle {
     /// A Text Request exchange; returns the reassembled answer.
     pub async fn text(&self, data: Bytes) -> Result<Bytes, SessionError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(Request::Text(data, tx)).map_err(|_| SessionError::Closed)?;
+        self.tx
+            .send(Request::Text(data, tx))
+            .map_err(|_| SessionError::Closed)?;
         rx.await.unwrap_or(Err(SessionError::Closed))
     }
 
     /// Send a NOP-Out ping and wait for the answer; returns the round trip.
     pub async fn ping(&self) -> Result<Duration, SessionError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(Request::Ping(tx)).map_err(|_| SessionError::Closed)?;
+        self.tx
+            .send(Request::Ping(tx))
+            .map_err(|_| SessionError::Closed)?;
         rx.await.unwrap_or(Err(SessionError::Closed))
     }
 
@@ -261,7 +270,9 @@ impl SessionHandle {
     /// Log out cleanly (waits for in-flight commands to finish first).
     pub async fn logout(&self) -> Result<(), SessionError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(Request::Logout(tx)).map_err(|_| SessionError::Closed)?;
+        self.tx
+            .send(Request::Logout(tx))
+            .map_err(|_| SessionError::Closed)?;
         rx.await.unwrap_or(Err(SessionError::Closed))
     }
 }
@@ -320,17 +331,22 @@ async fn run_login(
         portal: portal.to_string(),
         source,
     };
-    let (mut login, mut pdu) = Login::start(login_cfg);
+    let (mut login, mut pdu) = Login::start(login_cfg).map_err(|source| SessionError::Login {
+        portal: portal.to_string(),
+        source,
+    })?;
     loop {
         let frame = pdu.encode(Digests::default());
         tcp::write_frames(wr, std::slice::from_ref(&frame))
             .await
             .map_err(|e| transport_err(TransportError::Io(e)))?;
         let rsp = reader.read_pdu().await.map_err(transport_err)?;
-        match login.handle_response(rsp).map_err(|source| SessionError::Login {
-            portal: portal.to_string(),
-            source,
-        })? {
+        match login
+            .handle_response(rsp)
+            .map_err(|source| SessionError::Login {
+                portal: portal.to_string(),
+                source,
+            })? {
             LoginStep::Send { next, pdu: p } => {
                 login = next;
                 pdu = p;
@@ -349,8 +365,8 @@ fn start_driver(
 ) -> SessionHandle {
     let p = &result.params;
     let digests = Digests {
-        header: p.header_digest,
-        data: p.data_digest,
+        header: p.header_digest == DigestType::Crc32c,
+        data: p.data_digest == DigestType::Crc32c,
     };
     reader.set_limits(FrameLimits {
         digests,
@@ -513,9 +529,12 @@ impl Driver {
                 }
             }
         };
-        if self.logout_requested && matches!(failure, SessionError::ConnectionLost(_)) {
-            // The target may close right after the Logout Response.
-            self.deliver();
+        // The target closes the connection right after its Logout Response,
+        // possibly in the same batch of PDUs: that is the clean end.
+        self.deliver();
+        if self.logout_requested && self.waiters.is_empty() {
+            debug!("connection closed after logout");
+            return;
         }
         warn!(error = %error_chain(&failure), "session ended");
         self.core.fail_all(&error_chain(&failure));
@@ -646,7 +665,13 @@ impl Driver {
                         async_event::TASK_TERMINATION => "target terminated tasks",
                         _ => "vendor-specific event",
                     };
-                    warn!(event, vcode, ?parameters, data_len = data.len(), "asynchronous message: {what}");
+                    warn!(
+                        event,
+                        vcode,
+                        ?parameters,
+                        data_len = data.len(),
+                        "asynchronous message: {what}"
+                    );
                 }
                 Event::Reject { reason } => warn!(reason, "target rejected a PDU"),
             }
@@ -687,7 +712,10 @@ pub async fn discover(cfg: SessionConfig) -> Result<Vec<DiscoveredTarget>, Sessi
     cfg.target_name = None;
     let session = SessionHandle::connect(cfg).await?;
     let text = session
-        .text(Bytes::from(encode_text(&[("SendTargets".to_string(), "All".to_string())])))
+        .text(Bytes::from(encode_text(&[(
+            "SendTargets".to_string(),
+            "All".to_string(),
+        )])))
         .await?;
     let _ = session.logout().await;
     parse_send_targets(&text)
@@ -741,8 +769,14 @@ mod tests {
             parse_target_address("[fe80::1]:3262,2", 3260),
             Some(("fe80::1".into(), 3262))
         );
-        assert_eq!(parse_target_address("[::1]", 3260), Some(("::1".into(), 3260)));
-        assert_eq!(parse_target_address("host.example", 3260), Some(("host.example".into(), 3260)));
+        assert_eq!(
+            parse_target_address("[::1]", 3260),
+            Some(("::1".into(), 3260))
+        );
+        assert_eq!(
+            parse_target_address("host.example", 3260),
+            Some(("host.example".into(), 3260))
+        );
         assert_eq!(parse_target_address("host:notaport", 3260), None);
     }
 

@@ -93,7 +93,9 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
     }
     let slots = region / o.bs;
     if slots == 0 {
-        return Err(CliError::Usage("the region is smaller than one block of --bs".into()));
+        return Err(CliError::Usage(
+            "the region is smaller than one block of --bs".into(),
+        ));
     }
     let blocks_per_io = (o.bs / bs_block) as u32;
     let payload = Bytes::from(vec![0xa5u8; o.bs as usize]);
@@ -108,7 +110,9 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         let payload = payload.clone();
         let pattern = o.pattern;
         workers.push(tokio::spawn(async move {
-            let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9));
+            let mut rng = XorShift(
+                0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
+            );
             let mut lat: Vec<u32> = Vec::with_capacity(1 << 16);
             while Instant::now() < deadline {
                 let slot = if pattern.is_random() {

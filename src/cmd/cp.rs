@@ -44,7 +44,7 @@ fn is_lun_arg(ctx: &Ctx, arg: &str) -> bool {
     arg.contains("://") || ctx.config.target(arg).is_some()
 }
 
-fn local(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CliError + '_ {
+fn local<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> CliError + 'a {
     move |source| CliError::LocalFile {
         what,
         path: path.to_path_buf(),
@@ -52,7 +52,13 @@ fn local(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CliE
     }
 }
 
-pub async fn run(ctx: &Ctx, src: &str, dst: &str, o: Options, conn: &ConnectOpts) -> Result<(), CliError> {
+pub async fn run(
+    ctx: &Ctx,
+    src: &str,
+    dst: &str,
+    o: Options,
+    conn: &ConnectOpts,
+) -> Result<(), CliError> {
     if o.bs == 0 {
         return Err(CliError::Usage("--bs must be greater than 0".into()));
     }
@@ -138,7 +144,9 @@ pub async fn run(ctx: &Ctx, src: &str, dst: &str, o: Options, conn: &ConnectOpts
                 let len = chunk.min(size - offset);
                 let (s, d, fua) = (src.clone(), dst_arc.clone(), o.fua);
                 let at = offset;
-                inflight.push_back(tokio::spawn(async move { copy_chunk(&s, &d, at, len, fua).await }));
+                inflight.push_back(tokio::spawn(async move {
+                    copy_chunk(&s, &d, at, len, fua).await
+                }));
                 offset += len;
             }
             let h = inflight.pop_front().expect("non-empty");
@@ -167,7 +175,9 @@ pub async fn run(ctx: &Ctx, src: &str, dst: &str, o: Options, conn: &ConnectOpts
         match &*dst_arc {
             Dest::Lun(_, l) => l.sync().await?,
             Dest::File(f, p) => f.sync_all().map_err(local("cannot sync", p))?,
-            Dest::Stdout => stdout.flush().map_err(local("cannot write to", Path::new("standard output")))?,
+            Dest::Stdout => stdout
+                .flush()
+                .map_err(local("cannot write to", Path::new("standard output")))?,
         }
     }
     if let Source::Lun(t, _) = &*src {
@@ -201,7 +211,13 @@ fn dest_lun(d: &Dest) -> Option<&Lun> {
     }
 }
 
-async fn copy_chunk(src: &Source, dst: &Dest, at: u64, len: u64, fua: bool) -> Result<Option<Bytes>, CliError> {
+async fn copy_chunk(
+    src: &Source,
+    dst: &Dest,
+    at: u64,
+    len: u64,
+    fua: bool,
+) -> Result<Option<Bytes>, CliError> {
     let data = match src {
         Source::Lun(_, l) => {
             let bs = l.block_size() as u64;
@@ -212,7 +228,8 @@ async fn copy_chunk(src: &Source, dst: &Dest, at: u64, len: u64, fua: bool) -> R
             let p = p.clone();
             tokio::task::spawn_blocking(move || -> Result<Bytes, CliError> {
                 let mut buf = vec![0u8; len as usize];
-                f.read_exact_at(&mut buf, at).map_err(local("cannot read", &p))?;
+                f.read_exact_at(&mut buf, at)
+                    .map_err(local("cannot read", &p))?;
                 Ok(Bytes::from(buf))
             })
             .await
@@ -223,9 +240,11 @@ async fn copy_chunk(src: &Source, dst: &Dest, at: u64, len: u64, fua: bool) -> R
         Dest::Stdout => Ok(Some(data)),
         Dest::File(f, p) => {
             let (f, p) = (f.clone(), p.clone());
-            tokio::task::spawn_blocking(move || f.write_all_at(&data, at).map_err(local("cannot write", &p)))
-                .await
-                .map_err(|e| CliError::Other(format!("write task failed: {e}")))??;
+            tokio::task::spawn_blocking(move || {
+                f.write_all_at(&data, at).map_err(local("cannot write", &p))
+            })
+            .await
+            .map_err(|e| CliError::Other(format!("write task failed: {e}")))??;
             Ok(None)
         }
         Dest::Lun(_, l) => {

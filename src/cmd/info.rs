@@ -93,7 +93,10 @@ pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Res
     });
     let _ = target.logout().await;
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&v).expect("JSON of plain values"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("JSON of plain values")
+        );
     } else {
         print_text(&v);
     }

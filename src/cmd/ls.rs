@@ -57,7 +57,10 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
                     lurl
                 ),
                 Err(ClientError::NotADisk { device_type, .. }) => {
-                    println!("{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}", n, "-", "-", "-", device_type, "-", lurl)
+                    println!(
+                        "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
+                        n, "-", "-", "-", device_type, "-", lurl
+                    )
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -65,7 +68,9 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
         let _ = target.logout().await;
     }
     if failures > 0 {
-        return Err(CliError::Other(format!("{failures} target(s) could not be listed")));
+        return Err(CliError::Other(format!(
+            "{failures} target(s) could not be listed"
+        )));
     }
     Ok(())
 }

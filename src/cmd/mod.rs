@@ -12,9 +12,11 @@ use thiserror::Error;
 
 use crate::cli::{exit, Cli, Command, ConnectOpts, DigestChoice};
 use crate::client::{ClientError, Lun, Target};
-use crate::config::{resolve_initiator_name, CliCreds, Config, ConfigError, Credentials, DigestPref};
+use crate::config::{
+    resolve_initiator_name, CliCreds, Config, ConfigError, Credentials, DigestPref,
+};
+use crate::proto::digest::DigestType;
 use crate::proto::login::{ChapSettings, LoginError};
-use crate::proto::negotiate::DigestType;
 use crate::session::{discover, SessionConfig, SessionError};
 use crate::url::{TargetUrl, TransportKind, UrlError};
 
@@ -54,7 +56,9 @@ impl CliError {
             CliError::Client(e) => match e {
                 ClientError::Session(s) => session_code(s),
                 ClientError::LunNotFound(_) | ClientError::NotADisk { .. } => exit::NOT_FOUND,
-                ClientError::ReadOnly(_) | ClientError::OutOfRange { .. } | ClientError::Scsi { .. } => exit::IO,
+                ClientError::ReadOnly(_)
+                | ClientError::OutOfRange { .. }
+                | ClientError::Scsi { .. } => exit::IO,
                 ClientError::Parse { .. } | ClientError::ShortTransfer { .. } => exit::PROTOCOL,
                 ClientError::Cdb(_) => exit::USAGE,
             },
@@ -87,7 +91,9 @@ fn session_code(e: &SessionError) -> i32 {
             _ => exit::FAILURE,
         },
         SessionError::Protocol(_) | SessionError::BadDiscovery(_) => exit::PROTOCOL,
-        SessionError::Task(crate::proto::session::TaskError::ConnectionLost(_)) => exit::UNREACHABLE,
+        SessionError::Task(crate::proto::session::TaskError::ConnectionLost(_)) => {
+            exit::UNREACHABLE
+        }
         SessionError::Task(_) => exit::IO,
     }
 }
@@ -141,7 +147,9 @@ impl Ctx {
         let (host, port) = url.portal.host_port();
         let mut cfg = SessionConfig::new(host, port, initiator);
         cfg.target_name = url.target.clone();
-        cfg.connect_timeout = opts.connect_timeout.unwrap_or(self.config.connect_timeout());
+        cfg.connect_timeout = opts
+            .connect_timeout
+            .unwrap_or(self.config.connect_timeout());
         cfg.login_timeout = opts.login_timeout.unwrap_or(self.config.login_timeout());
         cfg.chap = creds.chap.map(|c| ChapSettings {
             user: c.user,
@@ -234,7 +242,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
             let targets = discover(cfg).await?;
             if targets.is_empty() {
-                eprintln!("portal {} offers no targets to this initiator", portal_url.portal);
+                eprintln!(
+                    "portal {} offers no targets to this initiator",
+                    portal_url.portal
+                );
             }
             for t in targets {
                 println!("{} {}", t.name, t.addresses.join(" "));
@@ -258,7 +269,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             } else {
                 progress || std::io::IsTerminal::is_terminal(&std::io::stderr())
             };
-            cp::run(&ctx, &src, &dst, cp::Options { bs, qd, progress: show, fua }, &conn).await
+            cp::run(
+                &ctx,
+                &src,
+                &dst,
+                cp::Options {
+                    bs,
+                    qd,
+                    progress: show,
+                    fua,
+                },
+                &conn,
+            )
+            .await
         }
         Command::Bench {
             url,
@@ -308,7 +331,7 @@ fn generate_man(dir: &std::path::Path) -> Result<(), CliError> {
     std::fs::write(dir.join("rlun.8"), &buf).map_err(io)?;
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("rlun-{}", sub.get_name());
-        let sub = sub.clone().name(name.clone());
+        let sub = sub.clone().name(name.clone()).bin_name(name.clone());
         let mut buf = Vec::new();
         clap_mangen::Man::new(sub)
             .section("8")
@@ -342,7 +365,13 @@ mod tests {
             source: LoginError::TargetNotFound,
         });
         assert_eq!(e.exit_code(), exit::NOT_FOUND);
-        assert_eq!(CliError::Client(ClientError::ReadOnly(1)).exit_code(), exit::IO);
-        assert_eq!(CliError::Client(ClientError::LunNotFound(9)).exit_code(), exit::NOT_FOUND);
+        assert_eq!(
+            CliError::Client(ClientError::ReadOnly(1)).exit_code(),
+            exit::IO
+        );
+        assert_eq!(
+            CliError::Client(ClientError::LunNotFound(9)).exit_code(),
+            exit::NOT_FOUND
+        );
     }
 }

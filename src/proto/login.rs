@@ -79,7 +79,9 @@ pub struct LoginResult {
 pub enum LoginError {
     #[error("authentication failed: the target rejected our CHAP credentials (status 0x0201)")]
     AuthenticationFailed,
-    #[error("authorization failure: this initiator is not allowed to access the target (status 0x0202)")]
+    #[error(
+        "authorization failure: this initiator is not allowed to access the target (status 0x0202)"
+    )]
     NotAuthorized,
     #[error("target not found: the portal does not offer that target name (status 0x0203)")]
     TargetNotFound,
@@ -103,7 +105,9 @@ pub enum LoginError {
     InitiatorError { class: u8, detail: u8 },
     #[error("target error (status 0x0300): the target failed to handle the login")]
     TargetError,
-    #[error("service unavailable (status 0x0301): the target is temporarily unable to accept logins")]
+    #[error(
+        "service unavailable (status 0x0301): the target is temporarily unable to accept logins"
+    )]
     ServiceUnavailable,
     #[error("target out of resources (status 0x0302)")]
     OutOfResources,
@@ -111,7 +115,9 @@ pub enum LoginError {
     OtherTargetError { class: u8, detail: u8 },
     #[error("CHAP authentication failed")]
     Chap(#[source] ChapError),
-    #[error("target requires authentication (AuthMethod={offered}) but no CHAP credentials were given")]
+    #[error(
+        "target requires authentication (AuthMethod={offered}) but no CHAP credentials were given"
+    )]
     AuthRequired { offered: String },
     #[error("target chose AuthMethod={0}, which we did not offer")]
     BadAuthMethod(String),
@@ -137,7 +143,10 @@ impl LoginError {
             (2, 0x09) => LoginError::SessionTypeNotSupported,
             (2, 0x0a) => LoginError::SessionDoesNotExist,
             (2, 0x0b) => LoginError::InvalidDuringLogin,
-            (2, d) => LoginError::InitiatorError { class: 2, detail: d },
+            (2, d) => LoginError::InitiatorError {
+                class: 2,
+                detail: d,
+            },
             (3, 0x00) => LoginError::TargetError,
             (3, 0x01) => LoginError::ServiceUnavailable,
             (3, 0x02) => LoginError::OutOfResources,
@@ -200,9 +209,11 @@ const MAX_LOGIN_TEXT: usize = 64 * 1024;
 
 impl Login {
     /// Begin a login: returns the state and the first Login Request to send.
-    pub fn start(cfg: LoginConfig) -> (Login, Pdu) {
-        let negotiator = Negotiator::new(cfg.proposal.clone(), cfg.session_type);
-        let mut keys: Vec<(String, String)> = vec![("InitiatorName".into(), cfg.initiator_name.clone())];
+    pub fn start(cfg: LoginConfig) -> Result<(Login, Pdu), LoginError> {
+        let negotiator = Negotiator::new(cfg.proposal.clone(), cfg.session_type)
+            .map_err(LoginError::Negotiation)?;
+        let mut keys: Vec<(String, String)> =
+            vec![("InitiatorName".into(), cfg.initiator_name.clone())];
         if let Some(alias) = &cfg.initiator_alias {
             keys.push(("InitiatorAlias".into(), alias.clone()));
         }
@@ -233,7 +244,7 @@ impl Login {
             csg: Stage::Security,
         };
         let pdu = login.request(Stage::Security, transit, Stage::Operational, &keys);
-        (login, pdu)
+        Ok((login, pdu))
     }
 
     fn request(&mut self, csg: Stage, transit: bool, nsg: Stage, keys: &[(String, String)]) -> Pdu {
@@ -328,7 +339,9 @@ impl Login {
             )));
         }
         if h.status_class == 0 && h.isid != self.cfg.isid {
-            return Err(LoginError::Protocol("login response ISID differs from ours".into()));
+            return Err(LoginError::Protocol(
+                "login response ISID differs from ours".into(),
+            ));
         }
         if h.status_class == 0 && h.version_active != 0 {
             return Err(LoginError::UnsupportedVersion);
@@ -363,11 +376,9 @@ impl Login {
             .map(|(_, v)| v.as_str());
         match (&self.cfg.chap, method) {
             (Some(chap), Some("CHAP")) => {
-                let initiator = ChapInitiator::new(
-                    chap.user.clone(),
-                    chap.secret.clone(),
-                    chap.mutual.clone(),
-                );
+                let initiator =
+                    ChapInitiator::new(chap.user.clone(), chap.secret.clone(), chap.mutual.clone())
+                        .map_err(LoginError::Chap)?;
                 self.state = State::ExpectChapChallenge(initiator);
                 let pdu = self.request(
                     Stage::Security,
@@ -417,7 +428,7 @@ impl Login {
         mut self,
         h: &LoginResponse,
         keys: Vec<(String, String)>,
-        chap: ChapInitiator,
+        mut chap: ChapInitiator,
     ) -> Result<LoginStep, LoginError> {
         if !h.transit {
             return Err(LoginError::Protocol(
@@ -568,7 +579,7 @@ mod tests {
 
     #[test]
     fn login_without_auth_reaches_full_feature_phase() {
-        let (login, first) = Login::start(cfg(None));
+        let (login, first) = Login::start(cfg(None)).unwrap();
         let r = req(&first);
         assert!(r.transit && r.csg == Stage::Security && r.nsg == Stage::Operational);
         let keys = keys_of(&first);
@@ -600,7 +611,10 @@ mod tests {
                 (k, v)
             })
             .collect();
-        let refs: Vec<(&str, &str)> = answers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let refs: Vec<(&str, &str)> = answers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         let step = login
             .handle_response(rsp(true, Stage::Operational, Stage::FullFeature, 1, &refs))
             .unwrap();
@@ -618,7 +632,7 @@ mod tests {
 
     #[test]
     fn target_not_found_status_becomes_a_clear_error() {
-        let (login, _) = Login::start(cfg(None));
+        let (login, _) = Login::start(cfg(None)).unwrap();
         let err = login
             .handle_response(rsp_status(
                 false,
@@ -636,16 +650,25 @@ mod tests {
 
     #[test]
     fn each_status_class_maps_to_its_meaning() {
-        assert!(matches!(LoginError::from_status(2, 1), LoginError::AuthenticationFailed));
-        assert!(matches!(LoginError::from_status(2, 2), LoginError::NotAuthorized));
-        assert!(matches!(LoginError::from_status(3, 2), LoginError::OutOfResources));
+        assert!(matches!(
+            LoginError::from_status(2, 1),
+            LoginError::AuthenticationFailed
+        ));
+        assert!(matches!(
+            LoginError::from_status(2, 2),
+            LoginError::NotAuthorized
+        ));
+        assert!(matches!(
+            LoginError::from_status(3, 2),
+            LoginError::OutOfResources
+        ));
         assert!(LoginError::from_status(3, 1).is_transient());
         assert!(!LoginError::from_status(2, 1).is_transient());
     }
 
     #[test]
     fn redirection_yields_the_new_address() {
-        let (login, _) = Login::start(cfg(None));
+        let (login, _) = Login::start(cfg(None)).unwrap();
         let step = login
             .handle_response(rsp_status(
                 false,
@@ -668,7 +691,7 @@ mod tests {
 
     #[test]
     fn target_demanding_chap_without_credentials_is_auth_required() {
-        let (login, _) = Login::start(cfg(None));
+        let (login, _) = Login::start(cfg(None)).unwrap();
         let err = login
             .handle_response(rsp(
                 false,
@@ -688,7 +711,7 @@ mod tests {
             secret: Secret::new("alice-secret-123"),
             mutual: None,
         };
-        let (login, first) = Login::start(cfg(Some(chap)));
+        let (login, first) = Login::start(cfg(Some(chap))).unwrap();
         assert!(!req(&first).transit, "CHAP needs more than one round");
         assert!(keys_of(&first).contains(&("AuthMethod".into(), "CHAP".into())));
         let (login, a) = expect_send(
@@ -741,17 +764,26 @@ mod tests {
 
     #[test]
     fn login_response_with_wrong_itt_is_a_protocol_error() {
-        let (login, _) = Login::start(cfg(None));
-        let mut pdu = rsp(true, Stage::Security, Stage::Operational, 0, &[("AuthMethod", "None")]);
+        let (login, _) = Login::start(cfg(None)).unwrap();
+        let mut pdu = rsp(
+            true,
+            Stage::Security,
+            Stage::Operational,
+            0,
+            &[("AuthMethod", "None")],
+        );
         if let Bhs::LoginResponse(h) = &mut pdu.bhs {
             h.itt = 99;
         }
-        assert!(matches!(login.handle_response(pdu), Err(LoginError::Protocol(_))));
+        assert!(matches!(
+            login.handle_response(pdu),
+            Err(LoginError::Protocol(_))
+        ));
     }
 
     #[test]
     fn continued_login_text_is_gathered_before_parsing() {
-        let (login, _) = Login::start(cfg(None));
+        let (login, _) = Login::start(cfg(None)).unwrap();
         let mut part1 = rsp(false, Stage::Security, Stage::Security, 0, &[]);
         if let Bhs::LoginResponse(h) = &mut part1.bhs {
             h.continue_ = true;

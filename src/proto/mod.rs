@@ -3,8 +3,8 @@
 
 pub mod chap;
 pub mod digest;
-pub mod negotiate;
 pub mod login;
+pub mod negotiate;
 pub mod pdu;
 pub mod session;
 pub mod text;

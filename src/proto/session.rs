@@ -220,7 +220,7 @@ pub enum Event {
 #[derive(Debug)]
 enum TaskKind {
     Command(CommandTask),
-    Text { data: Bytes, received: BytesMut },
+    Text { received: BytesMut },
     TaskMgmt,
     Ping { sent: Instant },
     Logout,
@@ -626,14 +626,13 @@ impl Session {
                 cmd_sn,
                 exp_stat_sn: self.exp_stat_sn,
             }),
-            data.clone(),
+            data,
         ));
         self.insert(Task {
             id,
             itt,
             cmd_sn,
             kind: TaskKind::Text {
-                data,
                 received: BytesMut::new(),
             },
         });
@@ -1086,16 +1085,6 @@ impl Session {
         }
         self.ping_outstanding = None;
         self.transmit.clear();
-    }
-
-    /// Requests of this text exchange (for tests and diagnostics).
-    #[cfg(test)]
-    fn text_request_data(&self, id: TaskId) -> Option<Bytes> {
-        let itt = self.by_id.get(&id)?;
-        match &self.tasks[itt].kind {
-            TaskKind::Text { data, .. } => Some(data.clone()),
-            _ => None,
-        }
     }
 }
 
@@ -1582,11 +1571,9 @@ mod tests {
     fn long_text_answer_is_fetched_with_continuation_requests() {
         let mut s = session(params(), 10);
         let id = s.submit_text(Bytes::from_static(b"SendTargets=All\0"));
-        assert_eq!(
-            s.text_request_data(id).as_deref(),
-            Some(&b"SendTargets=All\0"[..])
-        );
-        let itt = itt_of(&drain(&mut s)[0]);
+        let first = drain(&mut s);
+        assert_eq!(&first[0].data[..], b"SendTargets=All\0");
+        let itt = itt_of(&first[0]);
         let text = |final_, ttt, data: &'static [u8]| {
             Pdu::with_data(
                 Bhs::TextResponse(TextResponse {
