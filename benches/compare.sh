@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: libiscsi's iscsi-perf (the reference initiator) and
+# `rlun bench`, against the same private tgtd in the same run.
+#
+# Cases: {128 KiB sequential read, 4 KiB random read} at queue depth 32
+#        x {null LUN (tgtd's 1 TiB of zeros), 1 GiB file LUN}.
+# For each: throughput (MiB/s), IOPS and CPU seconds per GiB moved, for both
+# initiators, and the ratios rlun / iscsi-perf.
+#
+# Environment:
+#   BENCH_SECONDS=10        seconds per run
+#   RLUN=target/release/rlun   rlun binary (built with cargo build --release
+#                           when it is the default and missing)
+#   BENCH_FILE_MIB=1024     size of the file LUN
+#   BENCH_SKIP_RLUN=1       measure iscsi-perf only
+#
+# The file LUN lives on tmpfs (/dev/shm) when it has room, else /var/tmp: on
+# tmpfs every run reads RAM, so the figures compare initiator + target
+# overhead rather than the disk, and the first run is not slower than the
+# next because of a cold page cache. It is filled from /dev/urandom so
+# nothing can shortcut zero pages.
+#
+# Compare figures only within one run: the machine is shared and noisy.
+set -euo pipefail
+# A relative RLUN path is taken from the caller's directory.
+if [[ "${RLUN:-}" == */* ]]; then RLUN=$(realpath -m -- "$RLUN"); fi
+cd "$(dirname "$0")/.."
+
+SECS=${BENCH_SECONDS:-10}
+FILE_MIB=${BENCH_FILE_MIB:-1024}
+QD=32
+RLUN_DEFAULT=target/release/rlun
+RLUN=${RLUN:-$RLUN_DEFAULT}
+SKIP_RLUN=${BENCH_SKIP_RLUN:-0}
+IQN=iqn.2026-11.org.example:bench
+
+die() {
+    echo "compare.sh: $*" >&2
+    exit 1
+}
+
+for tool in tgtd tgtadm iscsi-perf /usr/bin/time timeout setpriv python3 ss; do
+    command -v "$tool" >/dev/null || die "'$tool' not found: run scripts/install-test-deps.sh"
+done
+
+if [ "$SKIP_RLUN" != 1 ] && [ ! -x "$RLUN" ]; then
+    [ "$RLUN" = "$RLUN_DEFAULT" ] || die "RLUN=$RLUN is not an executable"
+    echo "building $RLUN_DEFAULT ..." >&2
+    cargo build --release
+fi
+
+work=$(mktemp -d /tmp/rlun-bench.XXXXXX)
+tgtd_pid=
+cleanup() {
+    if [ -n "$tgtd_pid" ]; then
+        kill -9 "$tgtd_pid" 2>/dev/null || true
+        wait "$tgtd_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+    [ -z "${lun_file:-}" ] || rm -f "$lun_file"
+}
+trap cleanup EXIT
+
+# --- the file LUN ------------------------------------------------------------
+shm_free_mib=$(df -Pm /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')
+if [ -n "$shm_free_mib" ] && [ "$shm_free_mib" -gt $((FILE_MIB + 512)) ]; then
+    lun_file=$(mktemp /dev/shm/rlun-bench-lun.XXXXXX)
+else
+    lun_file=$(mktemp /var/tmp/rlun-bench-lun.XXXXXX)
+fi
+echo "filling ${FILE_MIB} MiB file LUN $lun_file ..." >&2
+dd if=/dev/urandom of="$lun_file" bs=1M count="$FILE_MIB" status=none
+
+# --- a private tgtd: one free number as control port and portal port ----------
+port=$(python3 -c '
+import random, socket
+for _ in range(1000):
+    p = random.randint(10000, 32767)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break
+')
+[ -n "$port" ] || die "no free port for tgtd"
+setpriv --pdeathsig KILL tgtd -f -C "$port" --iscsi "portal=127.0.0.1:$port" \
+    >"$work/tgtd.log" 2>&1 </dev/null &
+tgtd_pid=$!
+tgtadm_() { tgtadm -C "$port" --lld iscsi "$@"; }
+for _ in $(seq 100); do
+    kill -0 "$tgtd_pid" 2>/dev/null || die "tgtd exited: $(cat "$work/tgtd.log")"
+    if tgtadm_ --op show --mode sys >/dev/null 2>&1 &&
+        ss -Hltnp "sport = :$port" | grep -q "pid=$tgtd_pid,"; then
+        break
+    fi
+    sleep 0.1
+done
+ss -Hltnp "sport = :$port" | grep -q "pid=$tgtd_pid," || die "tgtd did not start: $(cat "$work/tgtd.log")"
+tgtadm_ --op new --mode target --tid 1 -T "$IQN"
+tgtadm_ --op new --mode logicalunit --tid 1 --lun 1 --bstype null -b /dev/null
+tgtadm_ --op new --mode logicalunit --tid 1 --lun 2 -b "$lun_file"
+tgtadm_ --op bind --mode target --tid 1 -I ALL
+url() { echo "iscsi://127.0.0.1:$port/$IQN/$1"; }
+
+# --- one iscsi-perf run: prints "iops mib_per_s cpu_s_per_gib" ---------------
+run_iscsi_perf() { # url pattern bs_bytes
+    local url=$1 pattern=$2 bs=$3 args rc=0
+    args=(-m "$QD" -b $((bs / 512)))
+    [ "$pattern" = randread ] && args+=(-r)
+    /usr/bin/time -f '%U %S' -o "$work/time" \
+        timeout -s INT -k 5 $((SECS + 1)) iscsi-perf "${args[@]}" "$url" >"$work/perf.out" 2>&1 || rc=$?
+    # iscsi-perf runs until interrupted (timeout's 124 is the normal end) and
+    # reports its running average once a second: one second more than SECS
+    # leaves time for the login and gives about SECS reports.
+    [ "$rc" = 124 ] || die "iscsi-perf ${args[*]} $url exited $rc: $(tr '\r' '\n' <"$work/perf.out" | tail -5)"
+    python3 - "$work/perf.out" "$work/time" "$bs" <<'PY'
+import re, sys
+out = open(sys.argv[1], errors="replace").read().replace("\r", "\n")
+avgs = re.findall(r"iops average (\d+)", out)
+if not avgs:
+    sys.exit("no 'iops average' in iscsi-perf output:\n" + out[-500:])
+iops = float(avgs[-1])
+seconds = len(avgs)  # one report line per elapsed second
+user, system = map(float, open(sys.argv[2]).read().split("\n")[-2].split())
+bs = int(sys.argv[3])
+gib = iops * bs * seconds / 2**30
+print(f"{iops:.0f} {iops * bs / 2**20:.1f} {(user + system) / gib if gib else float('nan'):.3f}")
+PY
+}
+
+# --- one rlun bench run: prints "iops mib_per_s cpu_s_per_gib" ---------------
+run_rlun() { # url pattern bs_name
+    local url=$1 pattern=$2 bs=$3 rc=0
+    timeout -k 5 $((SECS + 60)) "$RLUN" bench "$url" --pattern "$pattern" --bs "$bs" \
+        --qd "$QD" --duration "${SECS}s" --json >"$work/rlun.json" 2>"$work/rlun.err" || rc=$?
+    if [ "$rc" != 0 ]; then
+        echo "compare.sh: '$RLUN bench $url --pattern $pattern --bs $bs --qd $QD --duration ${SECS}s --json' failed (exit $rc):" >&2
+        cat "$work/rlun.err" "$work/rlun.json" >&2
+        exit 1
+    fi
+    python3 - "$work/rlun.json" <<'PY' || die "rlun bench did not print the expected JSON object; it printed: $(head -c 2000 "$work/rlun.json")"
+import json, sys
+try:
+    # The JSON object is the last line that starts with '{'.
+    line = [l for l in open(sys.argv[1]) if l.lstrip().startswith("{")][-1]
+    r = json.loads(line)
+    mib = r["bytes"] / r["seconds"] / 2**20
+    print(f"{r['iops']:.0f} {mib:.1f} {r['cpu_s_per_gib']:.3f}")
+except (IndexError, ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+    sys.exit(f"compare.sh: bad rlun bench output ({type(e).__name__}: {e})")
+PY
+}
+
+ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b else 'n/a')" "$1" "$2"; }
+
+printf '\ntgtd %s on 127.0.0.1:%s, QD %s, %ss per run, file LUN %s MiB at %s\n\n' \
+    "$(tgtd -V 2>/dev/null || echo '?')" "$port" "$QD" "$SECS" "$FILE_MIB" "$lun_file"
+header=$(printf '%-22s | %10s %9s %9s | %10s %9s %9s | %8s %8s' \
+    case "perf MiB/s" "IOPS" "cpu s/GiB" "rlun MiB/s" "IOPS" "cpu s/GiB" "thr x" "cpu x")
+rows=()
+for spec in "read 131072 128k" "randread 4096 4k"; do
+    read -r pattern bs bs_name <<<"$spec"
+    for lun in 1 2; do
+        name="$pattern $bs_name $([ "$lun" = 1 ] && echo null || echo file)"
+        echo "running $name ..." >&2
+        result=$(run_iscsi_perf "$(url "$lun")" "$pattern" "$bs")
+        read -r p_iops p_mib p_cpu <<<"$result"
+        if [ "$SKIP_RLUN" = 1 ]; then
+            r_iops=- r_mib=- r_cpu=- thr=- cpu=-
+        else
+            result=$(run_rlun "$(url "$lun")" "$pattern" "$bs_name")
+            read -r r_iops r_mib r_cpu <<<"$result"
+            thr=$(ratio "$r_mib" "$p_mib")
+            cpu=$(ratio "$r_cpu" "$p_cpu")
+        fi
+        rows+=("$(printf '%-22s | %10s %9s %9s | %10s %9s %9s | %8s %8s' \
+            "$name" "$p_mib" "$p_iops" "$p_cpu" "$r_mib" "$r_iops" "$r_cpu" "$thr" "$cpu")")
+    done
+done
+
+echo "$header"
+printf '%s\n' "${header//?/-}"
+printf '%s\n' "${rows[@]}"
+echo
+echo "thr x = rlun MiB/s / iscsi-perf MiB/s (higher is better for rlun);"
+echo "cpu x = rlun CPU s per GiB / iscsi-perf CPU s per GiB (lower is better for rlun)."
