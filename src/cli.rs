@@ -68,6 +68,18 @@ pub struct Cli {
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
 
+    /// Threads that run I/O (1: everything on one thread, the most
+    /// CPU-efficient for one session; more can help when the target is fast
+    /// and this machine has idle cores).
+    #[arg(
+        long,
+        global = true,
+        default_value_t = 1,
+        value_name = "N",
+        env = "RLUN_THREADS"
+    )]
+    pub threads: usize,
+
     /// Configuration file (named targets, CHAP, defaults).
     #[arg(long, global = true, value_name = "PATH", env = "RLUN_CONFIG")]
     pub config: Option<PathBuf>,

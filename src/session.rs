@@ -1,16 +1,19 @@
 //! The session driver: one tokio task per connection that owns the sans-IO
-//! protocol core ([`crate::proto::session::Session`]) and the TCP stream.
+//! protocol core ([`crate::proto::session::Session`]) and reads the socket,
+//! plus a small writer task that owns the socket's write half.
 //!
 //! ```text
-//!  callers ──Request──► driver task ──writev──► socket
-//!     ▲                   │   ▲
-//!     └──oneshot result───┘   └── reader task: frames PDUs ◄── socket
+//!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
+//!     ▲                   │  ▲ reads and frames PDUs itself
+//!     └──oneshot result───┘  └──────────────────────────────────────── socket
 //! ```
 //!
-//! A separate reader task drains the socket so a target that is busy sending
-//! Data-In can never deadlock against us while we write Data-Out. The driver
-//! task turns requests into core calls, writes whatever the core wants sent,
-//! arms the core's timer (NOP keepalive), and hands completions back.
+//! Reading in the driver task keeps the hot path (Data-In → core → caller)
+//! free of channel hops; writing in its own task means a target that is
+//! busy sending us Data-In can never deadlock against us while we push
+//! Data-Out. The driver turns requests into core calls, hands whatever the
+//! core wants sent to the writer in batches, arms the core's timer (NOP
+//! keepalive) and delivers completions.
 //!
 //! Buffers belong to the core's task table until their completion arrives:
 //! a caller that drops its future early leaves the command running
@@ -29,7 +32,7 @@ use tracing::{debug, info, warn};
 use crate::proto::digest::DigestType;
 use crate::proto::login::{ChapSettings, Login, LoginConfig, LoginError, LoginResult, LoginStep};
 use crate::proto::negotiate::{InitiatorProposal, OperationalParams, SessionType};
-use crate::proto::pdu::{self, async_event, Digests, FrameLimits, Pdu, PduError};
+use crate::proto::pdu::{self, async_event, Digests, FrameLimits, WireFrame};
 use crate::proto::session::{
     CommandRequest, CommandResult, Event, FeatureParams, ProtocolError, Session, TaskError, TaskId,
     TmfOutcome,
@@ -403,33 +406,47 @@ fn start_driver(
     });
     let core = Session::new(feature, result.numbers);
     let (tx, rx) = mpsc::unbounded_channel();
-    let (pdu_tx, pdu_rx) = mpsc::channel(1024);
-    tokio::spawn(read_loop(reader, pdu_tx));
+    let (frames_tx, frames_rx) = mpsc::unbounded_channel();
+    let (werr_tx, werr_rx) = oneshot::channel();
+    tokio::spawn(write_loop(wr, frames_rx, werr_tx));
     tokio::spawn(
         Driver {
             core,
-            wr,
+            reader,
+            frames: frames_tx,
             digests,
             waiters: HashMap::new(),
             logout: None,
             logout_requested: false,
         }
-        .run(rx, pdu_rx),
+        .run(rx, werr_rx),
     );
     SessionHandle { tx, info }
 }
 
-async fn read_loop(
-    mut reader: FrameReader<OwnedReadHalf>,
-    tx: mpsc::Sender<Result<Pdu, TransportError>>,
+/// Owns the write half: writes batches of frames, merging what is queued.
+async fn write_loop(
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Vec<WireFrame>>,
+    err: oneshot::Sender<std::io::Error>,
 ) {
-    loop {
-        let r = reader.read_pdu().await;
-        let stop = r.is_err();
-        if tx.send(r).await.is_err() || stop {
+    let mut batch: Vec<WireFrame> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        batch.extend(first);
+        while batch.len() < 4096 {
+            match rx.try_recv() {
+                Ok(more) => batch.extend(more),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = tcp::write_frames(&mut wr, &batch).await {
+            let _ = err.send(e);
             return;
         }
+        batch.clear();
     }
+    // The driver is gone: close our side so the target sees the end.
+    let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
 }
 
 enum Waiter {
@@ -442,7 +459,8 @@ enum Waiter {
 
 struct Driver {
     core: Session,
-    wr: tokio::net::tcp::OwnedWriteHalf,
+    reader: FrameReader<OwnedReadHalf>,
+    frames: mpsc::UnboundedSender<Vec<WireFrame>>,
     digests: Digests,
     waiters: HashMap<TaskId, Waiter>,
     /// Logout asked for; sent once in-flight work has drained.
@@ -454,14 +472,14 @@ impl Driver {
     async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<Request>,
-        mut pdus: mpsc::Receiver<Result<Pdu, TransportError>>,
+        mut write_error: oneshot::Receiver<std::io::Error>,
     ) {
         let now = Instant::now();
         self.core.start(now);
         let mut requests_open = true;
         let failure: SessionError = loop {
-            if let Err(e) = self.flush().await {
-                break SessionError::ConnectionLost(Arc::new(TransportError::Io(e)));
+            if self.flush().is_err() {
+                break SessionError::ConnectionLost(Arc::new(TransportError::Closed));
             }
             self.deliver();
             if self.logout.is_some() && !self.logout_requested && self.core.outstanding() == 0 {
@@ -484,35 +502,31 @@ impl Driver {
             let deadline = self.core.poll_timeout();
             tokio::select! {
                 biased;
-                pdu = pdus.recv() => match pdu {
-                    Some(Ok(pdu)) => {
-                        let now = Instant::now();
-                        if let Err(e) = self.core.handle_pdu(pdu, now) {
-                            break SessionError::Protocol(e);
-                        }
-                        // Drain what else is ready without re-entering select.
-                        let mut failed = None;
-                        while let Ok(next) = pdus.try_recv() {
-                            match next {
-                                Ok(pdu) => {
-                                    if let Err(e) = self.core.handle_pdu(pdu, now) {
-                                        failed = Some(SessionError::Protocol(e));
-                                        break;
-                                    }
-                                }
-                                Err(e) => {
-                                    failed = Some(self.transport_failure(e));
+                pdu = self.reader.read_pdu() => {
+                    let now = Instant::now();
+                    let mut next = pdu.map(Some);
+                    let mut failed = None;
+                    // Handle everything already buffered before re-entering select.
+                    loop {
+                        match next {
+                            Ok(Some(pdu)) => {
+                                if let Err(e) = self.core.handle_pdu(pdu, now) {
+                                    failed = Some(SessionError::Protocol(e));
                                     break;
                                 }
                             }
+                            Ok(None) => break,
+                            Err(e) => {
+                                failed = Some(SessionError::ConnectionLost(Arc::new(e)));
+                                break;
+                            }
                         }
-                        if let Some(f) = failed {
-                            break f;
-                        }
+                        next = self.reader.try_next();
                     }
-                    Some(Err(e)) => break self.transport_failure(e),
-                    None => break SessionError::ConnectionLost(Arc::new(TransportError::Closed)),
-                },
+                    if let Some(f) = failed {
+                        break f;
+                    }
+                }
                 req = rx.recv(), if requests_open => match req {
                     Some(req) => {
                         self.request(req);
@@ -522,6 +536,10 @@ impl Driver {
                     }
                     None => requests_open = false,
                 },
+                e = &mut write_error => {
+                    let e = e.unwrap_or_else(|_| std::io::Error::other("writer stopped"));
+                    break SessionError::ConnectionLost(Arc::new(TransportError::Io(e)));
+                }
                 _ = sleep_until(deadline) => {
                     if let Err(e) = self.core.handle_timeout(Instant::now()) {
                         break SessionError::Protocol(e);
@@ -546,16 +564,6 @@ impl Driver {
         rx.close();
         while let Ok(req) = rx.try_recv() {
             drop(req);
-        }
-    }
-
-    fn transport_failure(&self, e: TransportError) -> SessionError {
-        match e {
-            TransportError::Pdu(p @ PduError::HeaderDigest { .. })
-            | TransportError::Pdu(p @ PduError::DataDigest { .. }) => {
-                SessionError::ConnectionLost(Arc::new(TransportError::Pdu(p)))
-            }
-            e => SessionError::ConnectionLost(Arc::new(e)),
         }
     }
 
@@ -595,23 +603,16 @@ impl Driver {
         }
     }
 
-    async fn flush(&mut self) -> std::io::Result<()> {
+    /// Hand everything the core wants sent to the writer task.
+    fn flush(&mut self) -> Result<(), ()> {
         let mut frames = Vec::new();
-        let mut bytes = 0;
         while let Some(pdu) = self.core.poll_transmit() {
-            let f = pdu.encode(self.digests);
-            bytes += f.len();
-            frames.push(f);
-            if bytes >= 4 * 1024 * 1024 {
-                tcp::write_frames(&mut self.wr, &frames).await?;
-                frames.clear();
-                bytes = 0;
-            }
+            frames.push(pdu.encode(self.digests));
         }
-        if !frames.is_empty() {
-            tcp::write_frames(&mut self.wr, &frames).await?;
+        if frames.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        self.frames.send(frames).map_err(|_| ())
     }
 
     fn deliver(&mut self) {

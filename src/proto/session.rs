@@ -705,14 +705,19 @@ impl Session {
                     });
                 }
                 if len > 0 {
-                    let end = end as usize;
-                    if c.read_buf.len() < end {
-                        if c.read_buf.capacity() == 0 {
-                            c.read_buf.reserve(c.read_len as usize);
-                        }
-                        c.read_buf.resize(end, 0);
+                    let (start, end) = (h.buffer_offset as usize, end as usize);
+                    if c.read_buf.capacity() == 0 {
+                        c.read_buf.reserve(c.read_len as usize);
                     }
-                    c.read_buf[h.buffer_offset as usize..end].copy_from_slice(&pdu.data);
+                    if start == c.read_buf.len() {
+                        // In order (the usual case): one copy, no zero-fill.
+                        c.read_buf.extend_from_slice(&pdu.data);
+                    } else {
+                        if c.read_buf.len() < end {
+                            c.read_buf.resize(end, 0);
+                        }
+                        c.read_buf[start..end].copy_from_slice(&pdu.data);
+                    }
                     c.received += len;
                 }
                 if h.status_present {

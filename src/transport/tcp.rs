@@ -112,7 +112,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.limits = limits;
     }
 
+    /// A PDU that is already wholly buffered, without reading the socket.
+    pub fn try_next(&mut self) -> Result<Option<Pdu>, TransportError> {
+        match pdu::frame_length(&self.buf, &self.limits)? {
+            Some(n) if self.buf.len() >= n => {
+                let frame = self.buf.split_to(n).freeze();
+                Ok(Some(pdu::decode(frame, &self.limits)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Next complete PDU. `Err(Closed)` on a clean end of stream between PDUs.
+    ///
+    /// Cancel-safe: all state lives in `self`, and the only await point is a
+    /// cancel-safe `read_buf`, so it can sit in a `select!`.
     pub async fn read_pdu(&mut self) -> Result<Pdu, TransportError> {
         loop {
             if let Some(n) = pdu::frame_length(&self.buf, &self.limits)? {
