@@ -301,7 +301,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => n * 3600.0,
         u => return Err(format!("invalid duration unit {u:?} in {t:?}")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("duration {t:?} out of range"));
     }
     Ok(Duration::from_secs_f64(secs))

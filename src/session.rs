@@ -351,7 +351,7 @@ async fn run_login(
                 source,
             })? {
             LoginStep::Send { next, pdu: p } => {
-                login = next;
+                login = *next;
                 pdu = p;
             }
             done => return Ok(done),

@@ -30,12 +30,12 @@ pub struct Options {
 }
 
 enum Source {
-    Lun(Target, Lun),
+    Lun(Box<(Target, Lun)>),
     File(Arc<File>, PathBuf),
 }
 
 enum Dest {
-    Lun(Target, Lun),
+    Lun(Box<(Target, Lun)>),
     File(Arc<File>, PathBuf),
     Stdout,
 }
@@ -68,15 +68,14 @@ pub async fn run(
         ));
     }
     let source = if is_lun_arg(ctx, src) {
-        let (t, l) = ctx.open_lun(src, conn).await?;
-        Source::Lun(t, l)
+        Source::Lun(Box::new(ctx.open_lun(src, conn).await?))
     } else {
         let p = PathBuf::from(src);
         let f = File::open(&p).map_err(local("cannot open source file", &p))?;
         Source::File(Arc::new(f), p)
     };
     let size = match &source {
-        Source::Lun(_, l) => l.capacity_bytes(),
+        Source::Lun(b) => b.1.capacity_bytes(),
         Source::File(f, p) => f.metadata().map_err(local("cannot stat", p))?.len(),
     };
     let dest = if dst == "-" {
@@ -95,7 +94,7 @@ pub async fn run(
             }
             .into());
         }
-        Dest::Lun(t, l)
+        Dest::Lun(Box::new((t, l)))
     } else {
         let p = PathBuf::from(dst);
         let f = std::fs::OpenOptions::new()
@@ -173,18 +172,18 @@ pub async fn run(
     bar.finish_and_clear();
     if result.is_ok() {
         match &*dst_arc {
-            Dest::Lun(_, l) => l.sync().await?,
+            Dest::Lun(b) => b.1.sync().await?,
             Dest::File(f, p) => f.sync_all().map_err(local("cannot sync", p))?,
             Dest::Stdout => stdout
                 .flush()
                 .map_err(local("cannot write to", Path::new("standard output")))?,
         }
     }
-    if let Source::Lun(t, _) = &*src {
-        let _ = t.logout().await;
+    if let Source::Lun(b) = &*src {
+        let _ = b.0.logout().await;
     }
-    if let Dest::Lun(t, _) = &*dst_arc {
-        let _ = t.logout().await;
+    if let Dest::Lun(b) = &*dst_arc {
+        let _ = b.0.logout().await;
     }
     result?;
     let secs = start.elapsed().as_secs_f64();
@@ -199,14 +198,14 @@ pub async fn run(
 
 fn source_lun(s: &Source) -> Option<&Lun> {
     match s {
-        Source::Lun(_, l) => Some(l),
+        Source::Lun(b) => Some(&b.1),
         Source::File(..) => None,
     }
 }
 
 fn dest_lun(d: &Dest) -> Option<&Lun> {
     match d {
-        Dest::Lun(_, l) => Some(l),
+        Dest::Lun(b) => Some(&b.1),
         _ => None,
     }
 }
@@ -219,7 +218,8 @@ async fn copy_chunk(
     fua: bool,
 ) -> Result<Option<Bytes>, CliError> {
     let data = match src {
-        Source::Lun(_, l) => {
+        Source::Lun(b) => {
+            let l = &b.1;
             let bs = l.block_size() as u64;
             l.read(at / bs, (len.div_ceil(bs)) as u32).await?
         }
@@ -247,7 +247,8 @@ async fn copy_chunk(
             .map_err(|e| CliError::Other(format!("write task failed: {e}")))??;
             Ok(None)
         }
-        Dest::Lun(_, l) => {
+        Dest::Lun(b) => {
+            let l = &b.1;
             let bs = l.block_size() as usize;
             let data = if data.len() % bs != 0 {
                 // The file ends inside a block: keep the rest of that block

@@ -339,7 +339,24 @@ fn generate_man(dir: &std::path::Path) -> Result<(), CliError> {
             .map_err(io)?;
         std::fs::write(dir.join(format!("{name}.8")), &buf).map_err(io)?;
     }
+    std::fs::write(dir.join("rlun.toml.5"), config_man_page()).map_err(io)?;
     Ok(())
+}
+
+/// rlun.toml(5): the config format text as a preformatted man page.
+fn config_man_page() -> String {
+    let mut out = String::from(".TH RLUN.TOML 5 \"rlun\" \"\" \"File Formats\"\n.nf\n");
+    for line in crate::config::CONFIG_FORMAT_HELP.lines() {
+        // Escape roff: backslashes, and a leading dot or quote.
+        let l = line.replace('\\', "\\e");
+        if l.starts_with('.') || l.starts_with('\'') {
+            out.push_str("\\&");
+        }
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out.push_str(".fi\n");
+    out
 }
 
 #[cfg(test)]

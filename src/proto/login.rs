@@ -170,7 +170,7 @@ impl LoginError {
 #[derive(Debug)]
 pub enum LoginStep {
     /// Send `pdu`, then feed the response to `next`.
-    Send { next: Login, pdu: Pdu },
+    Send { next: Box<Login>, pdu: Pdu },
     /// Login succeeded: the connection is in the full feature phase.
     Complete(LoginResult),
     /// Status class 1 (§11.13.5): log in at `address` instead
@@ -178,6 +178,8 @@ pub enum LoginStep {
     Redirect { address: String, permanent: bool },
 }
 
+/// States are named for what they wait for (quinn-proto style).
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug)]
 enum State {
     /// First request sent (security stage); waiting for AuthMethod.
@@ -318,7 +320,10 @@ impl Login {
             // The target has more text: ask for it with an empty request (§6.3).
             let csg = self.csg;
             let pdu = self.request(csg, false, csg, &[]);
-            return Ok(LoginStep::Send { next: self, pdu });
+            return Ok(LoginStep::Send {
+                next: Box::new(self),
+                pdu,
+            });
         }
         let text = std::mem::take(&mut self.partial);
         let keys = parse_text(&text).map_err(LoginError::Text)?;
@@ -386,7 +391,10 @@ impl Login {
                     Stage::Operational,
                     &[("CHAP_A".to_string(), "5".to_string())],
                 );
-                Ok(LoginStep::Send { next: self, pdu })
+                Ok(LoginStep::Send {
+                    next: Box::new(self),
+                    pdu,
+                })
             }
             (Some(_), Some(other)) => Err(LoginError::BadAuthMethod(other.to_string())),
             (None, Some(m)) if m != "None" => {
@@ -421,7 +429,10 @@ impl Login {
         let answer = chap.handle_challenge(&keys).map_err(LoginError::Chap)?;
         self.state = State::ExpectChapResult(chap);
         let pdu = self.request(Stage::Security, true, Stage::Operational, &answer);
-        Ok(LoginStep::Send { next: self, pdu })
+        Ok(LoginStep::Send {
+            next: Box::new(self),
+            pdu,
+        })
     }
 
     fn on_chap_result(
@@ -458,7 +469,10 @@ impl Login {
             // have more keys to exchange): keep the stage, answer what it asked.
             let transit = self.cfg.chap.is_none();
             let pdu = self.request(Stage::Security, transit, Stage::Operational, &answers);
-            return Ok(LoginStep::Send { next: self, pdu });
+            return Ok(LoginStep::Send {
+                next: Box::new(self),
+                pdu,
+            });
         }
         if h.nsg == Stage::FullFeature {
             // Allowed only if we asked for it; we never do from security.
@@ -468,7 +482,10 @@ impl Login {
         }
         self.state = State::ExpectOperationalRsp;
         let pdu = self.operational_request(answers);
-        Ok(LoginStep::Send { next: self, pdu })
+        Ok(LoginStep::Send {
+            next: Box::new(self),
+            pdu,
+        })
     }
 
     fn on_operational_rsp(
@@ -497,7 +514,10 @@ impl Login {
         }
         self.state = State::ExpectOperationalRsp;
         let pdu = self.request(Stage::Operational, true, Stage::FullFeature, &answers);
-        Ok(LoginStep::Send { next: self, pdu })
+        Ok(LoginStep::Send {
+            next: Box::new(self),
+            pdu,
+        })
     }
 }
 
@@ -572,7 +592,7 @@ mod tests {
 
     fn expect_send(step: LoginStep) -> (Login, Pdu) {
         match step {
-            LoginStep::Send { next, pdu } => (next, pdu),
+            LoginStep::Send { next, pdu } => (*next, pdu),
             other => panic!("expected Send, got {other:?}"),
         }
     }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# rlun's main job on a fresh machine, end to end:
+#   install tgt, build rlun, start a private iSCSI target (tgtd) on
+#   127.0.0.1 with a 256 MiB file-backed LUN, then discover it, list and
+#   inspect its LUN, restore an image onto it, back it up again and check
+#   that the bytes survived the round trip.
+#
+#   scripts/demo.sh            (as root, or with sudo available)
+#   KEEP=1 scripts/demo.sh     leave the target running afterwards
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_root() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
+
+if ! command -v tgtd >/dev/null || ! command -v tgtadm >/dev/null; then
+    echo "==> installing tgt"
+    need_root apt-get update -qq
+    need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tgt
+fi
+
+echo "==> building rlun"
+cargo build --release --quiet
+RLUN=$PWD/target/release/rlun
+
+work=$(mktemp -d /tmp/rlun-demo.XXXXXX)
+PORT=${PORT:-3270}
+CTL=${CTL:-3270}
+IQN=iqn.2026-11.org.rlun:demo
+cleanup() {
+    if [ "${KEEP:-0}" != 1 ]; then
+        [ -n "${TGTD_PID:-}" ] && need_root kill -9 "$TGTD_PID" 2>/dev/null || true
+        rm -rf "$work"
+    fi
+}
+trap cleanup EXIT
+
+echo "==> starting tgtd on 127.0.0.1:$PORT with a 256 MiB LUN"
+truncate -s 256M "$work/lun.img"
+need_root tgtd -f -C "$CTL" --iscsi portal=127.0.0.1:$PORT >"$work/tgtd.log" 2>&1 &
+TGTD_PID=$!
+disown "$TGTD_PID" 2>/dev/null || true
+for _ in $(seq 50); do
+    need_root tgtadm -C "$CTL" --op show --mode sys >/dev/null 2>&1 && break
+    sleep 0.1
+done
+need_root tgtadm -C "$CTL" --lld iscsi --op new --mode target --tid 1 -T "$IQN"
+need_root tgtadm -C "$CTL" --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 -b "$work/lun.img"
+need_root tgtadm -C "$CTL" --lld iscsi --op bind --mode target --tid 1 -I ALL
+
+URL=iscsi://127.0.0.1:$PORT/$IQN/1
+echo "==> rlun discover 127.0.0.1:$PORT"
+"$RLUN" discover 127.0.0.1:$PORT
+echo "==> rlun ls iscsi://127.0.0.1:$PORT"
+"$RLUN" ls iscsi://127.0.0.1:$PORT
+echo "==> rlun info $URL"
+"$RLUN" info "$URL"
+echo "==> rlun cp image.img $URL   (restore)"
+head -c 256M /dev/urandom >"$work/image.img"
+"$RLUN" -v cp "$work/image.img" "$URL"
+echo "==> rlun cp $URL backup.img  (backup)"
+"$RLUN" -v cp "$URL" "$work/backup.img"
+cmp "$work/image.img" "$work/backup.img"
+cmp "$work/image.img" "$work/lun.img"
+echo "==> OK: the image went to the LUN and came back byte for byte"
+if [ "${KEEP:-0}" = 1 ]; then
+    echo "target left running: $URL (tgtd pid $TGTD_PID, files in $work)"
+fi
