@@ -243,7 +243,20 @@ impl Tgtd {
 
     /// SIGSTOP the daemon: connections stay open but nothing is answered.
     pub fn pause(&self) -> Result<()> {
-        self.signal("-STOP")
+        self.signal("-STOP")?;
+        // SIGSTOP takes effect asynchronously: wait until the kernel reports
+        // the process stopped, so a test never races a still-running daemon.
+        let pid = self.pid().unwrap_or(0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
+            if matches!(state, Some("T") | Some("t")) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(HarnessError::Invalid(format!("tgtd {pid} did not stop after SIGSTOP")))
     }
 
     /// SIGCONT a paused daemon.
