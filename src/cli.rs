@@ -256,6 +256,23 @@ pub struct ConnectOpts {
     /// Give up logging in after this long.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub login_timeout: Option<Duration>,
+
+    /// When the connection is lost, keep logging in again for this long
+    /// before failing pending and new I/O (0 disables reconnecting).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "120s")]
+    pub replacement_timeout: Duration,
+
+    /// Ping the target (NOP-Out) after this much silence.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
+    pub nop_interval: Duration,
+
+    /// Declare the connection dead when a ping is unanswered this long.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    pub nop_timeout: Duration,
+
+    /// Abort and retry a SCSI command that has no answer after this long.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub command_timeout: Duration,
 }
 
 /// Parse sizes like `4096`, `4k`, `128K`, `1M`, `2g`, `1MiB` (powers of 1024).

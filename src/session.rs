@@ -20,6 +20,7 @@
 //! harmlessly; its result is discarded.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,6 +59,12 @@ pub struct SessionConfig {
     /// Ping the target after this much silence (`None`: never).
     pub nop_interval: Option<Duration>,
     pub nop_timeout: Duration,
+    /// A command without an answer for this long is aborted (ABORT TASK,
+    /// then LOGICAL UNIT RESET, then a new connection) and retried.
+    pub command_timeout: Duration,
+    /// How long to keep reconnecting before pending and new I/O fail.
+    /// Zero turns reconnection off (discovery sessions never reconnect).
+    pub replacement_timeout: Duration,
 }
 
 impl SessionConfig {
@@ -74,7 +81,9 @@ impl SessionConfig {
             login_timeout: Duration::from_secs(15),
             queue_depth: 128,
             nop_interval: Some(Duration::from_secs(5)),
-            nop_timeout: Duration::from_secs(15),
+            nop_timeout: Duration::from_secs(10),
+            command_timeout: Duration::from_secs(30),
+            replacement_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -115,6 +124,18 @@ pub enum SessionError {
     Closed,
     #[error("discovery answer is malformed: {0}")]
     BadDiscovery(String),
+    #[error("target unreachable for more than the replacement timeout ({timeout:?})")]
+    ReplacementTimeout {
+        timeout: Duration,
+        #[source]
+        last: Arc<SessionError>,
+    },
+    #[error("task management did not answer within {0:?}")]
+    TaskManagementTimeout(Duration),
+    #[error("target asked us to log out")]
+    LogoutRequested,
+    #[error("target stopped answering (no answer to a NOP-Out ping within {0:?})")]
+    NotResponding(Duration),
 }
 
 impl SessionError {
@@ -124,6 +145,8 @@ impl SessionError {
             self,
             SessionError::ConnectionLost(_)
                 | SessionError::Closed
+                | SessionError::ReplacementTimeout { .. }
+                | SessionError::NotResponding(_)
                 | SessionError::Task(TaskError::ConnectionLost(_))
         )
     }
@@ -148,20 +171,22 @@ enum Request {
     ),
     Text(Bytes, oneshot::Sender<Result<Bytes, SessionError>>),
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
-    Abort(TaskRef, oneshot::Sender<Result<TmfOutcome, SessionError>>),
     LunReset([u8; 8], oneshot::Sender<Result<TmfOutcome, SessionError>>),
     Logout(oneshot::Sender<Result<(), SessionError>>),
 }
-
-/// Refers to a command for ABORT TASK; obtained from [`SessionHandle::submit`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskRef(TaskId);
 
 /// A cheap, cloneable handle to a running session.
 #[derive(Clone)]
 pub struct SessionHandle {
     tx: mpsc::UnboundedSender<Request>,
-    info: Arc<SessionInfo>,
+    shared: Arc<Shared>,
+}
+
+/// State the driver shares with handles.
+struct Shared {
+    info: std::sync::RwLock<SessionInfo>,
+    reconnects: AtomicU64,
+    capacity_changes: AtomicU64,
 }
 
 /// A command submitted with [`SessionHandle::submit`], awaiting its result.
@@ -178,47 +203,35 @@ impl PendingCommand {
 impl SessionHandle {
     /// Connect and log in (following login redirections), then start the driver task.
     pub async fn connect(cfg: SessionConfig) -> Result<SessionHandle, SessionError> {
-        let mut host = cfg.host.clone();
-        let mut port = cfg.port;
-        for _ in 0..5 {
-            let portal = portal_string(&host, port);
-            let stream = tcp::connect(&host, port, cfg.connect_timeout)
-                .await
-                .map_err(|source| SessionError::Connect {
-                    portal: portal.clone(),
-                    source,
-                })?;
-            let (rd, mut wr) = stream.into_split();
-            let mut reader = FrameReader::new(rd, FrameLimits::default());
-            let outcome = tokio::time::timeout(
-                cfg.login_timeout,
-                run_login(&cfg, &mut reader, &mut wr, &portal),
-            )
-            .await
-            .map_err(|_| SessionError::LoginTimeout {
-                portal: portal.clone(),
-                timeout: cfg.login_timeout,
-            })??;
-            match outcome {
-                LoginStep::Complete(result) => {
-                    return Ok(start_driver(cfg, portal, reader, wr, result));
-                }
-                LoginStep::Redirect { address, permanent } => {
-                    info!(%portal, %address, permanent, "login redirected");
-                    let (h, p) = parse_target_address(&address, port).ok_or_else(|| {
-                        SessionError::BadDiscovery(format!("bad redirect address {address}"))
-                    })?;
-                    host = h;
-                    port = p;
-                }
-                LoginStep::Send { .. } => unreachable!("run_login loops until done"),
-            }
-        }
-        Err(SessionError::TooManyRedirects(portal_string(&host, port)))
+        let isid = crate::proto::login::random_isid();
+        let conn = establish(&cfg, isid).await?;
+        Ok(start_driver(cfg, isid, conn))
     }
 
-    pub fn info(&self) -> &SessionInfo {
-        &self.info
+    /// Facts about the session as of now (they change after a reconnect).
+    pub fn info(&self) -> SessionInfo {
+        self.shared
+            .info
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// How many times the session has been re-established.
+    pub fn reconnects(&self) -> u64 {
+        self.shared.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// A counter bumped whenever the target reports that a LUN's capacity
+    /// changed (UNIT ATTENTION 2A/09 or an asynchronous event); layers above
+    /// compare it with the value they saw last and re-read the capacity.
+    pub fn capacity_generation(&self) -> u64 {
+        self.shared.capacity_changes.load(Ordering::Relaxed)
+    }
+
+    /// Record a capacity change seen in sense data.
+    pub fn note_capacity_change(&self) {
+        self.shared.capacity_changes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Queue a SCSI command; the returned future resolves when it completes.
@@ -261,15 +274,6 @@ impl SessionHandle {
         rx.await.unwrap_or(Err(SessionError::Closed))
     }
 
-    /// ABORT TASK.
-    pub async fn abort(&self, task: TaskRef) -> Result<TmfOutcome, SessionError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Request::Abort(task, tx))
-            .map_err(|_| SessionError::Closed)?;
-        rx.await.unwrap_or(Err(SessionError::Closed))
-    }
-
     /// Log out cleanly (waits for in-flight commands to finish first).
     pub async fn logout(&self) -> Result<(), SessionError> {
         let (tx, rx) = oneshot::channel();
@@ -308,8 +312,65 @@ pub fn parse_target_address(value: &str, default_port: u16) -> Option<(String, u
     }
 }
 
+/// A connected transport that has completed login.
+struct Connection {
+    portal: String,
+    reader: FrameReader<OwnedReadHalf>,
+    wr: tokio::net::tcp::OwnedWriteHalf,
+    result: LoginResult,
+}
+
+/// Connect and log in with `isid`, following up to five redirections.
+/// Reusing the ISID of a lost session (with TSIH 0) makes the target
+/// reinstate it: the old session's tasks are cleaned up (RFC 7143 §6.3.5).
+async fn establish(cfg: &SessionConfig, isid: [u8; 6]) -> Result<Connection, SessionError> {
+    let mut host = cfg.host.clone();
+    let mut port = cfg.port;
+    for _ in 0..5 {
+        let portal = portal_string(&host, port);
+        let stream = tcp::connect(&host, port, cfg.connect_timeout)
+            .await
+            .map_err(|source| SessionError::Connect {
+                portal: portal.clone(),
+                source,
+            })?;
+        let (rd, mut wr) = stream.into_split();
+        let mut reader = FrameReader::new(rd, FrameLimits::default());
+        let outcome = tokio::time::timeout(
+            cfg.login_timeout,
+            run_login(cfg, isid, &mut reader, &mut wr, &portal),
+        )
+        .await
+        .map_err(|_| SessionError::LoginTimeout {
+            portal: portal.clone(),
+            timeout: cfg.login_timeout,
+        })??;
+        match outcome {
+            LoginStep::Complete(result) => {
+                return Ok(Connection {
+                    portal,
+                    reader,
+                    wr,
+                    result,
+                })
+            }
+            LoginStep::Redirect { address, permanent } => {
+                info!(%portal, %address, permanent, "login redirected");
+                let (h, p) = parse_target_address(&address, port).ok_or_else(|| {
+                    SessionError::BadDiscovery(format!("bad redirect address {address}"))
+                })?;
+                host = h;
+                port = p;
+            }
+            LoginStep::Send { .. } => unreachable!("run_login loops until done"),
+        }
+    }
+    Err(SessionError::TooManyRedirects(portal_string(&host, port)))
+}
+
 async fn run_login(
     cfg: &SessionConfig,
+    isid: [u8; 6],
     reader: &mut FrameReader<OwnedReadHalf>,
     wr: &mut tokio::net::tcp::OwnedWriteHalf,
     portal: &str,
@@ -323,7 +384,7 @@ async fn run_login(
         } else {
             SessionType::Discovery
         },
-        isid: crate::proto::login::random_isid(),
+        isid,
         tsih: 0,
         cid: 0,
         cmd_sn: 1,
@@ -359,69 +420,43 @@ async fn run_login(
     }
 }
 
-fn start_driver(
-    cfg: SessionConfig,
-    portal: String,
-    mut reader: FrameReader<OwnedReadHalf>,
-    wr: tokio::net::tcp::OwnedWriteHalf,
-    result: LoginResult,
-) -> SessionHandle {
-    let p = &result.params;
-    let digests = Digests {
-        header: p.header_digest == DigestType::Crc32c,
-        data: p.data_digest == DigestType::Crc32c,
-    };
-    reader.set_limits(FrameLimits {
-        digests,
-        max_data_segment: p.max_recv_data_segment_length,
-    });
-    let feature = FeatureParams {
-        immediate_data: p.immediate_data,
-        initial_r2t: p.initial_r2t,
-        first_burst_length: p.first_burst_length,
-        max_burst_length: p.max_burst_length,
-        max_xmit_data_segment_length: p.max_xmit_data_segment_length,
-        max_recv_data_segment_length: p.max_recv_data_segment_length,
-        queue_depth: cfg.queue_depth.max(1),
-        nop_interval: cfg.nop_interval,
-        nop_timeout: cfg.nop_timeout,
-    };
-    info!(
-        %portal,
-        target = cfg.target_name.as_deref().unwrap_or("(discovery)"),
-        tsih = result.tsih,
-        header_digest = digests.header,
-        data_digest = digests.data,
-        max_burst = p.max_burst_length,
-        "logged in"
-    );
-    let info = Arc::new(SessionInfo {
-        portal,
+fn session_info(cfg: &SessionConfig, isid: [u8; 6], conn: &Connection) -> SessionInfo {
+    SessionInfo {
+        portal: conn.portal.clone(),
         target_name: cfg.target_name.clone(),
-        isid: result.isid,
-        tsih: result.tsih,
-        params: result.params.clone(),
-        target_alias: result.target_alias.clone(),
-        target_portal_group_tag: result.target_portal_group_tag,
+        isid,
+        tsih: conn.result.tsih,
+        params: conn.result.params.clone(),
+        target_alias: conn.result.target_alias.clone(),
+        target_portal_group_tag: conn.result.target_portal_group_tag,
+    }
+}
+
+fn start_driver(cfg: SessionConfig, isid: [u8; 6], conn: Connection) -> SessionHandle {
+    let shared = Arc::new(Shared {
+        info: std::sync::RwLock::new(session_info(&cfg, isid, &conn)),
+        reconnects: AtomicU64::new(0),
+        capacity_changes: AtomicU64::new(0),
     });
-    let core = Session::new(feature, result.numbers);
     let (tx, rx) = mpsc::unbounded_channel();
-    let (frames_tx, frames_rx) = mpsc::unbounded_channel();
-    let (werr_tx, werr_rx) = oneshot::channel();
-    tokio::spawn(write_loop(wr, frames_rx, werr_tx));
-    tokio::spawn(
-        Driver {
-            core,
-            reader,
-            frames: frames_tx,
-            digests,
-            waiters: HashMap::new(),
-            logout: None,
-            logout_requested: false,
-        }
-        .run(rx, werr_rx),
-    );
-    SessionHandle { tx, info }
+    let mut driver = Driver {
+        cfg,
+        isid,
+        shared: shared.clone(),
+        live: None,
+        cmds: HashMap::new(),
+        next_rid: 0,
+        core_ids: HashMap::new(),
+        others: HashMap::new(),
+        tmfs: HashMap::new(),
+        logout: None,
+        logout_requested: false,
+        target_logout: false,
+        requests_open: true,
+    };
+    driver.go_live(conn);
+    tokio::spawn(driver.run(rx));
+    SessionHandle { tx, shared }
 }
 
 /// Owns the write half: writes batches of frames, merging what is queued.
@@ -445,153 +480,392 @@ async fn write_loop(
         }
         batch.clear();
     }
-    // The driver is gone: close our side so the target sees the end.
+    // The driver dropped this connection: close our side so the target sees the end.
     let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
 }
 
+/// Waiters whose requests live only as long as one connection.
 enum Waiter {
-    Command(oneshot::Sender<Result<CommandResult, SessionError>>),
     Text(oneshot::Sender<Result<Bytes, SessionError>>),
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
     Tmf(oneshot::Sender<Result<TmfOutcome, SessionError>>),
     Logout(oneshot::Sender<Result<(), SessionError>>),
 }
 
-struct Driver {
+/// A SCSI command the driver keeps until it has a final answer, so it can
+/// be re-issued after an abort or on a new connection.
+struct Cmd {
+    req: CommandRequest,
+    tx: oneshot::Sender<Result<CommandResult, SessionError>>,
+    /// Task in the current connection's core, if submitted there.
+    core_id: Option<TaskId>,
+    deadline: Instant,
+    /// Times this command was aborted because it timed out.
+    timeouts: u32,
+    aborting: bool,
+}
+
+/// Why the driver sent a task management request.
+enum TmfPurpose {
+    /// ABORT TASK for a timed-out command.
+    Abort { rid: u64, lun: [u8; 8], sent: Instant },
+    /// LOGICAL UNIT RESET after an abort failed.
+    Reset { sent: Instant },
+}
+
+/// The live part: core and socket of the current connection.
+struct Live {
     core: Session,
     reader: FrameReader<OwnedReadHalf>,
     frames: mpsc::UnboundedSender<Vec<WireFrame>>,
+    write_error: oneshot::Receiver<std::io::Error>,
     digests: Digests,
-    waiters: HashMap<TaskId, Waiter>,
-    /// Logout asked for; sent once in-flight work has drained.
+}
+
+/// Timed-out commands are retried this many times before failing.
+const MAX_TIMEOUT_RETRIES: u32 = 3;
+/// Task management requests must answer within this long.
+const TMF_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Driver {
+    cfg: SessionConfig,
+    isid: [u8; 6],
+    shared: Arc<Shared>,
+    live: Option<Live>,
+    cmds: HashMap<u64, Cmd>,
+    next_rid: u64,
+    core_ids: HashMap<TaskId, u64>,
+    others: HashMap<TaskId, Waiter>,
+    tmfs: HashMap<TaskId, TmfPurpose>,
+    /// Logout asked for; sent once in-flight commands have drained.
     logout: Option<oneshot::Sender<Result<(), SessionError>>>,
     logout_requested: bool,
+    /// The target asked for a logout: log out, then log in again.
+    target_logout: bool,
+    requests_open: bool,
+}
+
+enum End {
+    /// Logged out or every handle gone: the driver stops.
+    Done,
+    /// The connection failed.
+    Lost(SessionError),
 }
 
 impl Driver {
-    async fn run(
-        mut self,
-        mut rx: mpsc::UnboundedReceiver<Request>,
-        mut write_error: oneshot::Receiver<std::io::Error>,
-    ) {
-        let now = Instant::now();
-        self.core.start(now);
-        let mut requests_open = true;
-        let failure: SessionError = loop {
-            if self.flush().is_err() {
-                break SessionError::ConnectionLost(Arc::new(TransportError::Closed));
-            }
-            self.deliver();
-            if self.logout.is_some() && !self.logout_requested && self.core.outstanding() == 0 {
-                let id = self.core.logout();
-                let tx = self.logout.take().expect("checked");
-                self.waiters.insert(id, Waiter::Logout(tx));
-                self.logout_requested = true;
-                continue;
-            }
-            if self.logout_requested && self.waiters.is_empty() {
-                // Logout answered: the target closes the connection.
-                return;
-            }
-            if !requests_open && self.waiters.is_empty() && self.logout.is_none() {
-                // Every handle dropped and nothing pending: log out politely.
-                let (tx, _rx) = oneshot::channel();
-                self.logout = Some(tx);
-                continue;
-            }
-            let deadline = self.core.poll_timeout();
-            tokio::select! {
-                biased;
-                pdu = self.reader.read_pdu() => {
-                    let now = Instant::now();
-                    let mut next = pdu.map(Some);
-                    let mut failed = None;
-                    // Handle everything already buffered before re-entering select.
-                    loop {
-                        match next {
-                            Ok(Some(pdu)) => {
-                                if let Err(e) = self.core.handle_pdu(pdu, now) {
-                                    failed = Some(SessionError::Protocol(e));
-                                    break;
-                                }
-                            }
-                            Ok(None) => break,
-                            Err(e) => {
-                                failed = Some(SessionError::ConnectionLost(Arc::new(e)));
-                                break;
-                            }
-                        }
-                        next = self.reader.try_next();
-                    }
-                    if let Some(f) = failed {
-                        break f;
-                    }
-                }
-                req = rx.recv(), if requests_open => match req {
-                    Some(req) => {
-                        self.request(req);
-                        while let Ok(req) = rx.try_recv() {
-                            self.request(req);
-                        }
-                    }
-                    None => requests_open = false,
-                },
-                e = &mut write_error => {
-                    let e = e.unwrap_or_else(|_| std::io::Error::other("writer stopped"));
-                    break SessionError::ConnectionLost(Arc::new(TransportError::Io(e)));
-                }
-                _ = sleep_until(deadline) => {
-                    if let Err(e) = self.core.handle_timeout(Instant::now()) {
-                        break SessionError::Protocol(e);
-                    }
-                }
-            }
+    fn go_live(&mut self, conn: Connection) {
+        let Connection {
+            portal,
+            mut reader,
+            wr,
+            result,
+        } = conn;
+        let p = &result.params;
+        let digests = Digests {
+            header: p.header_digest == DigestType::Crc32c,
+            data: p.data_digest == DigestType::Crc32c,
         };
-        // The target closes the connection right after its Logout Response,
-        // possibly in the same batch of PDUs: that is the clean end.
-        self.deliver();
-        if self.logout_requested && self.waiters.is_empty() {
-            debug!("connection closed after logout");
-            return;
+        reader.set_limits(FrameLimits {
+            digests,
+            max_data_segment: p.max_recv_data_segment_length,
+        });
+        let feature = FeatureParams {
+            immediate_data: p.immediate_data,
+            initial_r2t: p.initial_r2t,
+            first_burst_length: p.first_burst_length,
+            max_burst_length: p.max_burst_length,
+            max_xmit_data_segment_length: p.max_xmit_data_segment_length,
+            max_recv_data_segment_length: p.max_recv_data_segment_length,
+            queue_depth: self.cfg.queue_depth.max(1),
+            nop_interval: self.cfg.nop_interval,
+            nop_timeout: self.cfg.nop_timeout,
+        };
+        info!(
+            %portal,
+            target = self.cfg.target_name.as_deref().unwrap_or("(discovery)"),
+            tsih = result.tsih,
+            header_digest = digests.header,
+            data_digest = digests.data,
+            max_burst = p.max_burst_length,
+            "logged in"
+        );
+        let info = SessionInfo {
+            portal,
+            target_name: self.cfg.target_name.clone(),
+            isid: self.isid,
+            tsih: result.tsih,
+            params: result.params.clone(),
+            target_alias: result.target_alias.clone(),
+            target_portal_group_tag: result.target_portal_group_tag,
+        };
+        *self.shared.info.write().unwrap_or_else(|e| e.into_inner()) = info;
+        let mut core = Session::new(feature, result.numbers);
+        core.start(Instant::now());
+        let (frames_tx, frames_rx) = mpsc::unbounded_channel();
+        let (werr_tx, werr_rx) = oneshot::channel();
+        tokio::spawn(write_loop(wr, frames_rx, werr_tx));
+        self.live = Some(Live {
+            core,
+            reader,
+            frames: frames_tx,
+            write_error: werr_rx,
+            digests,
+        });
+        // Re-issue what the old connection left unfinished, oldest first.
+        let mut rids: Vec<u64> = self
+            .cmds
+            .iter()
+            .filter(|(_, c)| c.core_id.is_none())
+            .map(|(r, _)| *r)
+            .collect();
+        rids.sort_unstable();
+        if !rids.is_empty() {
+            info!(commands = rids.len(), "re-issuing commands after reconnect");
         }
-        warn!(error = %error_chain(&failure), "session ended");
-        self.core.fail_all(&error_chain(&failure));
-        self.deliver();
-        for (_, w) in self.waiters.drain() {
-            drop(w);
+        for rid in rids {
+            self.submit_cmd(rid);
         }
-        // Requests that arrive after this point find the channel closed.
+    }
+
+    fn reconnect_enabled(&self) -> bool {
+        self.cfg.target_name.is_some() && !self.cfg.replacement_timeout.is_zero()
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Request>) {
+        loop {
+            let end = self.run_live(&mut rx).await;
+            let err = match end {
+                End::Done => break,
+                End::Lost(e) => e,
+            };
+            self.drop_connection(&err);
+            let wanted = self.logout.is_some() || self.logout_requested;
+            if !self.reconnect_enabled() || wanted && !self.target_logout {
+                if !(self.logout_requested && self.cmds.is_empty()) {
+                    warn!(error = %error_chain(&err), "session ended");
+                }
+                self.fail_all_cmds(|| clone_error(&err));
+                break;
+            }
+            if !self.reconnect(&mut rx, err).await {
+                break;
+            }
+        }
+        // Whatever still waits gets a clean error; later requests find the
+        // channel closed.
+        self.fail_all_cmds(|| SessionError::Closed);
+        if let Some(tx) = self.logout.take() {
+            let _ = tx.send(Ok(()));
+        }
         rx.close();
         while let Ok(req) = rx.try_recv() {
             drop(req);
         }
     }
 
+    /// Serve the current connection until it ends.
+    async fn run_live(&mut self, rx: &mut mpsc::UnboundedReceiver<Request>) -> End {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if self.flush().is_err() {
+                return End::Lost(SessionError::ConnectionLost(Arc::new(
+                    TransportError::Closed,
+                )));
+            }
+            if let Some(end) = self.deliver() {
+                return end;
+            }
+            let live = self.live.as_mut().expect("live connection");
+            if self.logout.is_some() && !self.logout_requested && live.core.outstanding() == 0 {
+                let id = live.core.logout();
+                let tx = self.logout.take().expect("checked");
+                self.others.insert(id, Waiter::Logout(tx));
+                self.logout_requested = true;
+                continue;
+            }
+            if self.logout_requested && !self.target_logout && self.others.is_empty() {
+                return End::Done;
+            }
+            if !self.requests_open
+                && self.cmds.is_empty()
+                && self.others.is_empty()
+                && self.logout.is_none()
+                && !self.logout_requested
+            {
+                // Every handle dropped and nothing pending: log out politely.
+                let (tx, _rx) = oneshot::channel();
+                self.logout = Some(tx);
+                continue;
+            }
+            let deadline = live.core.poll_timeout();
+            tokio::select! {
+                biased;
+                pdu = live.reader.read_pdu() => {
+                    let now = Instant::now();
+                    let mut next = pdu.map(Some);
+                    // Handle everything already buffered before re-entering select.
+                    loop {
+                        match next {
+                            Ok(Some(pdu)) => {
+                                if let Err(e) = live.core.handle_pdu(pdu, now) {
+                                    return End::Lost(SessionError::Protocol(e));
+                                }
+                            }
+                            Ok(None) => break,
+                            Err(e) => {
+                                // The target closes the connection right after
+                                // its Logout Response: that is the clean end.
+                                if let Some(end) = self.deliver() {
+                                    return end;
+                                }
+                                if self.logout_requested && !self.target_logout && self.others.is_empty() {
+                                    return End::Done;
+                                }
+                                return End::Lost(SessionError::ConnectionLost(Arc::new(e)));
+                            }
+                        }
+                        next = live.reader.try_next();
+                    }
+                }
+                req = rx.recv(), if self.requests_open => match req {
+                    Some(req) => {
+                        self.request(req);
+                        while let Ok(req) = rx.try_recv() {
+                            self.request(req);
+                        }
+                    }
+                    None => self.requests_open = false,
+                },
+                e = &mut live.write_error => {
+                    let e = e.unwrap_or_else(|_| std::io::Error::other("writer stopped"));
+                    return End::Lost(SessionError::ConnectionLost(Arc::new(TransportError::Io(e))));
+                }
+                _ = sleep_until(deadline) => {
+                    match live.core.handle_timeout(Instant::now()) {
+                        Ok(()) => {}
+                        Err(ProtocolError::PingTimeout(d)) => return End::Lost(SessionError::NotResponding(d)),
+                        Err(e) => return End::Lost(SessionError::Protocol(e)),
+                    }
+                }
+                _ = tick.tick() => {
+                    if let Some(end) = self.check_timeouts() {
+                        return end;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Abort commands past their deadline; escalate task management that
+    /// does not answer: ABORT TASK → LOGICAL UNIT RESET → new connection.
+    fn check_timeouts(&mut self) -> Option<End> {
+        let now = Instant::now();
+        let live = self.live.as_mut()?;
+        let mut escalate = Vec::new();
+        for (id, purpose) in &self.tmfs {
+            match purpose {
+                TmfPurpose::Abort { lun, sent, .. } if now >= *sent + TMF_TIMEOUT => {
+                    escalate.push((*id, Some(*lun)));
+                }
+                TmfPurpose::Reset { sent } if now >= *sent + TMF_TIMEOUT => {
+                    return Some(End::Lost(SessionError::TaskManagementTimeout(TMF_TIMEOUT)));
+                }
+                _ => {}
+            }
+        }
+        for (id, lun) in escalate {
+            self.tmfs.remove(&id);
+            if let Some(lun) = lun {
+                warn!("ABORT TASK unanswered; resetting the logical unit");
+                let reset = live.core.lun_reset(lun);
+                self.tmfs.insert(reset, TmfPurpose::Reset { sent: now });
+            }
+        }
+        let mut timed_out: Vec<u64> = self
+            .cmds
+            .iter()
+            .filter(|(_, c)| c.core_id.is_some() && !c.aborting && now >= c.deadline)
+            .map(|(r, _)| *r)
+            .collect();
+        timed_out.sort_unstable();
+        for rid in timed_out {
+            let cmd = self.cmds.get_mut(&rid).expect("listed");
+            cmd.aborting = true;
+            cmd.timeouts += 1;
+            warn!(
+                opcode = cmd.req.cdb[0],
+                timeout = ?self.cfg.command_timeout,
+                "command timed out; aborting it"
+            );
+            let tmf = live.core.abort_task(cmd.core_id.expect("filtered"));
+            self.tmfs.insert(
+                tmf,
+                TmfPurpose::Abort {
+                    rid,
+                    lun: cmd.req.lun,
+                    sent: now,
+                },
+            );
+        }
+        None
+    }
+
+    fn submit_cmd(&mut self, rid: u64) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let cmd = self.cmds.get_mut(&rid).expect("known command");
+        let id = live.core.submit(cmd.req.clone());
+        cmd.core_id = Some(id);
+        cmd.aborting = false;
+        cmd.deadline = Instant::now() + self.cfg.command_timeout;
+        self.core_ids.insert(id, rid);
+    }
+
+    fn new_cmd(&mut self, req: CommandRequest, tx: oneshot::Sender<Result<CommandResult, SessionError>>) -> u64 {
+        let rid = self.next_rid;
+        self.next_rid += 1;
+        self.cmds.insert(
+            rid,
+            Cmd {
+                req,
+                tx,
+                core_id: None,
+                deadline: Instant::now() + self.cfg.command_timeout,
+                timeouts: 0,
+                aborting: false,
+            },
+        );
+        rid
+    }
+
     fn request(&mut self, req: Request) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
         match req {
             Request::Command(c, tx) => {
-                if self.logout.is_some() || self.logout_requested {
+                if self.logout.is_some() || self.logout_requested && !self.target_logout {
                     let _ = tx.send(Err(SessionError::Closed));
                     return;
                 }
-                let id = self.core.submit(c);
-                self.waiters.insert(id, Waiter::Command(tx));
+                let rid = self.new_cmd(c, tx);
+                if !self.target_logout {
+                    self.submit_cmd(rid);
+                }
             }
             Request::Text(data, tx) => {
-                let id = self.core.submit_text(data);
-                self.waiters.insert(id, Waiter::Text(tx));
+                let id = live.core.submit_text(data);
+                self.others.insert(id, Waiter::Text(tx));
             }
             Request::Ping(tx) => {
-                let id = self.core.ping(Instant::now());
-                self.waiters.insert(id, Waiter::Ping(tx));
-            }
-            Request::Abort(TaskRef(t), tx) => {
-                let id = self.core.abort_task(t);
-                self.waiters.insert(id, Waiter::Tmf(tx));
+                let id = live.core.ping(Instant::now());
+                self.others.insert(id, Waiter::Ping(tx));
             }
             Request::LunReset(lun, tx) => {
-                let id = self.core.lun_reset(lun);
-                self.waiters.insert(id, Waiter::Tmf(tx));
+                let id = live.core.lun_reset(lun);
+                self.others.insert(id, Waiter::Tmf(tx));
             }
             Request::Logout(tx) => {
                 if self.logout.is_none() && !self.logout_requested {
@@ -605,50 +879,82 @@ impl Driver {
 
     /// Hand everything the core wants sent to the writer task.
     fn flush(&mut self) -> Result<(), ()> {
+        let Some(live) = self.live.as_mut() else {
+            return Ok(());
+        };
         let mut frames = Vec::new();
-        while let Some(pdu) = self.core.poll_transmit() {
-            frames.push(pdu.encode(self.digests));
+        while let Some(pdu) = live.core.poll_transmit() {
+            frames.push(pdu.encode(live.digests));
         }
         if frames.is_empty() {
             return Ok(());
         }
-        self.frames.send(frames).map_err(|_| ())
+        live.frames.send(frames).map_err(|_| ())
     }
 
-    fn deliver(&mut self) {
-        while let Some(ev) = self.core.poll_event() {
+    /// Hand completions to their callers; returns `Some` when an event ends
+    /// the connection.
+    fn deliver(&mut self) -> Option<End> {
+        let mut end = None;
+        loop {
+            let Some(ev) = self.live.as_mut().and_then(|l| l.core.poll_event()) else {
+                break;
+            };
             match ev {
-                Event::Command { id, result } => {
-                    if let Some(Waiter::Command(tx)) = self.waiters.remove(&id) {
-                        let _ = tx.send(result.map_err(SessionError::Task));
-                    }
-                }
+                Event::Command { id, result } => self.command_done(id, result),
                 Event::Text { id, result } => {
-                    if let Some(Waiter::Text(tx)) = self.waiters.remove(&id) {
+                    if let Some(Waiter::Text(tx)) = self.others.remove(&id) {
                         let _ = tx.send(result.map_err(SessionError::Task));
                     }
                 }
                 Event::TaskMgmt { id, result } => {
-                    if let Some(Waiter::Tmf(tx)) = self.waiters.remove(&id) {
+                    if let Some(purpose) = self.tmfs.remove(&id) {
+                        let ok = matches!(
+                            result,
+                            Ok(TmfOutcome::Complete) | Ok(TmfOutcome::TaskDoesNotExist)
+                        );
+                        match purpose {
+                            TmfPurpose::Abort { lun, rid, .. } if !ok => {
+                                warn!(?result, "ABORT TASK failed; resetting the logical unit");
+                                if let Some(live) = self.live.as_mut() {
+                                    let reset = live.core.lun_reset(lun);
+                                    self.tmfs.insert(
+                                        reset,
+                                        TmfPurpose::Reset {
+                                            sent: Instant::now(),
+                                        },
+                                    );
+                                }
+                                let _ = rid;
+                            }
+                            TmfPurpose::Reset { .. } if result != Ok(TmfOutcome::Complete) => {
+                                end = Some(End::Lost(SessionError::Task(TaskError::Rejected(
+                                    "LOGICAL UNIT RESET failed",
+                                ))));
+                            }
+                            _ => debug!(?result, "task management done"),
+                        }
+                    } else if let Some(Waiter::Tmf(tx)) = self.others.remove(&id) {
                         let _ = tx.send(result.map_err(SessionError::Task));
                     }
                 }
                 Event::Pong { id, rtt } => {
                     debug!(?rtt, "NOP-In");
-                    if let Some(Waiter::Ping(tx)) = self.waiters.remove(&id) {
+                    if let Some(Waiter::Ping(tx)) = self.others.remove(&id) {
                         let _ = tx.send(Ok(rtt));
                     }
                 }
                 Event::Logout { id, result } => {
-                    if let Some(Waiter::Logout(tx)) = self.waiters.remove(&id) {
-                        let _ = tx.send(match result {
-                            Ok(0) => Ok(()),
-                            Ok(code) => {
+                    if let Some(Waiter::Logout(tx)) = self.others.remove(&id) {
+                        if let Ok(code) = result {
+                            if code != 0 {
                                 warn!(code, "target answered logout with an error code");
-                                Ok(())
                             }
-                            Err(e) => Err(SessionError::Task(e)),
-                        });
+                        }
+                        let _ = tx.send(result.map(|_| ()).map_err(SessionError::Task));
+                    }
+                    if self.target_logout {
+                        end = Some(End::Lost(SessionError::LogoutRequested));
                     }
                 }
                 Event::Async {
@@ -657,27 +963,235 @@ impl Driver {
                     parameters,
                     data,
                 } => {
-                    let what = match event {
-                        async_event::SCSI_ASYNC_EVENT => "SCSI asynchronous event",
-                        async_event::LOGOUT_REQUESTED => "target requests logout",
-                        async_event::CONNECTION_DROP => "target will drop the connection",
-                        async_event::SESSION_DROP => "target will drop the session",
-                        async_event::NEGOTIATION_REQUEST => "target requests renegotiation",
-                        async_event::TASK_TERMINATION => "target terminated tasks",
-                        _ => "vendor-specific event",
-                    };
-                    warn!(
-                        event,
-                        vcode,
-                        ?parameters,
-                        data_len = data.len(),
-                        "asynchronous message: {what}"
-                    );
+                    if let Some(e) = self.async_event(event, vcode, parameters, &data) {
+                        end = Some(e);
+                    }
                 }
                 Event::Reject { reason } => warn!(reason, "target rejected a PDU"),
             }
         }
+        end
     }
+
+    fn command_done(&mut self, id: TaskId, result: Result<CommandResult, TaskError>) {
+        let Some(rid) = self.core_ids.remove(&id) else {
+            return;
+        };
+        match result {
+            Err(TaskError::Aborted) => {
+                let cmd = self.cmds.get_mut(&rid).expect("known command");
+                cmd.core_id = None;
+                if cmd.timeouts > MAX_TIMEOUT_RETRIES {
+                    let cmd = self.cmds.remove(&rid).expect("known");
+                    let _ = cmd.tx.send(Err(SessionError::Task(TaskError::Aborted)));
+                } else {
+                    debug!(rid, "re-issuing aborted command");
+                    self.submit_cmd(rid);
+                }
+            }
+            other => {
+                if let Some(cmd) = self.cmds.remove(&rid) {
+                    let _ = cmd.tx.send(other.map_err(SessionError::Task));
+                }
+            }
+        }
+    }
+
+    fn async_event(&mut self, event: u8, vcode: u8, parameters: [u16; 3], data: &[u8]) -> Option<End> {
+        match event {
+            async_event::SCSI_ASYNC_EVENT => {
+                // Sense data: SenseLength (2 bytes) then the sense bytes.
+                let sense = crate::scsi::Sense::from_iscsi_data_segment(data).ok().flatten();
+                if let Some(s) = &sense {
+                    if s.asc == 0x2a && s.ascq == 0x09 {
+                        info!("target reports a capacity change");
+                        self.shared.capacity_changes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                info!(?sense, "SCSI asynchronous event");
+                None
+            }
+            async_event::LOGOUT_REQUESTED => {
+                warn!(within_secs = parameters[2], "target requests logout; logging out and in again");
+                if let Some(live) = self.live.as_mut() {
+                    if !self.logout_requested {
+                        self.target_logout = true;
+                        self.logout_requested = true;
+                        let id = live.core.logout();
+                        let (tx, _rx) = oneshot::channel();
+                        self.others.insert(id, Waiter::Logout(tx));
+                    }
+                }
+                None
+            }
+            async_event::CONNECTION_DROP | async_event::SESSION_DROP => {
+                warn!(event, time2wait = parameters[1], "target is dropping the connection");
+                Some(End::Lost(SessionError::ConnectionLost(Arc::new(TransportError::Closed))))
+            }
+            async_event::NEGOTIATION_REQUEST => {
+                warn!("target requests renegotiation; reconnecting to renegotiate");
+                Some(End::Lost(SessionError::LogoutRequested))
+            }
+            _ => {
+                warn!(event, vcode, ?parameters, "asynchronous message");
+                None
+            }
+        }
+    }
+
+    /// Forget the current connection: connection-scoped waiters fail, commands
+    /// stay to be re-issued (or failed by the caller of this).
+    fn drop_connection(&mut self, err: &SessionError) {
+        self.live = None;
+        self.core_ids.clear();
+        self.tmfs.clear();
+        for cmd in self.cmds.values_mut() {
+            cmd.core_id = None;
+            cmd.aborting = false;
+        }
+        let keep_logout = self.logout_requested && !self.target_logout;
+        for (_, w) in self.others.drain() {
+            let e = SessionError::Task(TaskError::ConnectionLost(error_chain(err)));
+            match w {
+                Waiter::Text(tx) => drop(tx.send(Err(e))),
+                Waiter::Ping(tx) => drop(tx.send(Err(e))),
+                Waiter::Tmf(tx) => drop(tx.send(Err(e))),
+                Waiter::Logout(tx) => drop(tx.send(if keep_logout { Ok(()) } else { Err(e) })),
+            }
+        }
+        self.logout_requested = false;
+        self.target_logout = false;
+    }
+
+    fn fail_all_cmds(&mut self, err: impl Fn() -> SessionError) {
+        let mut rids: Vec<u64> = self.cmds.keys().copied().collect();
+        rids.sort_unstable();
+        for rid in rids {
+            if let Some(cmd) = self.cmds.remove(&rid) {
+                let _ = cmd.tx.send(Err(err()));
+            }
+        }
+    }
+
+    /// Log in again with the same ISID until it works. Requests keep being
+    /// accepted meanwhile; past the replacement timeout they fail at once.
+    /// Returns false when there is nothing left to reconnect for.
+    async fn reconnect(&mut self, rx: &mut mpsc::UnboundedReceiver<Request>, cause: SessionError) -> bool {
+        let started = Instant::now();
+        let timeout = self.cfg.replacement_timeout;
+        let time2wait = self
+            .shared
+            .info
+            .read()
+            .map(|i| i.params.default_time2wait)
+            .unwrap_or(2);
+        warn!(
+            error = %error_chain(&cause),
+            replacement_timeout = ?timeout,
+            pending = self.cmds.len(),
+            "connection lost; reconnecting"
+        );
+        let mut last = Arc::new(cause);
+        let mut delay = Duration::from_secs(u64::from(time2wait.min(3600)));
+        let mut gave_up = false;
+        loop {
+            let wake = Instant::now() + delay;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake.into()) => break,
+                    req = rx.recv(), if self.requests_open => match req {
+                        Some(req) => {
+                            if !self.request_while_down(req, gave_up, &last) {
+                                return false;
+                            }
+                        }
+                        None => self.requests_open = false,
+                    },
+                }
+                if !self.requests_open && self.cmds.is_empty() {
+                    return false;
+                }
+            }
+            let cfg = self.cfg.clone();
+            let attempt = establish(&cfg, self.isid);
+            tokio::pin!(attempt);
+            let result = loop {
+                tokio::select! {
+                    r = &mut attempt => break r,
+                    req = rx.recv(), if self.requests_open => match req {
+                        Some(req) => {
+                            if !self.request_while_down(req, gave_up, &last) {
+                                return false;
+                            }
+                        }
+                        None => self.requests_open = false,
+                    },
+                }
+            };
+            match result {
+                Ok(conn) => {
+                    self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
+                    info!(after = ?started.elapsed(), "session re-established");
+                    self.go_live(conn);
+                    return true;
+                }
+                Err(e) => {
+                    debug!(error = %error_chain(&e), "reconnect attempt failed");
+                    last = Arc::new(e);
+                    if !gave_up && started.elapsed() >= timeout {
+                        warn!(
+                            error = %error_chain(&*last),
+                            "target unreachable past the replacement timeout; failing I/O"
+                        );
+                        gave_up = true;
+                        let last = last.clone();
+                        self.fail_all_cmds(|| SessionError::ReplacementTimeout {
+                            timeout,
+                            last: last.clone(),
+                        });
+                    }
+                    if !self.requests_open && self.cmds.is_empty() {
+                        return false;
+                    }
+                    delay = Duration::from_secs(1).max(delay.min(Duration::from_secs(2)) * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// A request that arrives while there is no connection. Returns false
+    /// when the caller asked to log out (stop reconnecting).
+    fn request_while_down(&mut self, req: Request, gave_up: bool, last: &Arc<SessionError>) -> bool {
+        let down = || SessionError::Task(TaskError::ConnectionLost("reconnecting".into()));
+        match req {
+            Request::Command(c, tx) => {
+                if gave_up {
+                    let _ = tx.send(Err(SessionError::ReplacementTimeout {
+                        timeout: self.cfg.replacement_timeout,
+                        last: last.clone(),
+                    }));
+                } else {
+                    self.new_cmd(c, tx);
+                }
+            }
+            Request::Text(_, tx) => drop(tx.send(Err(down()))),
+            Request::Ping(tx) => drop(tx.send(Err(down()))),
+            Request::LunReset(_, tx) => drop(tx.send(Err(down()))),
+            Request::Logout(tx) => {
+                // Nothing to log out of: stop reconnecting.
+                self.fail_all_cmds(|| SessionError::Closed);
+                let _ = tx.send(Ok(()));
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// SessionError is not Clone (it holds sources); make an equivalent value
+/// for each waiter.
+fn clone_error(e: &SessionError) -> SessionError {
+    SessionError::Task(TaskError::ConnectionLost(error_chain(e)))
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

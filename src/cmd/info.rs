@@ -28,7 +28,7 @@ pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Res
         false => Vec::new(),
     };
     let rc16 = lun.read_capacity16_data().await.ok();
-    let info = target.session().info().clone();
+    let info = target.session().info();
     let p = &info.params;
     let inq = &lun.inquiry;
     let v = json!({

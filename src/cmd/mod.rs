@@ -72,7 +72,11 @@ fn session_code(e: &SessionError) -> i32 {
         | SessionError::LoginTimeout { .. }
         | SessionError::ConnectionLost(_)
         | SessionError::Closed
-        | SessionError::TooManyRedirects(_) => exit::UNREACHABLE,
+        | SessionError::TooManyRedirects(_)
+        | SessionError::ReplacementTimeout { .. }
+        | SessionError::TaskManagementTimeout(_)
+        | SessionError::LogoutRequested
+        | SessionError::NotResponding(_) => exit::UNREACHABLE,
         SessionError::LoginTransport { source, .. } => match source {
             crate::transport::tcp::TransportError::Pdu(_) => exit::PROTOCOL,
             crate::transport::tcp::TransportError::Truncated { .. } => exit::PROTOCOL,
@@ -151,6 +155,10 @@ impl Ctx {
             .connect_timeout
             .unwrap_or(self.config.connect_timeout());
         cfg.login_timeout = opts.login_timeout.unwrap_or(self.config.login_timeout());
+        cfg.replacement_timeout = opts.replacement_timeout;
+        cfg.nop_interval = (!opts.nop_interval.is_zero()).then_some(opts.nop_interval);
+        cfg.nop_timeout = opts.nop_timeout;
+        cfg.command_timeout = opts.command_timeout;
         cfg.chap = creds.chap.map(|c| ChapSettings {
             user: c.user,
             secret: c.secret,

@@ -221,7 +221,7 @@ pub enum Event {
 enum TaskKind {
     Command(CommandTask),
     Text { received: BytesMut },
-    TaskMgmt,
+    TaskMgmt { function: u8, lun: [u8; 8], ref_itt: u32 },
     Ping { sent: Instant },
     Logout,
 }
@@ -455,7 +455,11 @@ impl Session {
             id,
             itt,
             cmd_sn: self.cmd_sn,
-            kind: TaskKind::TaskMgmt,
+            kind: TaskKind::TaskMgmt {
+                function,
+                lun,
+                ref_itt,
+            },
         });
     }
 
@@ -889,7 +893,7 @@ impl Session {
                 self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
                 self.update_stat_sn(h.stat_sn);
                 let Some(Task {
-                    kind: TaskKind::TaskMgmt,
+                    kind: TaskKind::TaskMgmt { .. },
                     ..
                 }) = self.tasks.get(&h.itt)
                 else {
@@ -899,9 +903,18 @@ impl Session {
                     });
                 };
                 let task = self.remove(h.itt).expect("present");
+                let outcome = TmfOutcome::from_code(h.response);
+                if let TaskKind::TaskMgmt {
+                    function,
+                    lun,
+                    ref_itt,
+                } = task.kind
+                {
+                    self.terminate_after_tmf(function, lun, ref_itt, outcome);
+                }
                 self.events.push_back(Event::TaskMgmt {
                     id: task.id,
-                    result: Ok(TmfOutcome::from_code(h.response)),
+                    result: Ok(outcome),
                 });
                 Ok(())
             }
@@ -957,7 +970,7 @@ impl Session {
                                 id: task.id,
                                 result: Err(err),
                             },
-                            TaskKind::TaskMgmt => Event::TaskMgmt {
+                            TaskKind::TaskMgmt { .. } => Event::TaskMgmt {
                                 id: task.id,
                                 result: Err(err),
                             },
@@ -978,6 +991,43 @@ impl Session {
             Bhs::LoginResponse(_) => Err(ProtocolError::UnexpectedPdu("Login Response")),
             Bhs::Unknown { opcode, .. } => Err(ProtocolError::UnknownOpcode(opcode)),
             other => Err(ProtocolError::UnexpectedPdu(other.opcode().name())),
+        }
+    }
+
+    /// After ABORT TASK or LOGICAL UNIT RESET completes, the target sends
+    /// nothing more for the affected tasks (RFC 7143 §4.2.3.3): complete them
+    /// here as aborted so their buffers are released and callers can retry.
+    fn terminate_after_tmf(&mut self, function: u8, lun: [u8; 8], ref_itt: u32, outcome: TmfOutcome) {
+        let victims: Vec<u32> = match (function, outcome) {
+            (tmf::ABORT_TASK, TmfOutcome::Complete | TmfOutcome::TaskDoesNotExist) => {
+                vec![ref_itt]
+            }
+            (tmf::LOGICAL_UNIT_RESET, TmfOutcome::Complete) => {
+                let mut v: Vec<(TaskId, u32)> = self
+                    .tasks
+                    .values()
+                    .filter(|t| matches!(&t.kind, TaskKind::Command(c) if c.lun == lun))
+                    .map(|t| (t.id, t.itt))
+                    .collect();
+                v.sort();
+                v.into_iter().map(|(_, itt)| itt).collect()
+            }
+            _ => Vec::new(),
+        };
+        for itt in victims {
+            if matches!(
+                self.tasks.get(&itt),
+                Some(Task {
+                    kind: TaskKind::Command(_),
+                    ..
+                })
+            ) {
+                let task = self.remove(itt).expect("present");
+                self.events.push_back(Event::Command {
+                    id: task.id,
+                    result: Err(TaskError::Aborted),
+                });
+            }
         }
     }
 
@@ -1077,7 +1127,7 @@ impl Session {
                     id,
                     result: Err(err.clone()),
                 },
-                TaskKind::TaskMgmt => Event::TaskMgmt {
+                TaskKind::TaskMgmt { .. } => Event::TaskMgmt {
                     id,
                     result: Err(err.clone()),
                 },
@@ -1644,6 +1694,70 @@ mod tests {
         assert!(
             matches!(s.poll_event(), Some(Event::Command { id, result: Err(TaskError::ConnectionLost(_)) }) if id == b)
         );
+    }
+
+    #[test]
+    fn completed_abort_task_terminates_the_referenced_command() {
+        let mut s = session(params(), 10);
+        let victim = s.submit(read(512));
+        let other = s.submit(read(512));
+        drain(&mut s);
+        let abort = s.abort_task(victim);
+        let sent = drain(&mut s);
+        let Bhs::TaskMgmtRequest(t) = &sent[0].bhs else {
+            panic!("{:?}", sent[0].bhs)
+        };
+        assert_eq!(t.function, tmf::ABORT_TASK);
+        assert!(t.immediate);
+        s.handle_pdu(
+            Pdu::new(Bhs::TaskMgmtResponse(crate::proto::pdu::TaskMgmtResponse {
+                response: 0,
+                itt: t.itt,
+                stat_sn: 1,
+                exp_cmd_sn: 3,
+                max_cmd_sn: 10,
+            })),
+            Instant::now(),
+        )
+        .unwrap();
+        assert!(matches!(s.poll_event(), Some(Event::Command { id, result: Err(TaskError::Aborted) }) if id == victim));
+        assert!(matches!(s.poll_event(), Some(Event::TaskMgmt { id, result: Ok(TmfOutcome::Complete) }) if id == abort));
+        assert_eq!(s.outstanding(), 1, "{other:?} is still running");
+    }
+
+    #[test]
+    fn completed_lun_reset_terminates_every_command_on_that_lun() {
+        let mut s = session(params(), 10);
+        let a = s.submit(read(512));
+        let mut on_lun2 = read(512);
+        on_lun2.lun = [0, 2, 0, 0, 0, 0, 0, 0];
+        s.submit(on_lun2);
+        let b = s.submit(read(512));
+        drain(&mut s);
+        s.lun_reset([0; 8]);
+        let itt = match &drain(&mut s)[0].bhs {
+            Bhs::TaskMgmtRequest(t) => t.itt,
+            other => panic!("{other:?}"),
+        };
+        s.handle_pdu(
+            Pdu::new(Bhs::TaskMgmtResponse(crate::proto::pdu::TaskMgmtResponse {
+                response: 0,
+                itt,
+                stat_sn: 1,
+                exp_cmd_sn: 4,
+                max_cmd_sn: 10,
+            })),
+            Instant::now(),
+        )
+        .unwrap();
+        let aborted: Vec<TaskId> = std::iter::from_fn(|| s.poll_event())
+            .filter_map(|e| match e {
+                Event::Command { id, result: Err(TaskError::Aborted) } => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(aborted, vec![a, b]);
+        assert_eq!(s.outstanding(), 1);
     }
 
     #[test]
