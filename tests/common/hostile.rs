@@ -163,9 +163,14 @@ fn serve(
             match stream.read(&mut sink) {
                 Ok(0) => break,
                 Ok(_) => {}
+                // EINTR: a read with SO_RCVTIMEO can return it with no signal
+                // handler installed, e.g. after the process was stopped or
+                // frozen and resumed (signal(7)); seen here under load. It
+                // must not close the connection.
                 Err(e)
                     if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::TimedOut => {}
+                        || e.kind() == io::ErrorKind::TimedOut
+                        || e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => break,
             }
         }

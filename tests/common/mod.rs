@@ -10,11 +10,14 @@
 //!   with deliberately malformed bytes, plus raw login PDU helpers.
 //! - [`process`]: run the `rlun` binary (or any command) with a timeout, so a
 //!   hung process fails the test instead of hanging it.
+//! - [`cli`]: assertions on an rlun run (exit code, the `rlun: ` error
+//!   line, no panic) and parsers for its and libiscsi's output.
 //! - [`backing`]: deterministic pseudo-random backing files and the expected
 //!   bytes at any offset.
 #![allow(dead_code, unused_imports)]
 
 pub mod backing;
+pub mod cli;
 pub mod error;
 pub mod hostile;
 pub mod process;

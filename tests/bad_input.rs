@@ -1,0 +1,444 @@
+//! Bad input of every kind, one test each: malformed URLs, portals that do
+//! not answer, names that do not exist, writes the LUN must refuse, and
+//! options that need confirmation. Each must end with the documented exit
+//! code and one `rlun: ` line that names the problem, and must leave the
+//! LUN's data untouched.
+
+mod common;
+
+use std::fs;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use common::cli::{assert_failure, timed_rlun};
+use common::{make_backing_file, pattern_bytes, run_rlun, Tgtd};
+
+const MIB: u64 = 1 << 20;
+const IQN: &str = "iqn.2026-11.org.example:bad";
+
+// rlun's documented exit codes (`rlun::cli::exit`).
+const EXIT_USAGE: i32 = 2;
+const EXIT_UNREACHABLE: i32 = 3;
+const EXIT_NOT_FOUND: i32 = 5;
+const EXIT_IO: i32 = 6;
+const EXIT_LOCAL_FILE: i32 = 8;
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temporary directory")
+}
+
+/// The backing file still holds exactly the pattern it was made with.
+#[track_caller]
+fn assert_untouched(path: &Path, size: u64, seed: u64) {
+    let now = fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert_eq!(now.len() as u64, size, "backing file size changed");
+    assert!(
+        now == pattern_bytes(seed, 0, size as usize),
+        "backing file {} was modified",
+        path.display()
+    );
+}
+
+/// A tgtd with one writable 512-byte-block LUN 1 of `size` bytes (pattern `seed`).
+fn one_lun(dir: &Path, size: u64, seed: u64) -> (Tgtd, std::path::PathBuf) {
+    let img = make_backing_file(dir, size, seed);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &img, 512)
+        .create()
+        .expect("target");
+    (tgtd, img)
+}
+
+// ---------------------------------------------------------------- URLs
+
+#[test]
+fn url_with_an_unsupported_scheme_exits_2_and_names_the_scheme() {
+    let out = run_rlun(["info", &format!("http://127.0.0.1/{IQN}/1")], &[]);
+
+    assert_failure(&out, EXIT_USAGE, &["bad url", "scheme 'http'"]);
+}
+
+#[test]
+fn url_with_a_non_numeric_lun_exits_2_and_names_the_lun() {
+    let out = run_rlun(["info", &format!("iscsi://127.0.0.1/{IQN}/first")], &[]);
+
+    assert_failure(&out, EXIT_USAGE, &["bad lun 'first'"]);
+}
+
+#[test]
+fn url_with_a_port_out_of_range_exits_2_and_names_the_port() {
+    let out = run_rlun(["info", &format!("iscsi://127.0.0.1:70000/{IQN}/1")], &[]);
+
+    assert_failure(&out, EXIT_USAGE, &["bad port '70000'"]);
+}
+
+#[test]
+fn url_with_a_single_slash_after_the_scheme_exits_2() {
+    let out = run_rlun(["ls", &format!("iscsi:/127.0.0.1/{IQN}")], &[]);
+
+    assert_failure(&out, EXIT_USAGE, &["must be followed by '//'"]);
+}
+
+#[test]
+fn info_on_a_url_without_a_lun_exits_2_and_says_so() {
+    let out = run_rlun(["info", &format!("iscsi://127.0.0.1/{IQN}")], &[]);
+
+    assert_failure(&out, EXIT_USAGE, &["names no lun"]);
+}
+
+#[test]
+fn url_with_a_malformed_target_name_exits_2() {
+    let out = run_rlun(["info", "iscsi://127.0.0.1/not an iqn/1"], &[]);
+
+    assert_failure(&out, EXIT_USAGE, &["bad url"]);
+}
+
+// ---------------------------------------------------------------- portals
+
+#[test]
+fn closed_port_exits_3_quickly() {
+    // A port that was free a moment ago and has no listener now.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+
+    let (out, took) = timed_rlun(
+        &["info", &format!("iscsi://127.0.0.1:{port}/{IQN}/1")],
+        &[],
+        Duration::from_secs(20),
+    );
+
+    assert_failure(&out, EXIT_UNREACHABLE, &["cannot reach portal", "refused"]);
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+/// A listener with a backlog of 0 whose accept queue is already full: the
+/// kernel drops further SYNs, so a connect neither succeeds nor fails.
+fn full_listener() -> (socket2::Socket, Vec<TcpStream>, SocketAddr) {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    sock.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind");
+    sock.listen(0).expect("listen");
+    let addr = sock
+        .local_addr()
+        .expect("local address")
+        .as_socket()
+        .expect("inet");
+    let mut fillers = Vec::new();
+    // Fill the queue until a probe connect hangs (one queued connection is
+    // enough on Linux; a few more tolerate other kernels' accounting).
+    for _ in 0..8 {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+            Ok(s) => fillers.push(s),
+            Err(_) => return (sock, fillers, addr),
+        }
+    }
+    panic!("could not fill the accept queue of {addr}");
+}
+
+#[test]
+fn portal_that_never_completes_the_connection_hits_the_connect_timeout() {
+    let (_listener, _fillers, addr) = full_listener();
+
+    let (out, took) = timed_rlun(
+        &[
+            "info",
+            "--connect-timeout",
+            "1s",
+            &format!("iscsi://{addr}/{IQN}/1"),
+        ],
+        &[],
+        Duration::from_secs(20),
+    );
+
+    assert_failure(
+        &out,
+        EXIT_UNREACHABLE,
+        &["cannot reach portal", "connect timeout"],
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "took {took:?}"
+    );
+}
+
+#[test]
+fn portal_that_accepts_nothing_hits_the_login_timeout() {
+    // The kernel completes the TCP handshake from the listen queue, but
+    // nobody ever reads the login request.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("local address");
+
+    let (out, took) = timed_rlun(
+        &[
+            "info",
+            "--login-timeout",
+            "2s",
+            &format!("iscsi://{addr}/{IQN}/1"),
+        ],
+        &[],
+        Duration::from_secs(20),
+    );
+
+    assert_failure(&out, EXIT_UNREACHABLE, &["timed out"]);
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(6),
+        "took {took:?}"
+    );
+    drop(listener);
+}
+
+// ---------------------------------------------------------------- names
+
+#[test]
+fn unknown_target_iqn_exits_5_and_says_not_found() {
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), MIB, 1);
+
+    let out = run_rlun(
+        ["info", &tgtd.url("iqn.2026-11.org.example:nobody", 1)],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_NOT_FOUND, &["target not found"]);
+    assert_untouched(&img, MIB, 1);
+}
+
+#[test]
+fn lun_that_does_not_exist_exits_5_and_names_the_lun() {
+    let dir = tempdir();
+    let (tgtd, _img) = one_lun(dir.path(), MIB, 2);
+
+    let out = run_rlun(["info", &tgtd.url(IQN, 7)], &[]);
+
+    assert_failure(&out, EXIT_NOT_FOUND, &["lun 7", "does not exist"]);
+}
+
+#[test]
+fn info_on_the_controller_lun_0_exits_5_and_says_it_is_not_a_disk() {
+    let dir = tempdir();
+    let (tgtd, _img) = one_lun(dir.path(), MIB, 17);
+
+    // tgtd's LUN 0 is a storage array controller, not a block device.
+    let out = run_rlun(["info", &tgtd.url(IQN, 0)], &[]);
+
+    assert_failure(&out, EXIT_NOT_FOUND, &["lun 0", "not a disk"]);
+}
+
+#[test]
+fn cp_to_a_lun_that_does_not_exist_exits_5() {
+    let dir = tempdir();
+    let (tgtd, _img) = one_lun(dir.path(), MIB, 3);
+    let src = make_backing_file(dir.path(), 4096, 4);
+
+    let out = run_rlun(
+        [
+            "cp",
+            "--no-progress",
+            src.to_str().unwrap(),
+            &tgtd.url(IQN, 3),
+        ],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_NOT_FOUND, &["lun 3"]);
+}
+
+// ---------------------------------------------------------------- writes refused
+
+#[test]
+fn cp_to_a_read_only_lun_exits_6_and_leaves_the_backing_file_unchanged() {
+    let dir = tempdir();
+    let img = make_backing_file(dir.path(), 2 * MIB, 5);
+    let src = make_backing_file(dir.path(), MIB, 6);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    tgtd.add_target(IQN)
+        .lun_readonly(1, &img, 512)
+        .create()
+        .expect("target");
+
+    let out = run_rlun(
+        [
+            "cp",
+            "--no-progress",
+            src.to_str().unwrap(),
+            &tgtd.url(IQN, 1),
+        ],
+        &[],
+    );
+
+    let line = assert_failure(&out, EXIT_IO, &[]);
+    let lower = line.to_lowercase();
+    assert!(
+        lower.contains("write protected") || lower.contains("read-only"),
+        "{line}"
+    );
+    assert_untouched(&img, 2 * MIB, 5);
+}
+
+#[test]
+fn cp_of_a_file_bigger_than_the_lun_exits_6_and_writes_nothing() {
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), 2 * MIB, 7);
+    let src = make_backing_file(dir.path(), 2 * MIB + 1, 8);
+
+    let out = run_rlun(
+        [
+            "cp",
+            "--no-progress",
+            src.to_str().unwrap(),
+            &tgtd.url(IQN, 1),
+        ],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_IO, &["past the end of the lun"]);
+    assert_untouched(&img, 2 * MIB, 7);
+}
+
+#[test]
+fn cp_of_a_lun_into_a_smaller_lun_exits_6_and_writes_nothing() {
+    let dir = tempdir();
+    let big = make_backing_file(dir.path(), 2 * MIB, 9);
+    let small = make_backing_file(dir.path(), MIB, 10);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &big, 512)
+        .lun_file(2, &small, 512)
+        .create()
+        .expect("target");
+
+    let out = run_rlun(
+        ["cp", "--no-progress", &tgtd.url(IQN, 1), &tgtd.url(IQN, 2)],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_IO, &["past the end of the lun"]);
+    assert_untouched(&small, MIB, 10);
+    assert_untouched(&big, 2 * MIB, 9);
+}
+
+#[test]
+fn bench_write_without_allow_write_exits_2_and_writes_nothing() {
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), MIB, 11);
+
+    let out = run_rlun(
+        [
+            "bench",
+            "--pattern",
+            "write",
+            "--duration",
+            "1s",
+            &tgtd.url(IQN, 1),
+        ],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_USAGE, &["--allow-write"]);
+    assert_untouched(&img, MIB, 11);
+}
+
+#[test]
+fn bench_randwrite_without_allow_write_exits_2_and_writes_nothing() {
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), MIB, 12);
+
+    let out = run_rlun(
+        [
+            "bench",
+            "--pattern",
+            "randwrite",
+            "--duration",
+            "1s",
+            &tgtd.url(IQN, 1),
+        ],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_USAGE, &["--allow-write"]);
+    assert_untouched(&img, MIB, 12);
+}
+
+#[test]
+fn bench_with_a_block_size_not_a_multiple_of_the_lun_block_exits_2() {
+    let dir = tempdir();
+    let img = make_backing_file(dir.path(), MIB, 13);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &img, 4096)
+        .create()
+        .expect("target");
+
+    let out = run_rlun(
+        ["bench", "--bs", "2k", "--duration", "1s", &tgtd.url(IQN, 1)],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_USAGE, &["--bs 2048", "4096-byte blocks"]);
+}
+
+// ---------------------------------------------------------------- local files
+
+#[test]
+fn cp_from_a_missing_local_file_exits_8_and_names_it() {
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), MIB, 14);
+    let missing = dir.path().join("no-such-file.img");
+
+    let out = run_rlun(
+        [
+            "cp",
+            "--no-progress",
+            missing.to_str().unwrap(),
+            &tgtd.url(IQN, 1),
+        ],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_LOCAL_FILE, &["no-such-file.img"]);
+    assert_untouched(&img, MIB, 14);
+}
+
+#[test]
+fn cp_into_a_missing_directory_exits_8_and_names_the_path() {
+    let dir = tempdir();
+    let (tgtd, _img) = one_lun(dir.path(), MIB, 15);
+    let dest = dir.path().join("no-such-dir").join("copy.img");
+
+    let out = run_rlun(
+        [
+            "cp",
+            "--no-progress",
+            &tgtd.url(IQN, 1),
+            dest.to_str().unwrap(),
+        ],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_LOCAL_FILE, &["no-such-dir"]);
+}
+
+#[test]
+fn cp_between_two_local_files_exits_2() {
+    let dir = tempdir();
+    let src = make_backing_file(dir.path(), 4096, 16);
+    let dst = dir.path().join("dst.img");
+
+    let out = run_rlun(
+        [
+            "cp",
+            "--no-progress",
+            src.to_str().unwrap(),
+            dst.to_str().unwrap(),
+        ],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_USAGE, &["neither side is a lun"]);
+    assert!(!dst.exists(), "cp created {}", dst.display());
+}
