@@ -161,15 +161,32 @@ fn login_answer_with_a_foreign_itt_is_a_protocol_error() {
 }
 
 #[test]
-fn target_frozen_in_the_middle_of_a_session_ends_rlun_with_exit_3() {
+fn target_frozen_for_good_ends_rlun_with_exit_3_after_the_replacement_timeout() {
     // A real target that logs in fine and then stops answering (SIGSTOP):
-    // the NOP-Out keepalive must notice and end the run, not hang it.
+    // the NOP-Out keepalive must notice, rlun tries to log in again, and
+    // once the replacement timeout has passed the run ends - never a hang.
     let mut tgtd = Tgtd::start().expect("start tgtd");
     tgtd.add_target(IQN).lun_null(1).create().expect("target");
     let url = tgtd.url(IQN, 1);
     let mut bench = ChildGuard(
         Command::new(rlun_bin())
-            .args(["bench", "--duration", "120s", "--qd", "4", "-q", &url])
+            .args([
+                "bench",
+                "--duration",
+                "120s",
+                "--qd",
+                "4",
+                "-q",
+                "--nop-interval",
+                "1s",
+                "--nop-timeout",
+                "2s",
+                "--login-timeout",
+                "2s",
+                "--replacement-timeout",
+                "4s",
+                &url,
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -205,10 +222,11 @@ fn target_frozen_in_the_middle_of_a_session_ends_rlun_with_exit_3() {
         stdout: Vec::new(),
         stderr,
     };
-    assert_failure(&out, EXIT_UNREACHABLE, &["connection lost"]);
-    // NOP-Out interval (5 s) + NOP timeout (15 s), with slack.
+    assert_failure(&out, EXIT_UNREACHABLE, &["replacement timeout"]);
+    // NOP interval 1 s + NOP timeout 2 s + replacement timeout 4 s + one
+    // login attempt of 2 s in progress, with slack for a loaded machine.
     assert!(
-        start.elapsed() < Duration::from_secs(35),
+        start.elapsed() < Duration::from_secs(25),
         "{:?}",
         start.elapsed()
     );
