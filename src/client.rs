@@ -49,6 +49,8 @@ pub enum ClientError {
         blocks: u64,
         capacity: u64,
     },
+    #[error("the source is {size} bytes but LUN {lun} holds only {capacity} bytes")]
+    TooLarge { lun: u64, size: u64, capacity: u64 },
     #[error("cannot parse the {what} the target returned")]
     Parse {
         what: &'static str,

@@ -42,6 +42,7 @@ fn main() {
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {
         Ok(()) => std::process::exit(exit::OK),
+        Err(rlun::cmd::CliError::BrokenPipe) => std::process::exit(exit::OK),
         Err(e) => {
             eprintln!("rlun: {}", rlun::session::error_chain(&e));
             std::process::exit(e.exit_code());

@@ -508,7 +508,11 @@ struct Cmd {
 /// Why the driver sent a task management request.
 enum TmfPurpose {
     /// ABORT TASK for a timed-out command.
-    Abort { rid: u64, lun: [u8; 8], sent: Instant },
+    Abort {
+        rid: u64,
+        lun: [u8; 8],
+        sent: Instant,
+    },
     /// LOGICAL UNIT RESET after an abort failed.
     Reset { sent: Instant },
 }
@@ -823,7 +827,11 @@ impl Driver {
         self.core_ids.insert(id, rid);
     }
 
-    fn new_cmd(&mut self, req: CommandRequest, tx: oneshot::Sender<Result<CommandResult, SessionError>>) -> u64 {
+    fn new_cmd(
+        &mut self,
+        req: CommandRequest,
+        tx: oneshot::Sender<Result<CommandResult, SessionError>>,
+    ) -> u64 {
         let rid = self.next_rid;
         self.next_rid += 1;
         self.cmds.insert(
@@ -997,11 +1005,19 @@ impl Driver {
         }
     }
 
-    fn async_event(&mut self, event: u8, vcode: u8, parameters: [u16; 3], data: &[u8]) -> Option<End> {
+    fn async_event(
+        &mut self,
+        event: u8,
+        vcode: u8,
+        parameters: [u16; 3],
+        data: &[u8],
+    ) -> Option<End> {
         match event {
             async_event::SCSI_ASYNC_EVENT => {
                 // Sense data: SenseLength (2 bytes) then the sense bytes.
-                let sense = crate::scsi::Sense::from_iscsi_data_segment(data).ok().flatten();
+                let sense = crate::scsi::Sense::from_iscsi_data_segment(data)
+                    .ok()
+                    .flatten();
                 if let Some(s) = &sense {
                     if s.asc == 0x2a && s.ascq == 0x09 {
                         info!("target reports a capacity change");
@@ -1012,7 +1028,10 @@ impl Driver {
                 None
             }
             async_event::LOGOUT_REQUESTED => {
-                warn!(within_secs = parameters[2], "target requests logout; logging out and in again");
+                warn!(
+                    within_secs = parameters[2],
+                    "target requests logout; logging out and in again"
+                );
                 if let Some(live) = self.live.as_mut() {
                     if !self.logout_requested {
                         self.target_logout = true;
@@ -1025,8 +1044,14 @@ impl Driver {
                 None
             }
             async_event::CONNECTION_DROP | async_event::SESSION_DROP => {
-                warn!(event, time2wait = parameters[1], "target is dropping the connection");
-                Some(End::Lost(SessionError::ConnectionLost(Arc::new(TransportError::Closed))))
+                warn!(
+                    event,
+                    time2wait = parameters[1],
+                    "target is dropping the connection"
+                );
+                Some(End::Lost(SessionError::ConnectionLost(Arc::new(
+                    TransportError::Closed,
+                ))))
             }
             async_event::NEGOTIATION_REQUEST => {
                 warn!("target requests renegotiation; reconnecting to renegotiate");
@@ -1076,7 +1101,11 @@ impl Driver {
     /// Log in again with the same ISID until it works. Requests keep being
     /// accepted meanwhile; past the replacement timeout they fail at once.
     /// Returns false when there is nothing left to reconnect for.
-    async fn reconnect(&mut self, rx: &mut mpsc::UnboundedReceiver<Request>, cause: SessionError) -> bool {
+    async fn reconnect(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Request>,
+        cause: SessionError,
+    ) -> bool {
         let started = Instant::now();
         let timeout = self.cfg.replacement_timeout;
         let time2wait = self
@@ -1153,7 +1182,9 @@ impl Driver {
                     if !self.requests_open && self.cmds.is_empty() {
                         return false;
                     }
-                    delay = Duration::from_secs(1).max(delay.min(Duration::from_secs(2)) * 2).min(Duration::from_secs(5));
+                    delay = Duration::from_secs(1)
+                        .max(delay.min(Duration::from_secs(2)) * 2)
+                        .min(Duration::from_secs(5));
                 }
             }
         }
@@ -1161,7 +1192,12 @@ impl Driver {
 
     /// A request that arrives while there is no connection. Returns false
     /// when the caller asked to log out (stop reconnecting).
-    fn request_while_down(&mut self, req: Request, gave_up: bool, last: &Arc<SessionError>) -> bool {
+    fn request_while_down(
+        &mut self,
+        req: Request,
+        gave_up: bool,
+        last: &Arc<SessionError>,
+    ) -> bool {
         let down = || SessionError::Task(TaskError::ConnectionLost("reconnecting".into()));
         match req {
             Request::Command(c, tx) => {

@@ -296,7 +296,7 @@ fn cp_of_a_file_bigger_than_the_lun_exits_6_and_writes_nothing() {
         &[],
     );
 
-    assert_failure(&out, EXIT_IO, &["past the end of the lun"]);
+    assert_failure(&out, EXIT_IO, &["holds only"]);
     assert_untouched(&img, 2 * MIB, 7);
 }
 
@@ -317,7 +317,7 @@ fn cp_of_a_lun_into_a_smaller_lun_exits_6_and_writes_nothing() {
         &[],
     );
 
-    assert_failure(&out, EXIT_IO, &["past the end of the lun"]);
+    assert_failure(&out, EXIT_IO, &["holds only"]);
     assert_untouched(&small, MIB, 10);
     assert_untouched(&big, 2 * MIB, 9);
 }

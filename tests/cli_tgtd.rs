@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::cli::{assert_success, field, json};
-use common::{make_backing_file, pattern_bytes, run_rlun, run_with_timeout, Tgtd};
+use common::cli::{assert_success, both, field, json, stdout};
+use common::{make_backing_file, pattern_bytes, rlun_bin, run_rlun, run_with_timeout, Tgtd};
 
 const MIB: u64 = 1 << 20;
 const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -651,4 +651,31 @@ fn log_lines_written_to_a_pipe_carry_no_terminal_colour_codes() {
         !err.contains('\x1b'),
         "ANSI escape codes in piped log output:\n{err:?}"
     );
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly_without_a_panic() {
+    let dir = tempdir();
+    let img = make_backing_file(dir.path(), 4 * MIB, 9);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let iqn = "iqn.2026-11.org.example:pipe";
+    tgtd.add_target(iqn)
+        .lun_file(1, &img, 512)
+        .create()
+        .expect("target");
+    let url = tgtd.url(iqn, 1);
+    let script = format!(
+        "'{}' info '{}' | head -c 1 >/dev/null; echo \"rlun exit ${{PIPESTATUS[0]}}\"",
+        rlun_bin().display(),
+        url
+    );
+
+    let out = run_with_timeout(
+        Command::new("bash").args(["-c", &script]),
+        Duration::from_secs(60),
+    );
+
+    let text = both(&out);
+    assert!(!text.contains("panicked"), "{text}");
+    assert!(stdout(&out).contains("rlun exit 0"), "{text}");
 }

@@ -105,11 +105,15 @@ fn write_survives_tgtd_killed_and_restarted_mid_copy() {
     let src = make_backing_file(dir.path(), LUN_SIZE, 2);
     let src_s = src.to_str().unwrap().to_string();
 
-    let out = run_with_fault(&slow_copy_args(&src_s, &url, "60s"), Duration::from_millis(700), || {
-        tgtd.kill();
-        thread::sleep(Duration::from_millis(1500));
-        tgtd.restart().expect("restart tgtd");
-    });
+    let out = run_with_fault(
+        &slow_copy_args(&src_s, &url, "60s"),
+        Duration::from_millis(700),
+        || {
+            tgtd.kill();
+            thread::sleep(Duration::from_millis(1500));
+            tgtd.restart().expect("restart tgtd");
+        },
+    );
 
     assert_success(&out, "cp across a tgtd restart");
     assert!(
@@ -117,7 +121,10 @@ fn write_survives_tgtd_killed_and_restarted_mid_copy() {
         "rlun did reconnect: {}",
         stderr(&out)
     );
-    assert!(files_equal(&src, &backing), "LUN content equals the source after the restart");
+    assert!(
+        files_equal(&src, &backing),
+        "LUN content equals the source after the restart"
+    );
 }
 
 #[test]
@@ -127,11 +134,15 @@ fn read_survives_tgtd_killed_and_restarted_mid_copy() {
     let dst = dir.path().join("copy.img");
     let dst_s = dst.to_str().unwrap().to_string();
 
-    let out = run_with_fault(&slow_copy_args(&url, &dst_s, "60s"), Duration::from_millis(700), || {
-        tgtd.kill();
-        thread::sleep(Duration::from_millis(1500));
-        tgtd.restart().expect("restart tgtd");
-    });
+    let out = run_with_fault(
+        &slow_copy_args(&url, &dst_s, "60s"),
+        Duration::from_millis(700),
+        || {
+            tgtd.kill();
+            thread::sleep(Duration::from_millis(1500));
+            tgtd.restart().expect("restart tgtd");
+        },
+    );
 
     assert_success(&out, "cp across a tgtd restart");
     assert!(stderr(&out).contains("re-established"), "{}", stderr(&out));
@@ -146,15 +157,19 @@ fn write_survives_its_tcp_connection_destroyed_from_outside() {
     let src_s = src.to_str().unwrap().to_string();
     let port = tgtd.port();
 
-    let out = run_with_fault(&slow_copy_args(&src_s, &url, "60s"), Duration::from_millis(700), || {
-        let status = Command::new("ss")
-            .args(["-K", "dst", "127.0.0.1", "dport", "=", &format!(":{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("run ss -K");
-        assert!(status.success(), "ss -K failed");
-    });
+    let out = run_with_fault(
+        &slow_copy_args(&src_s, &url, "60s"),
+        Duration::from_millis(700),
+        || {
+            let status = Command::new("ss")
+                .args(["-K", "dst", "127.0.0.1", "dport", "=", &format!(":{port}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("run ss -K");
+            assert!(status.success(), "ss -K failed");
+        },
+    );
 
     assert_success(&out, "cp across a destroyed connection");
     assert!(stderr(&out).contains("re-established"), "{}", stderr(&out));
@@ -168,13 +183,17 @@ fn read_survives_target_frozen_longer_than_the_nop_timeout() {
     let dst = dir.path().join("copy.img");
     let dst_s = dst.to_str().unwrap().to_string();
 
-    let out = run_with_fault(&slow_copy_args(&url, &dst_s, "60s"), Duration::from_millis(700), || {
-        tgtd.pause().expect("pause tgtd");
-        // NOP interval 1 s + NOP timeout 2 s: rlun gives up on the connection
-        // well within these 5 s and starts logging in again.
-        thread::sleep(Duration::from_secs(5));
-        tgtd.resume().expect("resume tgtd");
-    });
+    let out = run_with_fault(
+        &slow_copy_args(&url, &dst_s, "60s"),
+        Duration::from_millis(700),
+        || {
+            tgtd.pause().expect("pause tgtd");
+            // NOP interval 1 s + NOP timeout 2 s: rlun gives up on the connection
+            // well within these 5 s and starts logging in again.
+            thread::sleep(Duration::from_secs(5));
+            tgtd.resume().expect("resume tgtd");
+        },
+    );
 
     assert_success(&out, "cp across a frozen target");
     let err = stderr(&out);
@@ -192,18 +211,29 @@ fn write_to_a_target_gone_for_good_fails_cleanly_after_the_replacement_timeout()
     let src_s = src.to_str().unwrap().to_string();
     let mut killed_at = None;
 
-    let out = run_with_fault(&slow_copy_args(&src_s, &url, "3s"), Duration::from_millis(700), || {
-        tgtd.kill();
-        killed_at = Some(Instant::now());
-    });
+    let out = run_with_fault(
+        &slow_copy_args(&src_s, &url, "3s"),
+        Duration::from_millis(700),
+        || {
+            tgtd.kill();
+            killed_at = Some(Instant::now());
+        },
+    );
     let took = killed_at.unwrap().elapsed();
 
     assert_failure(&out, 3, &["replacement timeout"]);
-    assert!(took < Duration::from_secs(30), "ended {took:?} after the kill");
+    assert!(
+        took < Duration::from_secs(30),
+        "ended {took:?} after the kill"
+    );
     // What reached the LUN before the kill is the source's prefix; nothing
     // after it was invented.
     let after = std::fs::read(&backing).unwrap();
-    let changed = after.iter().zip(&before).take_while(|(a, b)| a != b).count();
+    let changed = after
+        .iter()
+        .zip(&before)
+        .take_while(|(a, b)| a != b)
+        .count();
     let src_bytes = std::fs::read(&src).unwrap();
     assert_eq!(&after[..changed], &src_bytes[..changed]);
 }

@@ -173,9 +173,9 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         "cpu_s_per_gib": if gib > 0.0 { cpu / gib } else { f64::NAN },
     });
     if o.json {
-        println!("{v}");
+        out!("{v}");
     } else {
-        println!(
+        out!(
             "{} bs={} qd={}: {:.0} IOPS, {:.1} MB/s, p50 {:.0} us, p99 {:.0} us, CPU {:.2} s ({:.2} s/GiB) over {:.1} s",
             o.pattern.name(),
             o.bs,

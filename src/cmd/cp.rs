@@ -86,11 +86,10 @@ pub async fn run(
             return Err(ClientError::ReadOnly(l.number()).into());
         }
         if size > l.capacity_bytes() {
-            let bs = l.block_size() as u64;
-            return Err(ClientError::OutOfRange {
-                lba: 0,
-                blocks: size.div_ceil(bs),
-                capacity: l.blocks(),
+            return Err(ClientError::TooLarge {
+                lun: l.number(),
+                size,
+                capacity: l.capacity_bytes(),
             }
             .into());
         }

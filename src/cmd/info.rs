@@ -93,17 +93,17 @@ pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Res
     });
     let _ = target.logout().await;
     if as_json {
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&v).expect("JSON of plain values")
         );
     } else {
-        print_text(&v);
+        print_text(&v)?;
     }
     Ok(())
 }
 
-fn print_text(v: &Value) {
+fn print_text(v: &Value) -> Result<(), CliError> {
     let s = |v: &Value| match v {
         Value::Null => "-".to_string(),
         Value::String(s) => s.clone(),
@@ -111,42 +111,43 @@ fn print_text(v: &Value) {
     };
     let i = &v["inquiry"];
     let c = &v["capacity"];
-    println!("Target:          {}", s(&v["target"]));
-    println!("Portal:          {}", s(&v["portal"]));
-    println!("LUN:             {}", s(&v["lun"]));
-    println!("Vendor:          {}", s(&i["vendor"]));
-    println!("Product:         {}", s(&i["product"]));
-    println!("Revision:        {}", s(&i["revision"]));
-    println!("Device type:     {}", s(&i["device_type"]));
-    println!("Serial:          {}", s(&i["serial"]));
+    out!("Target:          {}", s(&v["target"]));
+    out!("Portal:          {}", s(&v["portal"]));
+    out!("LUN:             {}", s(&v["lun"]));
+    out!("Vendor:          {}", s(&i["vendor"]));
+    out!("Product:         {}", s(&i["product"]));
+    out!("Revision:        {}", s(&i["revision"]));
+    out!("Device type:     {}", s(&i["device_type"]));
+    out!("Serial:          {}", s(&i["serial"]));
     if let Some(ids) = i["identifiers"].as_array() {
         for id in ids {
-            println!("Identifier:      {}", s(id));
+            out!("Identifier:      {}", s(id));
         }
     }
     let bytes = c["bytes"].as_u64().unwrap_or(0);
-    println!("Capacity:        {} ({} bytes)", human_size(bytes), bytes);
-    println!("Blocks:          {}", s(&c["blocks"]));
-    println!("Block size:      {}", s(&c["block_size"]));
-    println!("Physical block:  {}", s(&c["physical_block_size"]));
-    println!("Thin (LBPME):    {}", s(&c["lbpme"]));
-    println!("Write protected: {}", s(&v["write_protected"]));
+    out!("Capacity:        {} ({} bytes)", human_size(bytes), bytes);
+    out!("Blocks:          {}", s(&c["blocks"]));
+    out!("Block size:      {}", s(&c["block_size"]));
+    out!("Physical block:  {}", s(&c["physical_block_size"]));
+    out!("Thin (LBPME):    {}", s(&c["lbpme"]));
+    out!("Write protected: {}", s(&v["write_protected"]));
     if let Some(l) = v["block_limits"].as_object() {
-        println!("Block limits (VPD 0xB0):");
+        out!("Block limits (VPD 0xB0):");
         for (k, val) in l {
-            println!("  {k:<28} {}", s(val));
+            out!("  {k:<28} {}", s(val));
         }
     }
     if let Some(p) = v["provisioning"].as_object() {
-        println!("Provisioning (VPD 0xB2):");
+        out!("Provisioning (VPD 0xB2):");
         for (k, val) in p {
-            println!("  {k:<28} {}", s(val));
+            out!("  {k:<28} {}", s(val));
         }
     }
-    println!("Session:");
+    out!("Session:");
     if let Some(sess) = v["session"].as_object() {
         for (k, val) in sess {
-            println!("  {k:<28} {}", s(val));
+            out!("  {k:<28} {}", s(val));
         }
     }
+    Ok(())
 }

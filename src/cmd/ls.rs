@@ -20,9 +20,14 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
             discover(cfg).await?.into_iter().map(|t| t.name).collect()
         }
     };
-    println!(
+    out!(
         "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} URL",
-        "LUN", "SIZE", "BLOCK", "VENDOR", "PRODUCT", "RO"
+        "LUN",
+        "SIZE",
+        "BLOCK",
+        "VENDOR",
+        "PRODUCT",
+        "RO"
     );
     let mut failures = 0;
     for name in targets {
@@ -46,7 +51,7 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
         for n in luns {
             let lurl = turl.with_lun(n);
             match target.open_lun(n).await {
-                Ok(lun) => println!(
+                Ok(lun) => out!(
                     "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
                     n,
                     human_size(lun.capacity_bytes()),
@@ -57,9 +62,15 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
                     lurl
                 ),
                 Err(ClientError::NotADisk { device_type, .. }) => {
-                    println!(
+                    out!(
                         "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
-                        n, "-", "-", "-", device_type, "-", lurl
+                        n,
+                        "-",
+                        "-",
+                        "-",
+                        device_type,
+                        "-",
+                        lurl
                     )
                 }
                 Err(e) => return Err(e.into()),

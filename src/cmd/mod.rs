@@ -1,6 +1,15 @@
 //! The `rlun` subcommands. `main.rs` parses the command line and calls
 //! [`run`]; each subcommand lives in its own file.
 
+/// `println!` that returns an error instead of panicking when standard
+/// output is gone (`rlun info | head -1`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::cmd::stdout_error)?;
+    }};
+}
+
 mod bench;
 mod cp;
 mod info;
@@ -43,6 +52,22 @@ pub enum CliError {
     },
     #[error("{0}")]
     Other(String),
+    /// Standard output was closed by its reader: stop quietly.
+    #[error("standard output closed")]
+    BrokenPipe,
+}
+
+/// Map a failed write to standard output.
+pub(crate) fn stdout_error(source: std::io::Error) -> CliError {
+    if source.kind() == std::io::ErrorKind::BrokenPipe {
+        CliError::BrokenPipe
+    } else {
+        CliError::LocalFile {
+            what: "cannot write to",
+            path: PathBuf::from("standard output"),
+            source,
+        }
+    }
 }
 
 impl CliError {
@@ -52,12 +77,14 @@ impl CliError {
             CliError::Config(_) => exit::USAGE,
             CliError::LocalFile { .. } => exit::LOCAL_FILE,
             CliError::Other(_) => exit::FAILURE,
+            CliError::BrokenPipe => exit::OK,
             CliError::Session(e) => session_code(e),
             CliError::Client(e) => match e {
                 ClientError::Session(s) => session_code(s),
                 ClientError::LunNotFound(_) | ClientError::NotADisk { .. } => exit::NOT_FOUND,
                 ClientError::ReadOnly(_)
                 | ClientError::OutOfRange { .. }
+                | ClientError::TooLarge { .. }
                 | ClientError::Scsi { .. } => exit::IO,
                 ClientError::Parse { .. } | ClientError::ShortTransfer { .. } => exit::PROTOCOL,
                 ClientError::Cdb(_) => exit::USAGE,
@@ -256,7 +283,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 );
             }
             for t in targets {
-                println!("{} {}", t.name, t.addresses.join(" "));
+                out!("{} {}", t.name, t.addresses.join(" "));
             }
             Ok(())
         }

@@ -116,7 +116,7 @@ pub enum LoginError {
     #[error("CHAP authentication failed")]
     Chap(#[source] ChapError),
     #[error(
-        "target requires authentication (AuthMethod={offered}) but no CHAP credentials were given"
+        "target requires authentication ({offered}) but no CHAP credentials were given; set RLUN_CHAP_USER and RLUN_CHAP_SECRET, or use --chap-file or the config file"
     )]
     AuthRequired { offered: String },
     #[error("target chose AuthMethod={0}, which we did not offer")]
@@ -310,7 +310,14 @@ impl Login {
             });
         }
         if h.status_class != 0 {
-            return Err(LoginError::from_status(h.status_class, h.status_detail));
+            let err = LoginError::from_status(h.status_class, h.status_detail);
+            if matches!(err, LoginError::AuthenticationFailed) && self.cfg.chap.is_none() {
+                // We offered AuthMethod=None and the target refused it.
+                return Err(LoginError::AuthRequired {
+                    offered: "it refused AuthMethod=None".into(),
+                });
+            }
+            return Err(err);
         }
         if self.partial.len() + pdu.data.len() > MAX_LOGIN_TEXT {
             return Err(LoginError::Protocol("login text over 64 KiB".into()));
@@ -404,7 +411,7 @@ impl Login {
                     )));
                 }
                 Err(LoginError::AuthRequired {
-                    offered: m.to_string(),
+                    offered: format!("AuthMethod={m}"),
                 })
             }
             (Some(_), None) if !h.transit => Err(LoginError::Protocol(

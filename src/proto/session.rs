@@ -220,9 +220,17 @@ pub enum Event {
 #[derive(Debug)]
 enum TaskKind {
     Command(CommandTask),
-    Text { received: BytesMut },
-    TaskMgmt { function: u8, lun: [u8; 8], ref_itt: u32 },
-    Ping { sent: Instant },
+    Text {
+        received: BytesMut,
+    },
+    TaskMgmt {
+        function: u8,
+        lun: [u8; 8],
+        ref_itt: u32,
+    },
+    Ping {
+        sent: Instant,
+    },
     Logout,
 }
 
@@ -997,7 +1005,13 @@ impl Session {
     /// After ABORT TASK or LOGICAL UNIT RESET completes, the target sends
     /// nothing more for the affected tasks (RFC 7143 §4.2.3.3): complete them
     /// here as aborted so their buffers are released and callers can retry.
-    fn terminate_after_tmf(&mut self, function: u8, lun: [u8; 8], ref_itt: u32, outcome: TmfOutcome) {
+    fn terminate_after_tmf(
+        &mut self,
+        function: u8,
+        lun: [u8; 8],
+        ref_itt: u32,
+        outcome: TmfOutcome,
+    ) {
         let victims: Vec<u32> = match (function, outcome) {
             (tmf::ABORT_TASK, TmfOutcome::Complete | TmfOutcome::TaskDoesNotExist) => {
                 vec![ref_itt]
@@ -1720,8 +1734,12 @@ mod tests {
             Instant::now(),
         )
         .unwrap();
-        assert!(matches!(s.poll_event(), Some(Event::Command { id, result: Err(TaskError::Aborted) }) if id == victim));
-        assert!(matches!(s.poll_event(), Some(Event::TaskMgmt { id, result: Ok(TmfOutcome::Complete) }) if id == abort));
+        assert!(
+            matches!(s.poll_event(), Some(Event::Command { id, result: Err(TaskError::Aborted) }) if id == victim)
+        );
+        assert!(
+            matches!(s.poll_event(), Some(Event::TaskMgmt { id, result: Ok(TmfOutcome::Complete) }) if id == abort)
+        );
         assert_eq!(s.outstanding(), 1, "{other:?} is still running");
     }
 
@@ -1752,7 +1770,10 @@ mod tests {
         .unwrap();
         let aborted: Vec<TaskId> = std::iter::from_fn(|| s.poll_event())
             .filter_map(|e| match e {
-                Event::Command { id, result: Err(TaskError::Aborted) } => Some(id),
+                Event::Command {
+                    id,
+                    result: Err(TaskError::Aborted),
+                } => Some(id),
                 _ => None,
             })
             .collect();

@@ -250,13 +250,17 @@ impl Tgtd {
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::time::Instant::now() < deadline {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next());
             if matches!(state, Some("T") | Some("t")) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        Err(HarnessError::Invalid(format!("tgtd {pid} did not stop after SIGSTOP")))
+        Err(HarnessError::Invalid(format!(
+            "tgtd {pid} did not stop after SIGSTOP"
+        )))
     }
 
     /// SIGCONT a paused daemon.
