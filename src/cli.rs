@@ -270,6 +270,11 @@ pub struct ConnectOpts {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
     pub nop_timeout: Duration,
 
+    /// Largest data segment the target may send us in one PDU
+    /// (MaxRecvDataSegmentLength we declare, 512 to 16M-1).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "256k")]
+    pub max_recv_segment: u64,
+
     /// Abort and retry a SCSI command that has no answer after this long.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
     pub command_timeout: Duration,

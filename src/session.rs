@@ -28,7 +28,7 @@ use bytes::Bytes;
 use thiserror::Error;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, trace, warn};
 
 use crate::proto::digest::DigestType;
 use crate::proto::login::{ChapSettings, Login, LoginConfig, LoginError, LoginResult, LoginStep};
@@ -712,6 +712,7 @@ impl Driver {
                     loop {
                         match next {
                             Ok(Some(pdu)) => {
+                                trace!(opcode = %pdu.bhs.opcode(), data = pdu.data.len(), "received");
                                 if let Err(e) = live.core.handle_pdu(pdu, now) {
                                     return End::Lost(SessionError::Protocol(e));
                                 }

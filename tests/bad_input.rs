@@ -442,3 +442,13 @@ fn cp_between_two_local_files_exits_2() {
     assert_failure(&out, EXIT_USAGE, &["neither side is a lun"]);
     assert!(!dst.exists(), "cp created {}", dst.display());
 }
+
+#[test]
+fn iser_url_is_understood_but_refused_until_the_transport_exists() {
+    let out = run_rlun(
+        ["info", "iser://127.0.0.1:3260/iqn.2026-11.org.example:x/1"],
+        &[],
+    );
+
+    assert_failure(&out, 1, &["iser", "not available"]);
+}

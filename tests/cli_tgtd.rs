@@ -679,3 +679,107 @@ fn output_into_a_closed_pipe_ends_quietly_without_a_panic() {
     assert!(!text.contains("panicked"), "{text}");
     assert!(stdout(&out).contains("rlun exit 0"), "{text}");
 }
+
+#[test]
+fn discovery_answer_split_over_several_text_pdus_lists_every_target() {
+    // 150 targets with long names make a ~15 KiB SendTargets answer; with
+    // an 8 KiB MaxRecvDataSegmentLength tgtd must split it (C bit / TTT
+    // continuation, RFC 7143 §11.10-§11.11) and rlun must ask for the rest.
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let names: Vec<String> = (0..150)
+        .map(|i| format!("iqn.2026-11.org.example:a-long-target-name-that-fills-the-answer-{i:03}"))
+        .collect();
+    for n in &names {
+        tgtd.add_target(n).create().expect("target");
+    }
+
+    let out = run_rlun(
+        [
+            "discover",
+            "--max-recv-segment",
+            "8k",
+            "-vvv",
+            &tgtd.portal(),
+        ],
+        &[("RUST_LOG", "rlun=trace")],
+    );
+
+    let listed = assert_success(&out, "discover");
+    let got: Vec<&str> = listed
+        .lines()
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    let mut want: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut got_sorted = got.clone();
+    got_sorted.sort();
+    want.sort();
+    assert_eq!(got_sorted, want);
+    let text_pdus = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains("received") && l.contains("Text Response"))
+        .count();
+    assert!(
+        text_pdus >= 2,
+        "the answer came in {text_pdus} Text Response PDU(s)"
+    );
+}
+
+#[test]
+fn lun_is_reachable_over_an_ipv6_portal() {
+    let dir = tempdir();
+    let img = make_backing_file(dir.path(), 4 * MIB, 21);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let iqn = "iqn.2026-11.org.example:v6";
+    tgtd.add_target(iqn)
+        .lun_file(1, &img, 512)
+        .create()
+        .expect("target");
+    let v6 = format!("[::1]:{}", tgtd.port());
+    tgtd.tgtadm(&[
+        "--op",
+        "new",
+        "--mode",
+        "portal",
+        "--param",
+        &format!("portal={v6}"),
+    ])
+    .expect("add an IPv6 portal");
+    let url = format!("iscsi://{v6}/{iqn}/1");
+    let copy = dir.path().join("copy.img");
+
+    let disc = run_rlun(["discover", &format!("iscsi://{v6}")], &[]);
+    let cp = run_rlun(["cp", &url, copy.to_str().unwrap()], &[]);
+
+    assert!(assert_success(&disc, "discover over IPv6").contains(iqn));
+    assert_success(&cp, "cp over IPv6");
+    assert_same_bytes(&read(&copy), &read(&img), "LUN read over IPv6");
+}
+
+#[test]
+fn small_max_recv_segment_splits_reads_into_many_data_in_pdus() {
+    let dir = tempdir();
+    let img = make_backing_file(dir.path(), 8 * MIB, 22);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let iqn = "iqn.2026-11.org.example:mrdsl";
+    tgtd.add_target(iqn)
+        .lun_file(1, &img, 512)
+        .create()
+        .expect("target");
+    let copy = dir.path().join("copy.img");
+
+    let out = run_rlun(
+        [
+            "cp",
+            "--max-recv-segment",
+            "512",
+            "--bs",
+            "256k",
+            &tgtd.url(iqn, 1),
+            copy.to_str().unwrap(),
+        ],
+        &[],
+    );
+
+    assert_success(&out, "cp with 512-byte Data-In segments");
+    assert_same_bytes(&read(&copy), &read(&img), "LUN read in 512-byte PDUs");
+}

@@ -62,13 +62,15 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
                     lurl
                 ),
                 Err(ClientError::NotADisk { device_type, .. }) => {
+                    // Keep the columns aligned: "storage array controller" is long.
+                    let kind: String = device_type.chars().take(16).collect();
                     out!(
                         "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
                         n,
                         "-",
                         "-",
                         "-",
-                        device_type,
+                        kind,
                         "-",
                         lurl
                     )

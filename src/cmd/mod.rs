@@ -186,6 +186,13 @@ impl Ctx {
         cfg.nop_interval = (!opts.nop_interval.is_zero()).then_some(opts.nop_interval);
         cfg.nop_timeout = opts.nop_timeout;
         cfg.command_timeout = opts.command_timeout;
+        if !(512..=0xff_ffff).contains(&opts.max_recv_segment) {
+            return Err(CliError::Usage(format!(
+                "--max-recv-segment {} is outside 512..16777215",
+                opts.max_recv_segment
+            )));
+        }
+        cfg.proposal.max_recv_data_segment_length = opts.max_recv_segment as u32;
         cfg.chap = creds.chap.map(|c| ChapSettings {
             user: c.user,
             secret: c.secret,
