@@ -27,10 +27,16 @@ fn main() {
         .with_target(false)
         .init();
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // One thread by default: for one session, hopping between worker
+    // threads costs more CPU per I/O than it buys (see benches/compare.sh).
+    let mut builder = if cli.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(cli.threads);
+        b
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("rlun: cannot start the async runtime: {e}");

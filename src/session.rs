@@ -703,9 +703,11 @@ impl Driver {
                 continue;
             }
             let deadline = live.core.poll_timeout();
+            let mut processed = false;
             tokio::select! {
                 biased;
                 pdu = live.reader.read_pdu() => {
+                    processed = true;
                     let now = Instant::now();
                     let mut next = pdu.map(Some);
                     // Handle everything already buffered before re-entering select.
@@ -758,6 +760,20 @@ impl Driver {
                         return end;
                     }
                 }
+            }
+            if processed {
+                // Hand out completions and queue what the core wants sent,
+                // then let the callers and the writer run before reading
+                // more: on a one-thread runtime a target streaming Data-In
+                // would otherwise keep this task busy and starve them,
+                // collapsing the queue depth.
+                if self.flush().is_err() {
+                    return End::Lost(SessionError::ConnectionLost(Arc::new(TransportError::Closed)));
+                }
+                if let Some(end) = self.deliver() {
+                    return end;
+                }
+                tokio::task::yield_now().await;
             }
         }
     }
