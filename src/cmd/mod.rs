@@ -292,6 +292,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             size,
             json,
             allow_write,
+            cache,
             conn,
         } => {
             bench::run(
@@ -305,6 +306,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     size,
                     json,
                     allow_write,
+                    cache,
                 },
                 &conn,
             )
