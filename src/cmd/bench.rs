@@ -29,7 +29,7 @@ pub struct Options {
 /// cache (`--cache`).
 #[derive(Clone)]
 enum Io {
-    Lun(Lun),
+    Lun(Box<Lun>),
     Device(Arc<LunDevice<Lun>>),
 }
 
@@ -136,7 +136,7 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
     }
     let blocks_per_io = (o.bs / bs_block) as u32;
     let io = match o.cache.cache {
-        None => Io::Lun(lun.clone()),
+        None => Io::Lun(Box::new(lun.clone())),
         Some(mode) => {
             let cfg = DeviceConfig {
                 mode: mode.mode(),

@@ -145,56 +145,34 @@ impl BlockBackend for Lun {
             l.optimal_transfer_len as u64 * Lun::block_size(self) as u64
         })
     }
-    fn read_blocks(
-        &self,
-        lba: u64,
-        blocks: u32,
-    ) -> impl Future<Output = Result<Bytes, BackendError>> + Send {
-        async move { Ok(self.read(lba, blocks).await?) }
+    async fn read_blocks(&self, lba: u64, blocks: u32) -> Result<Bytes, BackendError> {
+        Ok(self.read(lba, blocks).await?)
     }
-    fn write_blocks(
-        &self,
-        lba: u64,
-        data: Bytes,
-        fua: bool,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        async move { Ok(self.write(lba, data, fua).await?) }
+    async fn write_blocks(&self, lba: u64, data: Bytes, fua: bool) -> Result<(), BackendError> {
+        Ok(self.write(lba, data, fua).await?)
     }
-    fn flush(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
-        async move { Ok(self.sync().await?) }
+    async fn flush(&self) -> Result<(), BackendError> {
+        Ok(self.sync().await?)
     }
-    fn unmap(
-        &self,
-        lba: u64,
-        blocks: u64,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        async move {
-            let max = chunk_limit(self.limits.as_ref().map(|l| l.max_unmap_lba_count as u64));
-            let mut done = 0;
-            while done < blocks {
-                let n = (blocks - done).min(max);
-                Lun::unmap(self, lba + done, n).await?;
-                done += n;
-            }
-            Ok(())
+    async fn unmap(&self, lba: u64, blocks: u64) -> Result<(), BackendError> {
+        let max = chunk_limit(self.limits.as_ref().map(|l| l.max_unmap_lba_count as u64));
+        let mut done = 0;
+        while done < blocks {
+            let n = (blocks - done).min(max);
+            Lun::unmap(self, lba + done, n).await?;
+            done += n;
         }
+        Ok(())
     }
-    fn write_zeroes(
-        &self,
-        lba: u64,
-        blocks: u64,
-        unmap: bool,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        async move {
-            let max = chunk_limit(self.limits.as_ref().map(|l| l.max_write_same_len));
-            let mut done = 0;
-            while done < blocks {
-                let n = (blocks - done).min(max);
-                Lun::write_zeroes(self, lba + done, n as u32, unmap).await?;
-                done += n;
-            }
-            Ok(())
+    async fn write_zeroes(&self, lba: u64, blocks: u64, unmap: bool) -> Result<(), BackendError> {
+        let max = chunk_limit(self.limits.as_ref().map(|l| l.max_write_same_len));
+        let mut done = 0;
+        while done < blocks {
+            let n = (blocks - done).min(max);
+            Lun::write_zeroes(self, lba + done, n as u32, unmap).await?;
+            done += n;
         }
+        Ok(())
     }
 }
 

@@ -34,6 +34,11 @@ use super::backend::BackendError;
 /// `Arc`, and its entry in the LRU list or the dirty map.
 pub(crate) const PAGE_OVERHEAD: u64 = 256;
 
+/// Page buffers kept for reuse after eviction: reusing the evicted
+/// buffer for the next page avoids malloc churn, which otherwise fragments
+/// the heap and lets resident memory creep above the cap.
+const SPARE_BUFFERS: usize = 64;
+
 /// How many LRU-end pages eviction looks at before giving up (pages at the
 /// end that are pinned or being fetched are skipped).
 const EVICT_SCAN: usize = 64;
@@ -148,6 +153,9 @@ struct State {
     clean: LruCache<u64, Arc<Page>>,
     dirty: BTreeMap<u64, Arc<Page>>,
     charged: u64,
+    /// Buffers of evicted pages, reused by new pages (not charged: a spare
+    /// exists only right after an eviction freed the charge it had).
+    spare: Vec<Vec<u8>>,
 }
 
 /// See the module docs.
@@ -177,6 +185,7 @@ impl Cache {
                 clean: LruCache::unbounded(),
                 dirty: BTreeMap::new(),
                 charged: 0,
+                spare: Vec::new(),
             }),
             mem_changed: Notify::new(),
             page_size,
@@ -221,7 +230,12 @@ impl Cache {
             .map(|(k, _)| *k);
         match victim {
             Some(k) => {
-                st.clean.pop(&k);
+                if let Some(p) = st.clean.pop(&k) {
+                    let buf = std::mem::take(&mut p.lock().buf);
+                    if st.spare.len() < SPARE_BUFFERS {
+                        st.spare.push(buf);
+                    }
+                }
                 st.charged -= self.page_cost;
                 self.charged.store(st.charged, Ordering::Relaxed);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
@@ -241,11 +255,14 @@ impl Cache {
     }
 
     fn insert_new(self: &Arc<Self>, st: &mut State, idx: u64) -> Arc<Page> {
+        // A reused buffer holds stale bytes; no block of it is valid, so
+        // nothing reads them before a fetch or a write replaces them.
+        let buf = st.spare.pop().unwrap_or_else(|| vec![0; self.page_size]);
         let page = Arc::new(Page {
             idx,
             pins: AtomicU32::new(0),
             st: Mutex::new(PageState {
-                buf: vec![0; self.page_size],
+                buf,
                 valid: 0,
                 dirty: 0,
                 wb: 0,
@@ -329,18 +346,24 @@ impl Cache {
         }
     }
 
-    /// Move a page without dirty blocks (and no write-back in flight) back
-    /// to the MRU end of `clean`.
-    pub(crate) fn settle(&self, page: &Pinned) {
-        let mut st = self.lock();
-        let mut s = page.lock();
-        if s.in_dirty && s.dirty == 0 && s.wb == 0 {
-            st.dirty.remove(&page.idx);
-            st.clean.push(page.idx, page.page.clone());
-            s.in_dirty = false;
-            s.dirty_since = None;
-            drop(s);
-            drop(st);
+    /// Move pages without dirty blocks (and no write-back in flight) back
+    /// to the MRU end of `clean`, then wake whoever waits for memory once.
+    pub(crate) fn settle(&self, pages: &[Pinned]) {
+        let mut moved = false;
+        {
+            let mut st = self.lock();
+            for page in pages {
+                let mut s = page.lock();
+                if s.in_dirty && s.dirty == 0 && s.wb == 0 {
+                    st.dirty.remove(&page.idx);
+                    st.clean.push(page.idx, page.page.clone());
+                    s.in_dirty = false;
+                    s.dirty_since = None;
+                    moved = true;
+                }
+            }
+        }
+        if moved {
             self.mem_changed.notify_waiters();
         }
     }
@@ -469,7 +492,7 @@ mod tests {
         cache.mark_dirty(&p);
         assert_eq!(cache.dirty_masks(false), vec![(7, 1, None)]);
         p.lock().dirty = 0;
-        cache.settle(&p);
+        cache.settle(std::slice::from_ref(&p));
         assert_eq!(cache.resident(), (1, 0));
         assert!(cache.dirty_masks(true).is_empty());
     }

@@ -815,13 +815,15 @@ impl<B: BlockBackend> Inner<B> {
             .unwrap_or_else(|p| p.into_inner())
             .on_read(offset, len);
         if let Some((a, b)) = ahead {
-            tokio::spawn(self.clone().readahead(a, b));
+            self.readahead(a, b);
         }
     }
 
-    /// Fetch the pages of bytes `a..b` that are not resident, without
-    /// waiting for memory (read-ahead never pushes out dirty data).
-    async fn readahead(self: Arc<Self>, a: u64, b: u64) {
+    /// Claim the pages of bytes `a..b` that are not resident (right away,
+    /// so a reader arriving there waits for them instead of fetching them
+    /// again) and fetch them in background tasks. Never waits for memory:
+    /// read-ahead only takes what eviction of clean pages can give.
+    fn readahead(self: &Arc<Self>, a: u64, b: u64) {
         let ps = self.geo.page;
         let mut run: Option<Run> = None;
         let mut claimed = 0;
@@ -1042,10 +1044,15 @@ impl<B: BlockBackend> Inner<B> {
                 return Ok(());
             }
             first_look = false;
+            // Our own fetches run inside this task (one scheduler hop less
+            // per miss); a dropped reader drops them, which only leaves the
+            // pages unfetched for the next reader.
+            let mut mine = Vec::with_capacity(runs.len());
             for run in runs {
                 waits.push(run.tx.subscribe());
-                tokio::spawn(self.clone().fetch(run));
+                mine.push(self.clone().fetch(run));
             }
+            join_all(mine).await;
             for mut rx in waits {
                 let failed = match rx.wait_for(|v| v.is_some()).await {
                     Ok(v) => v.as_ref().and_then(|r| r.as_ref().err().cloned()),
@@ -1237,8 +1244,9 @@ impl<B: BlockBackend> Inner<B> {
             .ok();
         let _excl = self.locks.acquire(b0, b1, true).await;
         let pages = self.cache.present(b0 / g.bpp, b1.div_ceil(g.bpp));
-        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+        // Pass 1: choose the blocks and mark them as being written back.
         let mut taken = Vec::with_capacity(pages.len());
+        let mut spans: Vec<(u64, u64)> = Vec::new();
         let mut missing = false;
         let mut next = b0;
         for p in &pages {
@@ -1250,19 +1258,9 @@ impl<B: BlockBackend> Inner<B> {
             let cand = bits(lo - first, hi - first);
             let sel = if fua { s.valid & cand } else { s.dirty & cand };
             missing |= fua && sel != cand;
-            for_each_run(sel, |x, y| {
-                let blk = first + x;
-                let bytes = &s.buf[(x * g.bs) as usize..(y * g.bs) as usize];
-                match runs.last_mut() {
-                    Some((start, buf)) if *start + buf.len() as u64 / g.bs == blk => {
-                        buf.extend_from_slice(bytes)
-                    }
-                    _ => {
-                        let mut buf = Vec::with_capacity(((b1 - blk) * g.bs) as usize);
-                        buf.extend_from_slice(bytes);
-                        runs.push((blk, buf));
-                    }
-                }
+            for_each_run(sel, |x, y| match spans.last_mut() {
+                Some((_, end)) if *end == first + x => *end = first + y,
+                _ => spans.push((first + x, first + y)),
             });
             let cleaned = s.dirty & sel;
             s.dirty &= !sel;
@@ -1273,6 +1271,26 @@ impl<B: BlockBackend> Inner<B> {
             taken.push((sel, cleaned));
         }
         missing |= next < b1;
+        // Pass 2: copy them into buffers of exactly the right size. Nothing
+        // can invalidate them meanwhile (the range is locked); a writer may
+        // change one again, which re-dirties it for a later write-back.
+        let mut runs: Vec<(u64, Vec<u8>)> = spans
+            .iter()
+            .map(|&(a, b)| (a, Vec::with_capacity(((b - a) * g.bs) as usize)))
+            .collect();
+        let mut r = 0;
+        for (p, &(sel, _)) in pages.iter().zip(&taken) {
+            let first = p.idx * g.bpp;
+            let s = p.lock();
+            for_each_run(sel, |x, y| {
+                while runs[r].0 + runs[r].1.len() as u64 / g.bs != first + x {
+                    r += 1;
+                }
+                runs[r]
+                    .1
+                    .extend_from_slice(&s.buf[(x * g.bs) as usize..(y * g.bs) as usize]);
+            });
+        }
         if runs.is_empty() {
             return Ok(missing);
         }
@@ -1285,20 +1303,18 @@ impl<B: BlockBackend> Inner<B> {
         .await;
         let failed = results.into_iter().find_map(Result::err);
         for (p, (sel, cleaned)) in pages.iter().zip(taken) {
-            {
-                let mut s = p.lock();
-                s.wb &= !sel;
-                if failed.is_some() {
-                    let back = cleaned & !s.dirty;
-                    s.dirty |= cleaned;
-                    add(&self.c.dirty_blocks, back.count_ones() as u64);
-                    if s.dirty != 0 {
-                        s.dirty_since.get_or_insert_with(Instant::now);
-                    }
+            let mut s = p.lock();
+            s.wb &= !sel;
+            if failed.is_some() {
+                let back = cleaned & !s.dirty;
+                s.dirty |= cleaned;
+                add(&self.c.dirty_blocks, back.count_ones() as u64);
+                if s.dirty != 0 {
+                    s.dirty_since.get_or_insert_with(Instant::now);
                 }
             }
-            self.cache.settle(p);
         }
+        self.cache.settle(&pages);
         match failed {
             Some(e) => {
                 *self.last_wb_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
@@ -1386,20 +1402,21 @@ impl<B: BlockBackend> Inner<B> {
             return;
         }
         let g = self.geo;
-        for p in self.cache.present(b0 / g.bpp, b1.div_ceil(g.bpp)) {
+        let pages = self.cache.present(b0 / g.bpp, b1.div_ceil(g.bpp));
+        for p in &pages {
             let first = p.idx * g.bpp;
             let m = bits(b0.max(first) - first, b1.min(first + g.bpp) - first);
-            {
-                let mut s = p.lock();
-                self.c
-                    .dirty_blocks
-                    .fetch_sub((s.dirty & m).count_ones() as u64, Ordering::Relaxed);
-                s.valid &= !m;
-                s.dirty &= !m;
-            }
-            self.cache.settle(&p);
-            let idx = p.idx;
-            drop(p);
+            let mut s = p.lock();
+            self.c
+                .dirty_blocks
+                .fetch_sub((s.dirty & m).count_ones() as u64, Ordering::Relaxed);
+            s.valid &= !m;
+            s.dirty &= !m;
+        }
+        self.cache.settle(&pages);
+        let idxs: Vec<u64> = pages.iter().map(|p| p.idx).collect();
+        drop(pages);
+        for idx in idxs {
             self.cache.remove_if_empty(idx);
         }
     }
