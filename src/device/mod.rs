@@ -46,8 +46,13 @@
 //! When pages are needed, clean pages are evicted from the LRU end; when
 //! everything is dirty, writers (and readers) wait for the flusher instead
 //! of allocating more. What is not counted: the caller's own buffers (the
-//! `Bytes` passed in and returned) and the single blocks read for a
-//! read-modify-write.
+//! `Bytes` passed in and returned), the single blocks read for a
+//! read-modify-write, up to 64 spare page buffers kept for reuse, and the
+//! allocator's own overhead. Measured peak RSS (`benches/cache.sh`, glibc):
+//! streaming reads stay within `cache_size` + the process's base; write-back
+//! streams exceed it by about 10–25% of the cap, which is heap
+//! fragmentation across glibc's per-thread arenas (`MALLOC_ARENA_MAX=1`
+//! halves it), not buffers the cache holds.
 //!
 //! **Read-ahead** watches a small table of recent streams (see `readahead`):
 //! a read continuing one of them starts a read-ahead window of 128 KiB that
