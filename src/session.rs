@@ -768,7 +768,9 @@ impl Driver {
                 // would otherwise keep this task busy and starve them,
                 // collapsing the queue depth.
                 if self.flush().is_err() {
-                    return End::Lost(SessionError::ConnectionLost(Arc::new(TransportError::Closed)));
+                    return End::Lost(SessionError::ConnectionLost(Arc::new(
+                        TransportError::Closed,
+                    )));
                 }
                 if let Some(end) = self.deliver() {
                     return end;
