@@ -68,13 +68,14 @@ pub struct Cli {
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
 
-    /// Threads that run I/O (1: everything on one thread, the most
-    /// CPU-efficient for one session; more can help when the target is fast
-    /// and this machine has idle cores).
+    /// Threads that run I/O. 2 (the default) gives the most throughput on a
+    /// fast target; 1 runs everything on one thread, which costs less CPU per
+    /// I/O for small random I/O at some loss of throughput
+    /// (see benches/compare.sh).
     #[arg(
         long,
         global = true,
-        default_value_t = 1,
+        default_value_t = 2,
         value_name = "N",
         env = "RLUN_THREADS"
     )]

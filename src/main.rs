@@ -27,8 +27,8 @@ fn main() {
         .with_target(false)
         .init();
 
-    // One thread by default: for one session, hopping between worker
-    // threads costs more CPU per I/O than it buys (see benches/compare.sh).
+    // `--threads 1` runs everything on one thread (least CPU per small I/O);
+    // the default of 2 trades some CPU for throughput (benches/compare.sh).
     let mut builder = if cli.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
