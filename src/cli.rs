@@ -174,6 +174,8 @@ pub enum Command {
         #[arg(long)]
         allow_write: bool,
         #[command(flatten)]
+        cache: BenchCacheOpts,
+        #[command(flatten)]
         conn: ConnectOpts,
     },
     /// Write the man pages into a directory.
@@ -212,6 +214,53 @@ impl Pattern {
             Pattern::Randwrite => "randwrite",
         }
     }
+}
+
+/// Page cache options of `rlun bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchCacheOpts {
+    /// Send the I/O through the page cache (LunDevice) in this mode; without
+    /// it, I/O goes straight to the LUN.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub cache: Option<CacheChoice>,
+    /// Memory cap of the page cache (with --cache).
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Read ahead of sequential streams (with --cache).
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On)]
+    pub readahead: OnOff,
+    /// Longest time written data waits in the cache before it is written
+    /// back (with --cache write-back).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub writeback_delay: Duration,
+}
+
+/// Page cache mode for `--cache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CacheChoice {
+    /// Through LunDevice, but every I/O goes to the target.
+    None,
+    /// Reads cached; writes complete when the target has them.
+    WriteThrough,
+    /// Writes complete in memory and are written back later.
+    WriteBack,
+}
+
+impl CacheChoice {
+    pub fn mode(self) -> crate::device::CacheMode {
+        match self {
+            CacheChoice::None => crate::device::CacheMode::None,
+            CacheChoice::WriteThrough => crate::device::CacheMode::WriteThrough,
+            CacheChoice::WriteBack => crate::device::CacheMode::WriteBack,
+        }
+    }
+}
+
+/// A switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 /// Digest choice for `--header-digest` / `--data-digest`.

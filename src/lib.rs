@@ -19,6 +19,7 @@ pub mod cli;
 pub mod client;
 pub mod cmd;
 pub mod config;
+pub mod device;
 pub mod proto;
 pub mod scsi;
 pub mod secret;

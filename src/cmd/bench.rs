@@ -10,7 +10,9 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::{CliError, Ctx};
-use crate::cli::{ConnectOpts, Pattern};
+use crate::cli::{BenchCacheOpts, ConnectOpts, OnOff, Pattern};
+use crate::client::Lun;
+use crate::device::{DeviceConfig, LunDevice};
 
 pub struct Options {
     pub pattern: Pattern,
@@ -20,6 +22,41 @@ pub struct Options {
     pub size: Option<u64>,
     pub json: bool,
     pub allow_write: bool,
+    pub cache: BenchCacheOpts,
+}
+
+/// Where the benchmark's I/O goes: straight to the LUN, or through the page
+/// cache (`--cache`).
+#[derive(Clone)]
+enum Io {
+    Lun(Lun),
+    Device(Arc<LunDevice<Lun>>),
+}
+
+#[derive(Debug, thiserror::Error)]
+enum IoError {
+    #[error(transparent)]
+    Lun(#[from] crate::client::ClientError),
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
+}
+
+impl From<IoError> for CliError {
+    fn from(e: IoError) -> CliError {
+        match e {
+            IoError::Lun(e) => e.into(),
+            IoError::Device(e) => CliError::Other(crate::session::error_chain(&e)),
+        }
+    }
+}
+
+/// Peak resident set size of this process in bytes (VmHWM in
+/// /proc/self/status), `None` where that file is unavailable.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// CPU time (user + system) this process has used so far, from
@@ -98,6 +135,21 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         ));
     }
     let blocks_per_io = (o.bs / bs_block) as u32;
+    let io = match o.cache.cache {
+        None => Io::Lun(lun.clone()),
+        Some(mode) => {
+            let cfg = DeviceConfig {
+                mode: mode.mode(),
+                cache_size: o.cache.cache_size,
+                readahead: o.cache.readahead == OnOff::On,
+                writeback_delay: o.cache.writeback_delay,
+                ..DeviceConfig::default()
+            };
+            let dev = LunDevice::new(lun.clone(), cfg)
+                .map_err(|e| CliError::Usage(crate::session::error_chain(&e)))?;
+            Io::Device(Arc::new(dev))
+        }
+    };
     let payload = Bytes::from(vec![0xa5u8; o.bs as usize]);
     let next_seq = Arc::new(AtomicU64::new(0));
     let cpu0 = process_cpu_seconds();
@@ -105,7 +157,7 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
     let deadline = start + o.duration;
     let mut workers = Vec::new();
     for w in 0..o.qd {
-        let lun = lun.clone();
+        let io = io.clone();
         let next_seq = next_seq.clone();
         let payload = payload.clone();
         let pattern = o.pattern;
@@ -122,14 +174,19 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
                 };
                 let lba = slot * blocks_per_io as u64;
                 let t = Instant::now();
-                if pattern.is_write() {
-                    lun.write(lba, payload.clone(), false).await?;
-                } else {
-                    lun.read(lba, blocks_per_io).await?;
+                match (&io, pattern.is_write()) {
+                    (Io::Lun(lun), true) => lun.write(lba, payload.clone(), false).await?,
+                    (Io::Lun(lun), false) => {
+                        lun.read(lba, blocks_per_io).await?;
+                    }
+                    (Io::Device(d), true) => d.write_at(lba * bs_block, payload.clone()).await?,
+                    (Io::Device(d), false) => {
+                        d.read_at(lba * bs_block, payload.len()).await?;
+                    }
                 }
                 lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
             }
-            Ok::<_, crate::client::ClientError>(lat)
+            Ok::<_, IoError>(lat)
         }));
     }
     let mut all = Vec::new();
@@ -150,6 +207,28 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         (Some(a), Some(b)) => b - a,
         _ => f64::NAN,
     };
+    // Written data still in the cache is flushed after the timed run; how
+    // long that took is reported separately.
+    let (cache_json, flush_seconds) = match &io {
+        Io::Lun(_) => (serde_json::Value::Null, 0.0),
+        Io::Device(d) => {
+            let t = Instant::now();
+            if o.pattern.is_write() && first_err.is_none() {
+                if let Err(e) = d.flush().await {
+                    first_err = Some(IoError::from(e).into());
+                }
+            }
+            let flush = t.elapsed().as_secs_f64();
+            let mut v = serde_json::to_value(d.stats()).unwrap_or_default();
+            if let Some(m) = v.as_object_mut() {
+                m.insert("mode".into(), json!(d.mode().name()));
+                m.insert("page_size".into(), json!(d.page_size()));
+                m.insert("readahead".into(), json!(o.cache.readahead == OnOff::On));
+            }
+            (v, flush)
+        }
+    };
+    drop(io);
     let _ = target.logout().await;
     if let Some(e) = first_err {
         return Err(e);
@@ -171,6 +250,9 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         "p99_us": percentile(&all, 0.99),
         "cpu_seconds": cpu,
         "cpu_s_per_gib": if gib > 0.0 { cpu / gib } else { f64::NAN },
+        "flush_seconds": flush_seconds,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "cache": cache_json,
     });
     if o.json {
         out!("{v}");
@@ -202,6 +284,12 @@ mod tests {
         assert_eq!(percentile(&v, 0.5), 51.0);
         assert_eq!(percentile(&v, 0.99), 99.0);
         assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn peak_rss_is_readable_and_plausible() {
+        let rss = peak_rss_bytes().expect("/proc/self/status readable");
+        assert!(rss > 1 << 20 && rss < 1 << 40, "{rss}");
     }
 
     #[test]

@@ -334,6 +334,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             size,
             json,
             allow_write,
+            cache,
             conn,
         } => {
             bench::run(
@@ -347,6 +348,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     size,
                     json,
                     allow_write,
+                    cache,
                 },
                 &conn,
             )

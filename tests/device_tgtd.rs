@@ -1,0 +1,262 @@
+//! `LunDevice` over a real `client::Lun` against a private tgtd: concurrent
+//! overlapping readers and writers compared with the backing file,
+//! read-ahead on sequential reads, and when write-back data reaches the file.
+
+mod common;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{make_backing_file, pattern_bytes, Tgtd};
+use rlun::client::{Lun, Target};
+use rlun::device::{CacheMode, DeviceConfig, LunDevice};
+use rlun::session::SessionConfig;
+
+const IQN: &str = "iqn.2026-11.org.example:device";
+const MIB: u64 = 1 << 20;
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A tgtd with one file LUN of `size` bytes (pattern `seed`) as LUN 1.
+fn tgtd_with_lun(dir: &Path, size: u64, seed: u64, readonly: bool) -> (Tgtd, std::path::PathBuf) {
+    let file = make_backing_file(dir, size, seed);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let t = tgtd.add_target(IQN);
+    let t = if readonly {
+        t.lun_readonly(1, &file, 512)
+    } else {
+        t.lun_file(1, &file, 512)
+    };
+    t.create().expect("create target");
+    (tgtd, file)
+}
+
+/// Run `body` on a two-thread runtime with a deadline.
+fn run<F: Future<Output = ()>>(body: F) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            tokio::time::timeout(TEST_TIMEOUT, body)
+                .await
+                .expect("test finished in time")
+        });
+}
+
+async fn open(tgtd: &Tgtd) -> (Target, Lun) {
+    let mut cfg = SessionConfig::new(
+        "127.0.0.1",
+        tgtd.port(),
+        "iqn.2026-11.org.example:device-test",
+    );
+    cfg.target_name = Some(IQN.to_string());
+    let target = Target::login(cfg).await.expect("login");
+    let lun = target.open_lun(1).await.expect("open LUN 1");
+    (target, lun)
+}
+
+fn file_bytes(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let all = std::fs::read(path).expect("read backing file");
+    all[offset as usize..offset as usize + len].to_vec()
+}
+
+/// 8 writers own interleaved 5-byte pieces of every 40-byte stripe (so all
+/// share every block), 4 readers read overlapping ranges meanwhile; at the
+/// end the device, and after flush the backing file, hold every update.
+fn overlapping_writers_and_readers(mode: CacheMode) {
+    const SIZE: u64 = 2 * MIB;
+    const WRITERS: u64 = 8;
+    const PIECE: u64 = 5;
+    const STRIPE: u64 = PIECE * WRITERS;
+    const REGION: u64 = 256 * 1024;
+    const ROUNDS: u64 = 150;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, file) = tgtd_with_lun(dir.path(), SIZE, 11, false);
+    run(async {
+        let (target, lun) = open(&tgtd).await;
+        let dev = Arc::new(
+            LunDevice::new(
+                lun,
+                DeviceConfig {
+                    mode,
+                    cache_size: 4 * MIB,
+                    writeback_delay: Duration::from_millis(20),
+                    ..DeviceConfig::default()
+                },
+            )
+            .expect("device"),
+        );
+        let initial = pattern_bytes(11, 0, SIZE as usize);
+        let value = |w: u64, round: u64| ((w + 1) << 4 | (round % 15 + 1)) as u8;
+        let place =
+            |w: u64, round: u64| (round * 7 + w * 3) % (REGION / STRIPE) * STRIPE + w * PIECE;
+        let mut tasks = Vec::new();
+        for w in 0..WRITERS {
+            let dev = dev.clone();
+            tasks.push(tokio::spawn(async move {
+                for round in 0..ROUNDS {
+                    let at = place(w, round);
+                    dev.write_at(at, Bytes::from(vec![value(w, round); PIECE as usize]))
+                        .await
+                        .expect("write");
+                }
+            }));
+        }
+        for r in 0..4u64 {
+            let dev = dev.clone();
+            let initial = initial.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..60u64 {
+                    let at = (r * 7919 + i * 4099) % (REGION - 9000);
+                    let got = dev.read_at(at, 9000).await.expect("read");
+                    for (k, &b) in got.iter().enumerate() {
+                        let pos = at + k as u64;
+                        let owner = pos % STRIPE / PIECE;
+                        assert!(
+                            b == initial[pos as usize] || b >> 4 == (owner + 1) as u8,
+                            "byte {pos} = {b:#x} is neither the original nor its writer's"
+                        );
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("task");
+        }
+        let mut want = initial.clone();
+        for w in 0..WRITERS {
+            for round in 0..ROUNDS {
+                let at = place(w, round) as usize;
+                want[at..at + PIECE as usize].fill(value(w, round));
+            }
+        }
+        let got = dev.read_at(0, SIZE as usize).await.expect("read all");
+        assert!(got == want, "{mode}: the device lost an update");
+        dev.flush().await.expect("flush");
+        assert!(
+            file_bytes(&file, 0, SIZE as usize) == want,
+            "{mode}: the backing file lost an update"
+        );
+        drop(dev);
+        let _ = target.logout().await;
+    });
+}
+
+#[test]
+fn overlapping_writers_and_readers_lose_nothing_without_cache() {
+    overlapping_writers_and_readers(CacheMode::None);
+}
+
+#[test]
+fn overlapping_writers_and_readers_lose_nothing_with_write_through() {
+    overlapping_writers_and_readers(CacheMode::WriteThrough);
+}
+
+#[test]
+fn overlapping_writers_and_readers_lose_nothing_with_write_back() {
+    overlapping_writers_and_readers(CacheMode::WriteBack);
+}
+
+#[test]
+fn sequential_reads_are_read_ahead_and_match_the_file() {
+    const SIZE: u64 = 16 * MIB;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _file) = tgtd_with_lun(dir.path(), SIZE, 22, false);
+    run(async {
+        let mut results = Vec::new();
+        for readahead in [true, false] {
+            let (target, lun) = open(&tgtd).await;
+            let dev = LunDevice::new(
+                lun,
+                DeviceConfig {
+                    readahead,
+                    ..DeviceConfig::default()
+                },
+            )
+            .expect("device");
+            let mut pos = 0;
+            while pos < 8 * MIB {
+                let got = dev.read_at(pos, 4096).await.expect("read");
+                assert!(got[..] == pattern_bytes(22, pos, 4096)[..], "data at {pos}");
+                pos += 4096;
+            }
+            results.push(dev.stats());
+            drop(dev);
+            let _ = target.logout().await;
+        }
+        let (with, without) = (results[0], results[1]);
+        assert!(with.readahead_pages >= 1900, "{with:?}");
+        assert!(with.readahead_hits >= 1900, "{with:?}");
+        assert!(with.read_commands < 100, "{with:?}");
+        assert_eq!(without.readahead_pages, 0, "{without:?}");
+        assert_eq!(without.read_commands, 2048, "{without:?}");
+    });
+}
+
+#[test]
+fn write_back_reaches_the_file_on_flush_and_not_before() {
+    const SIZE: u64 = 4 * MIB;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, file) = tgtd_with_lun(dir.path(), SIZE, 33, false);
+    run(async {
+        let (target, lun) = open(&tgtd).await;
+        let dev = LunDevice::new(
+            lun,
+            DeviceConfig {
+                mode: CacheMode::WriteBack,
+                writeback_delay: Duration::from_secs(3600),
+                ..DeviceConfig::default()
+            },
+        )
+        .expect("device");
+        let data: Vec<u8> = (0..MIB as usize).map(|i| (i % 253) as u8).collect();
+        for k in 0..256u64 {
+            let part = &data[(k * 4096) as usize..((k + 1) * 4096) as usize];
+            dev.write_at(MIB + k * 4096, Bytes::copy_from_slice(part))
+                .await
+                .expect("write");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            file_bytes(&file, MIB, MIB as usize) == pattern_bytes(33, MIB, MIB as usize),
+            "with a one-hour delay nothing reaches the file before flush"
+        );
+        assert_eq!(dev.stats().dirty_bytes, MIB);
+        dev.flush().await.expect("flush");
+        assert!(
+            file_bytes(&file, MIB, MIB as usize) == data,
+            "flushed data is in the file"
+        );
+        let s = dev.stats();
+        assert_eq!(s.dirty_bytes, 0);
+        assert!(s.writebacks <= 4, "256 neighbouring pages coalesced: {s:?}");
+
+        // A FUA write is in the file when it completes.
+        dev.write_at_fua(100, Bytes::from_static(b"forced unit access"))
+            .await
+            .expect("FUA write");
+        assert_eq!(&file_bytes(&file, 100, 18)[..], b"forced unit access");
+        drop(dev);
+        let _ = target.logout().await;
+    });
+}
+
+#[test]
+fn writes_to_a_read_only_lun_fail_with_erofs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _file) = tgtd_with_lun(dir.path(), MIB, 44, true);
+    run(async {
+        let (target, lun) = open(&tgtd).await;
+        let dev = LunDevice::new(lun, DeviceConfig::default()).expect("device");
+        assert!(dev.read_only());
+        let e = dev.write_at(0, Bytes::from_static(b"x")).await.unwrap_err();
+        assert_eq!(e.to_errno(), 30, "EROFS: {e}");
+        assert!(dev.read_at(0, 4096).await.unwrap()[..] == pattern_bytes(44, 0, 4096)[..]);
+        drop(dev);
+        let _ = target.logout().await;
+    });
+}
