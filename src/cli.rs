@@ -282,10 +282,12 @@ are served without asking rlun, mmap works); it stays coherent because every
 write goes through this mount, which assumes it is the LUN's only writer.
 --direct-io sends every read and write to rlun at the caller's size instead:
 use it, with --cache none, when other initiators write to the LUN too.
-Under either, --cache picks rlun's own cache (write-through by default:
-writes complete when the target has them; write-back: they complete in
-memory and reach the target within --writeback-delay, on fsync, or when the
-mount ends; data still in memory is lost if rlun is killed).
+--cache picks rlun's own cache: none by default with the kernel page cache
+(a second copy would only cost memory and CPU), write-through by default
+with --direct-io (reads cached, writes complete when the target has them);
+write-back makes writes complete in memory: they reach the target within
+--writeback-delay, on fsync, or when the mount ends, and are lost if rlun is
+killed before.
 
 Examples:
   rlun mount iscsi://10.0.0.5/iqn.2026-11.org.example:store /mnt/store
@@ -296,7 +298,8 @@ Examples:
 /// Options of `rlun mount`.
 #[derive(Debug, Clone, Args)]
 pub struct MountOpts {
-    /// Owner of the files (default: the user running rlun).
+    /// Owner of the files (default: the user running rlun); another user
+    /// needs --allow-other too.
     #[arg(long, value_name = "UID")]
     pub uid: Option<u32>,
     /// Group of the files (default: the group running rlun).
@@ -316,13 +319,16 @@ pub struct MountOpts {
     /// Bypass the kernel page cache (see below).
     #[arg(long)]
     pub direct_io: bool,
-    /// rlun's own cache of LUN data.
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = CacheChoice::WriteThrough)]
-    pub cache: CacheChoice,
+    /// rlun's own cache of LUN data (default: none with the kernel page
+    /// cache, which already caches; write-through with --direct-io).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub cache: Option<CacheChoice>,
     /// Memory cap of rlun's cache, per LUN.
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub cache_size: u64,
-    /// Read ahead of sequential streams (not with --cache none).
+    /// Read ahead of sequential streams: the kernel's read-ahead window is
+    /// raised to 1 MiB (when rlun may write /sys/class/bdi), and rlun's cache
+    /// reads ahead too. Off: no read-ahead at all.
     #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On)]
     pub readahead: OnOff,
     /// Longest time written data waits in memory with --cache write-back.

@@ -669,6 +669,10 @@ fn startup_errors_are_clear_and_exit_non_zero() {
     );
     assert_failure(&unreachable, 3, &["cannot reach portal"]);
     assert_failure(&no_fuse, 1, &["/dev/fuse", "not a character device"]);
+    let umount_plain = run_rlun(["umount", &path(&mp)], &[]);
+    let umount_other = run_rlun(["umount", "/proc"], &[]);
+    assert_failure(&umount_plain, 1, &["is not mounted"]);
+    assert_failure(&umount_other, 1, &["/proc is not an rlun mount"]);
     assert!(mount_entry(&mp).is_none());
 }
 
@@ -746,4 +750,45 @@ fn sigkill_with_auto_unmount_leaves_no_dead_mount() {
         Some(0),
         "the mount point is a plain empty directory again"
     );
+}
+
+#[test]
+fn sigterm_with_a_file_open_detaches_and_a_second_sigterm_cuts_it_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _backing) = tgtd_with_file(dir.path(), 4 * MIB, 15);
+    let mp = mountpoint(dir.path(), "mnt");
+    let mut m = mount(&target_url(&tgtd), &mp, &[]);
+    // A process that keeps lun1 open: the mount is busy.
+    let mut holder = ChildGuard(
+        Command::new("sh")
+            .args(["-c", "exec 3<\"$1\" && echo open && exec sleep 60", "sh"])
+            .arg(m.file("lun1"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start holder"),
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("holder output");
+    assert_eq!(line.trim(), "open");
+
+    sh("kill", &["-TERM", &m.pid().to_string()]);
+    let detached = wait_mounted(&mp, false, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let still_serving = m
+        .child
+        .as_mut()
+        .unwrap()
+        .try_wait()
+        .expect("try_wait")
+        .is_none();
+    sh("kill", &["-TERM", &m.pid().to_string()]);
+    let code = m.wait_exit(Duration::from_secs(20));
+
+    assert!(detached, "SIGTERM detached the busy mount");
+    assert!(still_serving, "rlun kept serving the open file");
+    assert_eq!(code, Some(0));
 }

@@ -6,8 +6,9 @@
 //! `fusermount3`; with auto-unmount, fusermount3 stays behind and unmounts
 //! if rlun dies) and then waits in the foreground:
 //!
-//! - SIGINT/SIGTERM: unmount (lazily if files are still open; a second
-//!   signal aborts the FUSE connection), write back cached data, log out.
+//! - SIGINT/SIGTERM: unmount (lazily if files are still open, serving them
+//!   until they are closed; a second signal refuses their I/O and exits,
+//!   which ends the FUSE connection), write back cached data, log out.
 //! - the mount disappears (`rlun umount`, `fusermount3 -u`, `umount`):
 //!   write back, log out, exit 0.
 //!
@@ -34,7 +35,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tracing::{debug, info, warn};
 
 use super::{human_size, CliError, Ctx};
-use crate::cli::{ConnectOpts, MountOpts, OnOff};
+use crate::cli::{CacheChoice, ConnectOpts, MountOpts, OnOff};
 use crate::client::{ClientError, Lun, Target};
 use crate::device::DeviceConfig;
 use crate::fuse::{find_mount, is_rlun_mount, FsOptions, FuseFs, LunFs, MountEntry};
@@ -200,8 +201,8 @@ fn check_fuse_device() -> Result<(), CliError> {
 
 /// Major and minor of a Linux `dev_t` (glibc's `gnu_dev_major/minor`).
 fn dev_major_minor(rdev: u64) -> (u64, u64) {
-    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
-    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & 0xffff_f000);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xffff_ff00);
     (major, minor)
 }
 
@@ -319,8 +320,13 @@ async fn serve(
             "fusermount3 is not installed (Debian/Ubuntu: apt-get install fuse3)".into(),
         ));
     }
+    let cache = o.cache.unwrap_or(if o.direct_io {
+        CacheChoice::WriteThrough
+    } else {
+        CacheChoice::None
+    });
     let dev_cfg = DeviceConfig {
-        mode: o.cache.mode(),
+        mode: cache.mode(),
         cache_size: o.cache_size,
         readahead: o.readahead == OnOff::On,
         writeback_delay: o.writeback_delay,
@@ -342,6 +348,10 @@ async fn serve(
             return Err(e);
         }
     };
+    if !o.allow_other && (o.uid.is_some_and(|u| u != my_uid) || o.gid.is_some_and(|g| g != my_gid))
+    {
+        warn!("--uid/--gid set the files' owner, but only with --allow-other can other users use the mount");
+    }
     let fs_opts = FsOptions {
         uid: o.uid.unwrap_or(my_uid),
         gid: o.gid.unwrap_or(my_gid),
@@ -393,6 +403,11 @@ async fn serve(
     config.n_threads = Some(o.fuse_threads as usize);
     config.clone_fd = o.fuse_threads > 1;
 
+    // From here on a signal must not kill rlun before it unmounted and
+    // wrote back: tokio queues it until the serving loop below looks.
+    let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(signal_error)?;
     let adapter = FuseFs::new(fs.clone(), tokio::runtime::Handle::current());
     let mp2 = mp.clone();
     let session =
@@ -413,6 +428,9 @@ async fn serve(
         }
     };
     let conn_entry = find_mount(&mountinfo(), &mp.to_string_lossy());
+    if let Some(m) = &conn_entry {
+        set_kernel_readahead(m, o.readahead == OnOff::On);
+    }
     let (done_tx, mut done_rx) = tokio::sync::oneshot::channel();
     let thread = std::thread::Builder::new()
         .name("rlun-fuse".into())
@@ -453,9 +471,6 @@ async fn serve(
     }
 
     // Serve until a signal or until the mount goes away.
-    let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
-    let mut sighup = signal(SignalKind::hangup()).map_err(signal_error)?;
     let mut session_result = None;
     loop {
         tokio::select! {
@@ -465,18 +480,31 @@ async fn serve(
             _ = sighup.recv() => { debug!("SIGHUP ignored"); }
         }
     }
+    let mut forced = false;
     if session_result.is_none() {
         unmount_self(&mp).await;
         loop {
             tokio::select! {
                 r = &mut done_rx => { session_result = Some(r); break; }
-                _ = sigint.recv() => abort_connection(conn_entry.as_ref()),
-                _ = sigterm.recv() => abort_connection(conn_entry.as_ref()),
+                _ = sigint.recv() => { forced = true; break; }
+                _ = sigterm.recv() => { forced = true; break; }
                 _ = sighup.recv() => {}
             }
         }
     }
-    let _ = thread.join();
+    if forced {
+        // Refuse further I/O, write back, log out and exit: closing
+        // /dev/fuse with the process ends the connection, and files still
+        // open fail from then on. The FUSE thread is left to the exit.
+        warn!(
+            "second signal: files still open under {} fail from now on",
+            mp.display()
+        );
+        fs.shut_down();
+        drop(thread);
+    } else {
+        let _ = thread.join();
+    }
     if let Some(Ok(Err(e))) = session_result {
         warn!(error = %e, "the FUSE session ended with an error");
     }
@@ -538,17 +566,16 @@ async fn unmount_self(mp: &Path) {
     }
 }
 
-/// Cut the FUSE connection (`/sys/fs/fuse/connections/<N>/abort`): every
-/// pending and later request fails with ENOTCONN and the session ends.
-fn abort_connection(entry: Option<&MountEntry>) {
-    let Some(m) = entry else {
-        warn!("cannot abort: the FUSE connection number is unknown");
-        return;
-    };
-    let path = format!("/sys/fs/fuse/connections/{}/abort", m.minor);
-    match std::fs::write(&path, "1") {
-        Ok(()) => warn!("aborted the FUSE connection: open files now fail"),
-        Err(e) => warn!("cannot abort the FUSE connection via {path}: {e}"),
+/// The kernel reads ahead 128 KiB on a FUSE file by default; a 1 MiB
+/// window (one request of `MAX_IO`) keeps several large reads in flight and
+/// roughly doubles sequential reads. Needs write access to
+/// `/sys/class/bdi/<major>:<minor>/read_ahead_kb` (root).
+fn set_kernel_readahead(m: &MountEntry, on: bool) {
+    let kib = if on { crate::fuse::MAX_IO / 1024 } else { 0 };
+    let path = format!("/sys/class/bdi/{}:{}/read_ahead_kb", m.major, m.minor);
+    match std::fs::write(&path, kib.to_string()) {
+        Ok(()) => debug!(path, kib, "kernel read-ahead set"),
+        Err(e) => debug!(path, error = %e, "cannot set the kernel read-ahead; keeping its default"),
     }
 }
 
@@ -663,12 +690,15 @@ mod tests {
 
     #[test]
     fn dev_t_splits_into_major_and_minor() {
+        // glibc's makedev: major bits 8..20 and 44..64, minor 0..8 and 20..44.
+        let makedev = |ma: u64, mi: u64| {
+            ((ma & 0xfff) << 8) | ((ma & !0xfff) << 32) | (mi & 0xff) | ((mi & !0xff) << 12)
+        };
+
         assert_eq!(dev_major_minor(0x0ae5), (10, 229));
-        assert_eq!(dev_major_minor(0x0103), (1, 3));
-        assert_eq!(
-            dev_major_minor((259 << 8) | 5 | (300 << 12)),
-            (259, 300 << 12 >> 12 | 5)
-        );
+        assert_eq!(dev_major_minor(makedev(1, 3)), (1, 3));
+        assert_eq!(dev_major_minor(makedev(259, 300)), (259, 300));
+        assert_eq!(dev_major_minor(makedev(5000, 70000)), (5000, 70000));
     }
 
     #[test]
