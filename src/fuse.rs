@@ -73,7 +73,7 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use tracing::{debug, info, warn};
+use tracing::{debug, info, trace, warn};
 
 use crate::client::Lun;
 use crate::device::{BackendError, BlockBackend, DeviceConfig, DeviceError, LunDevice};
@@ -366,6 +366,7 @@ impl<B: LunBackend> LunFs<B> {
             return Ok(Bytes::new());
         }
         let len = (size as u64).min(end - offset) as usize;
+        trace!(lun = f.number, offset, len, "read");
         dev.read_at(offset, len).await.map_err(|e| {
             debug!(lun = f.number, offset, len, error = %crate::session::error_chain(&e), "read failed");
             errno(&e)
@@ -398,6 +399,7 @@ impl<B: LunBackend> LunFs<B> {
             data.truncate(room as usize);
         }
         let n = data.len() as u32;
+        trace!(lun = f.number, offset, len = n, sync, "write");
         let r = if sync {
             dev.write_at_fua(offset, data).await
         } else {
