@@ -84,7 +84,14 @@ impl Drop for Mounted {
             .args(["-uz", "--"])
             .arg(&self.mp)
             .output();
-        // ChildGuard kills and reaps the process.
+        // Give rlun a moment to see the unmount and clean up; ChildGuard
+        // then kills and reaps it in any case.
+        if let Some(child) = self.child.as_mut() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         self.child.take();
     }
 }

@@ -265,12 +265,33 @@ impl PidFile {
             warn!(dir = %dir.display(), error = %e, "cannot create the state directory; `rlun umount` will not wait for write-back");
             return None;
         }
+        sweep_stale_pid_files(dir);
         match std::fs::write(&path, format!("{}\n", std::process::id())) {
             Ok(()) => Some(PidFile(path)),
             Err(e) => {
                 warn!(path = %path.display(), error = %e, "cannot write the pid file");
                 None
             }
+        }
+    }
+}
+
+/// Remove pid files of rlun processes that died without cleaning up
+/// (SIGKILL).
+fn sweep_stale_pid_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "pid") {
+            continue;
+        }
+        let pid = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok());
+        if pid.is_none_or(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_file(&path);
         }
     }
 }
@@ -686,6 +707,24 @@ mod tests {
             state_file(Path::new("/mnt/a-b")),
             state_file(Path::new("/mnt/a/b"))
         );
+    }
+
+    #[test]
+    fn stale_pid_files_are_swept_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join("dead.pid");
+        let live = dir.path().join("live.pid");
+        let junk = dir.path().join("junk.pid");
+        let other = dir.path().join("notes.txt");
+        std::fs::write(&dead, "4294967295\n").unwrap();
+        std::fs::write(&live, format!("{}\n", std::process::id())).unwrap();
+        std::fs::write(&junk, "not a pid").unwrap();
+        std::fs::write(&other, "1").unwrap();
+
+        sweep_stale_pid_files(dir.path());
+
+        assert!(!dead.exists() && !junk.exists());
+        assert!(live.exists() && other.exists());
     }
 
     #[test]
