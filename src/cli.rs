@@ -52,10 +52,10 @@ Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
 #[command(
     name = "rlun",
     version,
-    about = "Userspace iSCSI initiator: discover targets, inspect LUNs, copy and benchmark them",
+    about = "Userspace iSCSI initiator: discover targets, inspect, copy, benchmark and mount LUNs",
     long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) and works with their LUNs \
                   from user space: discover what a portal offers, inspect a LUN, copy whole LUNs \
-                  to and from files, and benchmark them.",
+                  to and from files, benchmark them, and mount them as files (FUSE).",
     after_help = AFTER_HELP,
     propagate_version = true
 )]
@@ -179,6 +179,47 @@ pub enum Command {
         #[command(flatten)]
         conn: ConnectOpts,
     },
+    /// Mount a target's LUNs as files (FUSE): `lun<N>` for each disk LUN.
+    ///
+    /// Each LUN appears as a regular file named after its number (`lun1`,
+    /// `lun2`…) whose size is the LUN's capacity: dd it, loop-mount it, hand
+    /// it to a VM or a database. A target URL mounts every disk LUN of the
+    /// target, a LUN URL just that LUN; a bare portal is refused (pick a
+    /// target with `rlun discover`). A write-protected LUN, or every LUN with
+    /// --read-only, is a read-only file (EROFS on write).
+    ///
+    /// rlun stays in the foreground until SIGINT/SIGTERM or `rlun umount`,
+    /// then writes back cached data, logs out and unmounts; --daemon detaches
+    /// once the mount is ready. The mount shows in /proc/mounts as
+    /// `rlun:<target-iqn>` of type `fuse.rlun`. fsync/fdatasync flush the LUN
+    /// (SYNCHRONIZE CACHE); fallocate --punch-hole unmaps (or zeroes) and
+    /// --zero-range zeroes blocks on the target.
+    #[command(after_help = MOUNT_AFTER_HELP)]
+    Mount {
+        /// Target URL iscsi://host[:port]/<iqn> (every disk LUN), LUN URL
+        /// iscsi://host[:port]/<iqn>/<lun> (that LUN), or a config-file
+        /// target name.
+        target: String,
+        /// Existing directory to mount on.
+        mountpoint: PathBuf,
+        #[command(flatten)]
+        mount: MountOpts,
+        #[command(flatten)]
+        conn: ConnectOpts,
+    },
+    /// Unmount an rlun mount and wait until its rlun process has written
+    /// back cached data and logged out.
+    Umount {
+        /// Where the LUNs are mounted.
+        mountpoint: PathBuf,
+        /// Detach even while files are open (lazy unmount); rlun serves them
+        /// until they are closed, then exits.
+        #[arg(short, long)]
+        lazy: bool,
+        /// Longest wait for the rlun process to finish.
+        #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
     /// Write the man pages into a directory.
     #[command(hide = true)]
     GenerateMan {
@@ -234,6 +275,79 @@ pub struct BenchCacheOpts {
     /// back (with --cache write-back).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub writeback_delay: Duration,
+}
+
+const MOUNT_AFTER_HELP: &str = "\
+Caching: by default the kernel page cache holds file data (repeated reads
+are served without asking rlun, mmap works); it stays coherent because every
+write goes through this mount, which assumes it is the LUN's only writer.
+--direct-io sends every read and write to rlun at the caller's size instead:
+use it, with --cache none, when other initiators write to the LUN too.
+--cache picks rlun's own cache: none by default with the kernel page cache
+(a second copy would only cost memory and CPU), write-through by default
+with --direct-io (reads cached, writes complete when the target has them);
+write-back makes writes complete in memory: they reach the target within
+--writeback-delay, on fsync, or when the mount ends, and are lost if rlun is
+killed before.
+
+Examples:
+  rlun mount iscsi://10.0.0.5/iqn.2026-11.org.example:store /mnt/store
+  rlun mount --daemon --uid 1000 --mode 0640 store /mnt/store    # config name
+  losetup -f --show /mnt/store/lun1 && mount /dev/loop0 /data
+  rlun umount /mnt/store";
+
+/// Options of `rlun mount`.
+#[derive(Debug, Clone, Args)]
+pub struct MountOpts {
+    /// Owner of the files (default: the user running rlun); another user
+    /// needs --allow-other too.
+    #[arg(long, value_name = "UID")]
+    pub uid: Option<u32>,
+    /// Group of the files (default: the group running rlun).
+    #[arg(long, value_name = "GID")]
+    pub gid: Option<u32>,
+    /// Permission bits of the files, in octal (write bits are dropped for
+    /// read-only LUNs). The kernel enforces them (default_permissions).
+    #[arg(long, value_name = "OCTAL", default_value = "0600", value_parser = parse_mode)]
+    pub mode: u16,
+    /// Let other users (and root) use the mount; non-root users need
+    /// user_allow_other in /etc/fuse.conf.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Refuse writes to every LUN.
+    #[arg(short, long)]
+    pub read_only: bool,
+    /// Bypass the kernel page cache (see below).
+    #[arg(long)]
+    pub direct_io: bool,
+    /// rlun's own cache of LUN data (default: none with the kernel page
+    /// cache, which already caches; write-through with --direct-io).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub cache: Option<CacheChoice>,
+    /// Memory cap of rlun's cache, per LUN.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Read ahead of sequential streams: the kernel's read-ahead window is
+    /// raised to 1 MiB (when rlun may write /sys/class/bdi), and rlun's cache
+    /// reads ahead too. Off: no read-ahead at all.
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On)]
+    pub readahead: OnOff,
+    /// Longest time written data waits in memory with --cache write-back.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub writeback_delay: Duration,
+    /// Detach once the mount is ready (exit 0), or report why it failed.
+    #[arg(short, long)]
+    pub daemon: bool,
+    /// With --daemon: append log messages to this file (default: discarded).
+    #[arg(long, value_name = "PATH", requires = "daemon")]
+    pub log_file: Option<PathBuf>,
+    /// Do not ask fusermount3 to unmount when rlun dies (by default a
+    /// killed rlun leaves no dead mount behind).
+    #[arg(long)]
+    pub no_auto_unmount: bool,
+    /// Threads reading requests from /dev/fuse.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub fuse_threads: u16,
 }
 
 /// Page cache mode for `--cache`.
@@ -356,6 +470,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size {t:?} is too large"))
 }
 
+/// Parse an octal permission mode like `0640` or `640` (at most `7777`).
+pub fn parse_mode(s: &str) -> Result<u16, String> {
+    let t = s.trim();
+    let digits = t.strip_prefix("0o").unwrap_or(t);
+    match u16::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o7777 && !digits.is_empty() => Ok(m),
+        _ => Err(format!(
+            "invalid mode {t:?}: expected octal permission bits like 0640"
+        )),
+    }
+}
+
 /// Parse durations like `10s`, `500ms`, `2m`, `1h`, or plain seconds `10`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
@@ -399,6 +525,16 @@ mod tests {
         assert!(parse_size("k").is_err());
         assert!(parse_size("4x").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn modes_parse_as_octal() {
+        assert_eq!(parse_mode("0640"), Ok(0o640));
+        assert_eq!(parse_mode("600"), Ok(0o600));
+        assert_eq!(parse_mode("0o755"), Ok(0o755));
+        assert!(parse_mode("0980").is_err());
+        assert!(parse_mode("17777").is_err());
+        assert!(parse_mode("").is_err());
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!   Data-In/R2T/Data-Out sequencing). It never touches a socket or a clock.
 //! - [`scsi`]: CDB builders and response/sense parsers (SPC-5, SBC-4).
 //! - [`transport`]: TCP framing on tokio.
+//! - [`device`]: `LunDevice`, byte-addressed cached I/O on a LUN.
+//! - [`fuse`]: the FUSE front end (`rlun mount`): each LUN as a file.
 //! - [`url`] and [`config`]: `iscsi://` URLs and credentials.
 #![forbid(unsafe_code)]
 
@@ -20,6 +22,7 @@ pub mod client;
 pub mod cmd;
 pub mod config;
 pub mod device;
+pub mod fuse;
 pub mod proto;
 pub mod scsi;
 pub mod secret;

@@ -14,6 +14,7 @@ mod bench;
 mod cp;
 mod info;
 mod ls;
+pub mod mount;
 
 use std::path::PathBuf;
 
@@ -52,6 +53,10 @@ pub enum CliError {
     },
     #[error("{0}")]
     Other(String),
+    /// A background process (`rlun mount --daemon`) failed with this message
+    /// and exit code.
+    #[error("{message}")]
+    Child { message: String, code: i32 },
     /// Standard output was closed by its reader: stop quietly.
     #[error("standard output closed")]
     BrokenPipe,
@@ -78,6 +83,7 @@ impl CliError {
             CliError::LocalFile { .. } => exit::LOCAL_FILE,
             CliError::Other(_) => exit::FAILURE,
             CliError::BrokenPipe => exit::OK,
+            CliError::Child { code, .. } => *code,
             CliError::Session(e) => session_code(e),
             CliError::Client(e) => match e {
                 ClientError::Session(s) => session_code(s),
@@ -354,6 +360,17 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             )
             .await
         }
+        Command::Mount {
+            target,
+            mountpoint,
+            mount,
+            conn,
+        } => mount::run(&ctx, &target, &mountpoint, &mount, &conn).await,
+        Command::Umount {
+            mountpoint,
+            lazy,
+            timeout,
+        } => mount::umount(&mountpoint, lazy, timeout).await,
         Command::GenerateMan { dir } => generate_man(&dir),
     }
 }

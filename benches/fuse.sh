@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of the FUSE front end: rlun's `rlun mount` file and
+# libnbd's `nbdfuse` over `qemu-nbd iscsi://` (libiscsi), against the same
+# LUN of one private tgtd, in the same run.
+#
+# Cases, each on both files:
+#   seq read   dd bs=1M of the whole LUN, page cache of the file dropped first
+#   seq write  dd bs=1M of the whole LUN with conv=fdatasync
+#   randread   fio 4 KiB random reads, libaio, O_DIRECT, queue depth 32
+# Prints MiB/s (IOPS for randread) for both and the ratio rlun / nbdfuse.
+#
+# Environment:
+#   BENCH_SECONDS=10           seconds of each fio run
+#   BENCH_FILE_MIB=1024        size of the file LUN (on tmpfs when it fits)
+#   BENCH_ROUNDS=1             repeat every case this often (best kept)
+#   RLUN=target/release/rlun   rlun binary (built when it is the default and missing)
+#   RLUN_MOUNT_ARGS=           extra `rlun mount` options (e.g. --cache none)
+#
+# Needs root (tgtd, fusermount3 mounts), tgt, qemu-utils + qemu-block-extra,
+# libnbd-bin (nbdfuse), fio and fuse3. Compare figures only within one run:
+# the machine is shared and noisy.
+set -euo pipefail
+if [[ "${RLUN:-}" == */* ]]; then RLUN=$(realpath -m -- "$RLUN"); fi
+cd "$(dirname "$0")/.."
+
+SECS=${BENCH_SECONDS:-10}
+FILE_MIB=${BENCH_FILE_MIB:-1024}
+ROUNDS=${BENCH_ROUNDS:-1}
+RLUN_DEFAULT=target/release/rlun
+RLUN=${RLUN:-$RLUN_DEFAULT}
+IQN=iqn.2026-11.org.example:fusebench
+
+die() {
+    echo "fuse.sh: $*" >&2
+    exit 1
+}
+
+for tool in tgtd tgtadm qemu-nbd nbdfuse fio fusermount3 setpriv python3 ss timeout; do
+    command -v "$tool" >/dev/null || die "'$tool' not found: run scripts/install-test-deps.sh"
+done
+[ "$(id -u)" = 0 ] || die "run as root (tgtd and FUSE mounts)"
+if [ ! -x "$RLUN" ]; then
+    [ "$RLUN" = "$RLUN_DEFAULT" ] || die "RLUN=$RLUN is not an executable"
+    echo "building $RLUN_DEFAULT ..." >&2
+    cargo build --release
+fi
+
+work=$(mktemp -d /tmp/rlun-fusebench.XXXXXX)
+tgtd_pid= qemu_pid= nbdfuse_pid=
+cleanup() {
+    fusermount3 -uz "$work/rlun" 2>/dev/null || true
+    fusermount3 -uz "$work/nbd" 2>/dev/null || true
+    for pid in $nbdfuse_pid $qemu_pid $tgtd_pid; do
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$work"
+    [ -z "${lun_file:-}" ] || rm -f "$lun_file"
+}
+trap cleanup EXIT
+
+# --- the file LUN, on tmpfs so that the target side costs no disk I/O ----------
+shm_free_mib=$(df -Pm /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')
+if [ -n "$shm_free_mib" ] && [ "$shm_free_mib" -gt $((FILE_MIB + 512)) ]; then
+    lun_file=$(mktemp /dev/shm/rlun-fusebench-lun.XXXXXX)
+else
+    lun_file=$(mktemp /var/tmp/rlun-fusebench-lun.XXXXXX)
+fi
+echo "filling ${FILE_MIB} MiB file LUN $lun_file ..." >&2
+dd if=/dev/urandom of="$lun_file" bs=1M count="$FILE_MIB" status=none
+
+# --- a private tgtd -------------------------------------------------------------
+port=$(python3 -c '
+import random, socket
+for _ in range(1000):
+    p = random.randint(10000, 32767)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break
+')
+[ -n "$port" ] || die "no free port for tgtd"
+setpriv --pdeathsig KILL tgtd -f -C "$port" --iscsi "portal=127.0.0.1:$port" \
+    >"$work/tgtd.log" 2>&1 </dev/null &
+tgtd_pid=$!
+tgtadm_() { tgtadm -C "$port" --lld iscsi "$@"; }
+for _ in $(seq 100); do
+    kill -0 "$tgtd_pid" 2>/dev/null || die "tgtd exited: $(cat "$work/tgtd.log")"
+    if tgtadm_ --op show --mode sys >/dev/null 2>&1 &&
+        ss -Hltnp "sport = :$port" | grep -q "pid=$tgtd_pid,"; then
+        break
+    fi
+    sleep 0.1
+done
+tgtadm_ --op new --mode target --tid 1 -T "$IQN"
+tgtadm_ --op new --mode logicalunit --tid 1 --lun 1 -b "$lun_file"
+tgtadm_ --op bind --mode target --tid 1 -I ALL
+url="iscsi://127.0.0.1:$port/$IQN/1"
+
+# --- the two files ----------------------------------------------------------------
+mkdir -p "$work/rlun" "$work/nbd"
+# shellcheck disable=SC2086
+"$RLUN" mount --daemon --log-file "$work/rlun.log" ${RLUN_MOUNT_ARGS:-} "$url" "$work/rlun" ||
+    die "rlun mount failed: $(cat "$work/rlun.log" 2>/dev/null)"
+rlun_file="$work/rlun/lun1"
+
+setpriv --pdeathsig KILL qemu-nbd -t -k "$work/nbd.sock" -f raw "$url" \
+    >"$work/qemu-nbd.log" 2>&1 </dev/null &
+qemu_pid=$!
+for _ in $(seq 100); do [ -S "$work/nbd.sock" ] && break; sleep 0.1; done
+[ -S "$work/nbd.sock" ] || die "qemu-nbd did not start: $(cat "$work/qemu-nbd.log")"
+setpriv --pdeathsig KILL nbdfuse "$work/nbd/lun" --unix "$work/nbd.sock" \
+    >"$work/nbdfuse.log" 2>&1 </dev/null &
+nbdfuse_pid=$!
+for _ in $(seq 100); do [ -e "$work/nbd/lun" ] && break; sleep 0.1; done
+[ -e "$work/nbd/lun" ] || die "nbdfuse did not start: $(cat "$work/nbdfuse.log")"
+nbd_file="$work/nbd/lun"
+
+size_r=$(stat -c %s "$rlun_file")
+size_n=$(stat -c %s "$nbd_file")
+[ "$size_r" = "$size_n" ] || die "sizes differ: rlun $size_r, nbdfuse $size_n"
+count=$((size_r / 1048576))
+
+# --- the cases ----------------------------------------------------------------------
+mib_per_s() { # bytes seconds
+    python3 -c "import sys; b, s = map(float, sys.argv[1:]); print(f'{b / s / 2**20:.1f}')" "$1" "$2"
+}
+
+seq_read() { # file -> MiB/s
+    local f=$1 t0 t1
+    # Forget the file's cached pages (POSIX_FADV_DONTNEED) so the read
+    # really goes through the FUSE server.
+    dd if="$f" iflag=nocache count=0 status=none
+    t0=$(date +%s.%N)
+    timeout 600 dd if="$f" of=/dev/null bs=1M count="$count" status=none
+    t1=$(date +%s.%N)
+    mib_per_s "$size_r" "$(python3 -c "print($t1 - $t0)")"
+}
+
+seq_write() { # file -> MiB/s
+    local f=$1 t0 t1
+    t0=$(date +%s.%N)
+    timeout 600 dd if=/dev/zero of="$f" bs=1M count="$count" conv=notrunc,fdatasync status=none
+    t1=$(date +%s.%N)
+    dd if="$f" iflag=nocache count=0 status=none
+    mib_per_s "$size_r" "$(python3 -c "print($t1 - $t0)")"
+}
+
+randread() { # file -> IOPS
+    local f=$1
+    timeout $((SECS + 120)) fio --name=randread --filename="$f" --rw=randread --bs=4k \
+        --ioengine=libaio --direct=1 --iodepth=32 --runtime="$SECS" --time_based \
+        --size="$size_r" --norandommap --group_reporting --output-format=json \
+        >"$work/fio.json" 2>"$work/fio.err" || die "fio on $f failed: $(cat "$work/fio.err")"
+    python3 -c "import json,sys; print(f\"{json.load(open(sys.argv[1]))['jobs'][0]['read']['iops']:.0f}\")" "$work/fio.json"
+}
+
+best() { python3 -c "import sys; print(max(sys.argv[1:], key=float))" "$@"; }
+ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b else 'n/a')" "$1" "$2"; }
+
+printf '\ntgtd on 127.0.0.1:%s, file LUN %s MiB at %s, %s round(s)\n' "$port" "$FILE_MIB" "$lun_file" "$ROUNDS"
+printf 'rlun: %s mount %s\n\n' "$RLUN" "${RLUN_MOUNT_ARGS:-(defaults)}"
+rows=()
+for case in seq_read seq_write randread; do
+    r_all=() n_all=()
+    for _ in $(seq "$ROUNDS"); do
+        echo "running $case (nbdfuse) ..." >&2
+        n_all+=("$($case "$nbd_file")")
+        echo "running $case (rlun) ..." >&2
+        r_all+=("$($case "$rlun_file")")
+    done
+    r=$(best "${r_all[@]}")
+    n=$(best "${n_all[@]}")
+    unit=$([ "$case" = randread ] && echo "IOPS (4k QD32)" || echo "MiB/s (dd bs=1M)")
+    rows+=("$(printf '%-10s %-18s | %10s | %10s | %6s' "$case" "$unit" "$n" "$r" "$(ratio "$r" "$n")")")
+done
+
+header=$(printf '%-10s %-18s | %10s | %10s | %6s' case unit nbdfuse rlun "x")
+echo "$header"
+printf '%s\n' "${header//?/-}"
+printf '%s\n' "${rows[@]}"
+echo
+echo "x = rlun / nbdfuse (higher is better for rlun)."
+"$RLUN" umount "$work/rlun" || die "rlun umount failed"

@@ -1,0 +1,1523 @@
+//! The FUSE front end: each LUN of a target as a regular file.
+//!
+//! `rlun mount` builds a [`LunFs`] (one [`LunFile`] per disk LUN, each
+//! over its own [`LunDevice`]) and hands a [`FuseFs`] adapter to the
+//! `fuser` crate, which mounts it through `fusermount3` (no libfuse link)
+//! and runs the `/dev/fuse` read loop on its own thread.
+//!
+//! # Layout
+//!
+//! The root directory (inode 1) holds one regular file per LUN, named
+//! `lun<N>` after its LUN number (`lun1`, `lun2`…), inode `2 + index`. The
+//! file's size is the LUN's capacity; its owner, group and permission bits
+//! come from the mount options; a write-protected LUN (or `--read-only`)
+//! has no write bits and answers `EROFS` to writes. Nothing can be created,
+//! removed or renamed (`EPERM`).
+//!
+//! # Requests
+//!
+//! The `fuser` thread only decodes a request and spawns it onto the Tokio
+//! runtime; the task does the I/O and sends the reply itself, so requests
+//! run in parallel and no lock is held across network I/O (the device's
+//! own block range locks aside). Reads and writes of up to [`MAX_IO`]
+//! bytes arrive in one request (`max_write`, `max_pages`), reads
+//! asynchronously (`FUSE_ASYNC_READ`), and `O_DIRECT` AIO with
+//! `FUSE_ASYNC_DIO` keeps a whole queue depth in flight.
+//!
+//! | request | what rlun does |
+//! | --- | --- |
+//! | read | [`LunDevice::read_at`], clipped at the end of the LUN |
+//! | write | [`LunDevice::write_at`] (`write_at_fua` for `O_SYNC`/`O_DSYNC` files); a write past the end is short, one at the end gets `ENOSPC` |
+//! | fsync, fdatasync | [`LunDevice::flush`]: dirty pages, then SYNCHRONIZE CACHE (SBC-4 §5.26) |
+//! | fallocate `PUNCH_HOLE\|KEEP_SIZE` | UNMAP (SBC-4 §5.30) when the LUN reports LBPU and LBPRZ (unmapped blocks read as zeros), else — or when the target refuses UNMAP — WRITE SAME of zeros: the range always reads back as zeros, as `fallocate(2)` promises |
+//! | fallocate `ZERO_RANGE` | [`LunDevice::write_zeroes`] (WRITE SAME, SBC-4 §5.50, falling back to writing zeros) |
+//! | fallocate mode 0 / `KEEP_SIZE` | nothing to do inside the LUN (`EFBIG` past its end without `KEEP_SIZE`) |
+//! | truncate, `O_TRUNC` | ignored, as for a block device (`EFBIG` to grow past the LUN) |
+//! | getattr | size from the device; re-reads the capacity first when the session saw a capacity change |
+//! | statfs | the LUNs' total size, nothing free |
+//!
+//! # Caching
+//!
+//! By default files are opened with `FOPEN_KEEP_CACHE`: the kernel page
+//! cache serves repeated reads and mmap works, and it stays coherent
+//! because every write goes through this mount (rlun assumes it is the LUN's
+//! only writer). `--direct-io` opens them with `FOPEN_DIRECT_IO` instead:
+//! every read and write reaches rlun with the caller's own size, which is
+//! what a LUN shared with other initiators needs (together with
+//! `--cache none`). Under either, the [`LunDevice`] cache mode applies;
+//! `rlun mount` defaults to `none` over the page cache (a second copy costs
+//! memory and a copy per read: sequential reads measured about twice as
+//! fast without it) and to `write-through` with `--direct-io`. It also
+//! raises the kernel's read-ahead window on the mount from 128 KiB to 1 MiB
+//! (`/sys/class/bdi/<dev>/read_ahead_kb`), so several 1 MiB reads are in
+//! flight while `dd` reads sequentially.
+//!
+//! # Capacity changes
+//!
+//! The session counts capacity-change reports (UNIT ATTENTION 2A/09).
+//! When a file's getattr sees the count move, it re-reads the capacity
+//! (READ CAPACITY) and, if it changed, swaps in a new [`LunDevice`] of the
+//! new size; the old one is flushed and closed once its last request ends.
+//! The kernel learns the new size at the next getattr ([`ATTR_TTL`]).
+
+use std::ffi::OsStr;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use tracing::{debug, info, trace, warn};
+
+use crate::client::Lun;
+use crate::device::{BackendError, BlockBackend, DeviceConfig, DeviceError, LunDevice};
+
+/// Largest read or write one FUSE request carries (`max_write`, and
+/// `max_pages` for reads).
+pub const MAX_IO: u32 = 1 << 20;
+/// How long the kernel may cache attributes and directory entries.
+pub const ATTR_TTL: Duration = Duration::from_secs(1);
+/// Background requests (read-ahead, async direct I/O) the kernel keeps in
+/// flight before it throttles.
+const MAX_BACKGROUND: u16 = 128;
+
+/// Inode of the first LUN file.
+const FIRST_FILE_INO: u64 = 2;
+
+/// `fallocate(2)` mode bits (linux/falloc.h).
+pub mod falloc {
+    pub const KEEP_SIZE: i32 = 0x01;
+    pub const PUNCH_HOLE: i32 = 0x02;
+    pub const ZERO_RANGE: i32 = 0x10;
+}
+
+/// `open(2)` flags that ask for synchronous writes (asm-generic/fcntl.h:
+/// `O_DSYNC`, and `O_SYNC` = `__O_SYNC | O_DSYNC`).
+const O_DSYNC: i32 = 0o010000;
+
+/// What a LUN file needs from its block device beyond [`BlockBackend`].
+pub trait LunBackend: BlockBackend + Sized {
+    /// A counter that moves when the target reports a capacity change.
+    fn capacity_generation(&self) -> u64;
+    /// The same LUN with its capacity read again.
+    fn reread_capacity(&self) -> impl Future<Output = Result<Self, BackendError>> + Send;
+    /// UNMAP works and unmapped blocks read as zeros (LBPU and LBPRZ of the
+    /// Logical Block Provisioning VPD page, SBC-4 §6.6.4).
+    fn unmap_reads_zeros(&self) -> bool;
+}
+
+impl LunBackend for Lun {
+    fn capacity_generation(&self) -> u64 {
+        self.session().capacity_generation()
+    }
+    fn reread_capacity(&self) -> impl Future<Output = Result<Lun, BackendError>> + Send {
+        let mut lun = self.clone();
+        async move {
+            lun.refresh_capacity().await?;
+            Ok(lun)
+        }
+    }
+    fn unmap_reads_zeros(&self) -> bool {
+        self.provisioning
+            .as_ref()
+            .is_some_and(|p| p.lbpu && p.lbprz & 1 == 1)
+    }
+}
+
+/// How the files look: owner, permissions, caching.
+#[derive(Debug, Clone)]
+pub struct FsOptions {
+    pub uid: u32,
+    pub gid: u32,
+    /// Permission bits of a writable LUN file (write bits are removed for
+    /// read-only ones).
+    pub mode: u16,
+    /// Refuse writes to every LUN.
+    pub read_only: bool,
+    /// Open files with `FOPEN_DIRECT_IO` (bypass the kernel page cache).
+    pub direct_io: bool,
+}
+
+impl Default for FsOptions {
+    fn default() -> FsOptions {
+        FsOptions {
+            uid: 0,
+            gid: 0,
+            mode: 0o600,
+            read_only: false,
+            direct_io: false,
+        }
+    }
+}
+
+/// The file name of LUN `number`.
+pub fn lun_file_name(number: u64) -> String {
+    format!("lun{number}")
+}
+
+/// One LUN shown as a file.
+pub struct LunFile<B: LunBackend> {
+    name: String,
+    number: u64,
+    ino: u64,
+    /// Swapped when the capacity changes; the lock is held only to clone.
+    device: RwLock<Arc<LunDevice<B>>>,
+    seen_generation: AtomicU64,
+    refresh: tokio::sync::Mutex<()>,
+    cfg: DeviceConfig,
+    read_only: bool,
+}
+
+impl<B: LunBackend> LunFile<B> {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+    /// The current device (a new one after a capacity change).
+    pub fn device(&self) -> Arc<LunDevice<B>> {
+        self.device
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+    /// Writes are refused (write-protected LUN or `--read-only`).
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+    pub fn size(&self) -> u64 {
+        self.device().size()
+    }
+}
+
+/// The filesystem: a root directory of LUN files. Its methods do the work
+/// of each request and return an [`Errno`] on failure; [`FuseFs`] wires them
+/// to the kernel.
+pub struct LunFs<B: LunBackend> {
+    files: Vec<LunFile<B>>,
+    opts: FsOptions,
+    mounted_at: SystemTime,
+    /// Set by [`LunFs::shut_down`]: I/O fails with `EIO` from then on.
+    shut: AtomicBool,
+}
+
+/// Errno for a device error ([`DeviceError::to_errno`]).
+fn errno(e: &DeviceError) -> Errno {
+    Errno::from_i32(e.to_errno())
+}
+
+impl<B: LunBackend> LunFs<B> {
+    /// Build the filesystem from `(lun number, backend)` pairs, each given
+    /// a [`LunDevice`] with `cfg`. Must run inside a Tokio runtime.
+    pub fn new(
+        luns: Vec<(u64, B)>,
+        cfg: &DeviceConfig,
+        opts: FsOptions,
+    ) -> Result<LunFs<B>, DeviceError> {
+        let mut files = Vec::with_capacity(luns.len());
+        for (i, (number, backend)) in luns.into_iter().enumerate() {
+            let generation = backend.capacity_generation();
+            let device = LunDevice::new(backend, cfg.clone())?;
+            files.push(LunFile {
+                name: lun_file_name(number),
+                number,
+                ino: FIRST_FILE_INO + i as u64,
+                read_only: opts.read_only || device.read_only(),
+                device: RwLock::new(Arc::new(device)),
+                seen_generation: AtomicU64::new(generation),
+                refresh: tokio::sync::Mutex::new(()),
+                cfg: cfg.clone(),
+            });
+        }
+        Ok(LunFs {
+            files,
+            opts,
+            mounted_at: SystemTime::now(),
+            shut: AtomicBool::new(false),
+        })
+    }
+
+    pub fn files(&self) -> &[LunFile<B>] {
+        &self.files
+    }
+
+    pub fn options(&self) -> &FsOptions {
+        &self.opts
+    }
+
+    /// Every LUN is read-only (the mount can be `ro`).
+    pub fn all_read_only(&self) -> bool {
+        self.files.iter().all(|f| f.read_only)
+    }
+
+    /// The file with inode `ino`.
+    pub fn file(&self, ino: u64) -> Option<&LunFile<B>> {
+        let idx = ino.checked_sub(FIRST_FILE_INO)?;
+        self.files.get(usize::try_from(idx).ok()?)
+    }
+
+    /// The file called `name` in the root directory.
+    pub fn lookup(&self, name: &OsStr) -> Option<&LunFile<B>> {
+        self.files.iter().find(|f| OsStr::new(&f.name) == name)
+    }
+
+    /// Attributes of the root directory.
+    pub fn root_attr(&self) -> FileAttr {
+        // Whoever may read a LUN file may list the directory.
+        let m = self.opts.mode;
+        let perm =
+            0o700 | if m & 0o040 != 0 { 0o050 } else { 0 } | if m & 0o004 != 0 { 0o005 } else { 0 };
+        FileAttr {
+            ino: INodeNo::ROOT,
+            size: 0,
+            blocks: 0,
+            atime: self.mounted_at,
+            mtime: self.mounted_at,
+            ctime: self.mounted_at,
+            crtime: self.mounted_at,
+            kind: FileType::Directory,
+            perm,
+            nlink: 2,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// Attributes of a LUN file: size = capacity, write bits only when
+    /// writable.
+    pub fn file_attr(&self, f: &LunFile<B>) -> FileAttr {
+        let dev = f.device();
+        let mut perm = self.opts.mode & 0o7777;
+        if f.read_only {
+            perm &= !0o222;
+        }
+        FileAttr {
+            ino: INodeNo(f.ino),
+            size: dev.size(),
+            blocks: dev.size().div_ceil(512),
+            atime: self.mounted_at,
+            mtime: self.mounted_at,
+            ctime: self.mounted_at,
+            crtime: self.mounted_at,
+            kind: FileType::RegularFile,
+            perm,
+            nlink: 1,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+            rdev: 0,
+            blksize: dev.page_size().max(dev.block_size()),
+            flags: 0,
+        }
+    }
+
+    /// Open flags for the kernel: direct I/O or keep the page cache, and
+    /// parallel direct writes (the device orders overlapping ones itself).
+    pub fn open_flags(&self) -> FopenFlags {
+        let base = if self.opts.direct_io {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        };
+        base | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+    }
+
+    /// Check an open: writing a read-only LUN is `EROFS`.
+    pub fn check_open(&self, f: &LunFile<B>, flags: OpenFlags) -> Result<(), Errno> {
+        let writes = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        if writes && f.read_only {
+            return Err(Errno::EROFS);
+        }
+        Ok(())
+    }
+
+    /// Refuse every later read, write, fsync and fallocate with `EIO`
+    /// (the mount is going away while files are still open).
+    pub fn shut_down(&self) {
+        self.shut.store(true, Ordering::Release);
+    }
+
+    fn check_open_for_io(&self) -> Result<(), Errno> {
+        if self.shut.load(Ordering::Acquire) {
+            Err(Errno::EIO)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Read up to `size` bytes at `offset` (fewer at the end of the LUN).
+    pub async fn read(&self, f: &LunFile<B>, offset: u64, size: u32) -> Result<Bytes, Errno> {
+        self.check_open_for_io()?;
+        let dev = f.device();
+        let end = dev.size();
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        let len = (size as u64).min(end - offset) as usize;
+        trace!(lun = f.number, offset, len, "read");
+        dev.read_at(offset, len).await.map_err(|e| {
+            debug!(lun = f.number, offset, len, error = %crate::session::error_chain(&e), "read failed");
+            errno(&e)
+        })
+    }
+
+    /// Write `data` at `offset`; returns the bytes written (short at the
+    /// end of the LUN, `ENOSPC` at or past it). `sync` writes with FUA.
+    pub async fn write(
+        &self,
+        f: &LunFile<B>,
+        offset: u64,
+        mut data: Bytes,
+        sync: bool,
+    ) -> Result<u32, Errno> {
+        self.check_open_for_io()?;
+        if f.read_only {
+            return Err(Errno::EROFS);
+        }
+        let dev = f.device();
+        let end = dev.size();
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if offset >= end {
+            return Err(Errno::ENOSPC);
+        }
+        let room = end - offset;
+        if (data.len() as u64) > room {
+            data.truncate(room as usize);
+        }
+        let n = data.len() as u32;
+        trace!(lun = f.number, offset, len = n, sync, "write");
+        let r = if sync {
+            dev.write_at_fua(offset, data).await
+        } else {
+            dev.write_at(offset, data).await
+        };
+        r.map_err(|e| {
+            warn!(lun = f.number, offset, len = n, error = %crate::session::error_chain(&e), "write failed");
+            errno(&e)
+        })?;
+        Ok(n)
+    }
+
+    /// fsync / fdatasync: write back dirty data, then SYNCHRONIZE CACHE.
+    pub async fn fsync(&self, f: &LunFile<B>) -> Result<(), Errno> {
+        self.check_open_for_io()?;
+        f.device().flush().await.map_err(|e| {
+            warn!(lun = f.number, error = %crate::session::error_chain(&e), "fsync failed");
+            errno(&e)
+        })
+    }
+
+    /// `fallocate(2)` with `mode` on `offset..offset+len`; see the module
+    /// docs for what each mode does.
+    pub async fn fallocate(
+        &self,
+        f: &LunFile<B>,
+        offset: u64,
+        len: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
+        use falloc::*;
+        self.check_open_for_io()?;
+        let dev = f.device();
+        let size = dev.size();
+        let keep = mode & KEEP_SIZE != 0;
+        let Some(end) = offset.checked_add(len) else {
+            return Err(Errno::EFBIG);
+        };
+        if end > size && !keep {
+            return Err(Errno::EFBIG);
+        }
+        let op = mode & !KEEP_SIZE;
+        if op != 0 && op != PUNCH_HOLE && op != ZERO_RANGE {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if op == PUNCH_HOLE && !keep {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if op == 0 {
+            // Every block of a LUN is already there to be written.
+            return Ok(());
+        }
+        if f.read_only {
+            return Err(Errno::EROFS);
+        }
+        let end = end.min(size);
+        if offset >= end {
+            return Ok(());
+        }
+        let len = end - offset;
+        let r = if op == PUNCH_HOLE && dev.backend().unmap_reads_zeros() {
+            punch_by_unmap(&dev, offset, len).await
+        } else {
+            dev.write_zeroes(offset, len).await
+        };
+        r.map_err(|e| {
+            warn!(lun = f.number, offset, len, mode, error = %crate::session::error_chain(&e), "fallocate failed");
+            errno(&e)
+        })
+    }
+
+    /// Re-read the capacity when the session reported a change since the
+    /// last look, and swap in a device of the new size. Failures are logged
+    /// and retried at the next call.
+    pub async fn refresh_capacity(&self, f: &LunFile<B>) {
+        let current = f.device().backend().capacity_generation();
+        if current == f.seen_generation.load(Ordering::Acquire) {
+            return;
+        }
+        let _one_at_a_time = f.refresh.lock().await;
+        let old = f.device();
+        let generation = old.backend().capacity_generation();
+        if generation == f.seen_generation.load(Ordering::Acquire) {
+            return;
+        }
+        let backend = match old.backend().reread_capacity().await {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(lun = f.number, error = %crate::session::error_chain(&e), "cannot re-read the capacity");
+                return;
+            }
+        };
+        f.seen_generation.store(generation, Ordering::Release);
+        let (old_size, new_size) = (old.size(), backend.blocks() * backend.block_size() as u64);
+        if old_size == new_size && backend.block_size() == old.block_size() {
+            return;
+        }
+        let device = match LunDevice::new(backend, f.cfg.clone()) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                warn!(lun = f.number, error = %e, "cannot use the new capacity");
+                return;
+            }
+        };
+        info!(
+            lun = f.number,
+            old_size, new_size, "LUN capacity changed; the file follows"
+        );
+        *f.device.write().unwrap_or_else(|e| e.into_inner()) = device;
+        // The old device may still serve requests; flush it after the last.
+        tokio::spawn(retire(old));
+    }
+
+    /// Flush every LUN (dirty write-back data, then SYNCHRONIZE CACHE).
+    /// Returns the first failure after trying all.
+    pub async fn flush_all(&self) -> Result<(), DeviceError> {
+        let mut first = None;
+        for f in &self.files {
+            if f.read_only {
+                continue;
+            }
+            if let Err(e) = f.device().flush().await {
+                warn!(lun = f.number, error = %crate::session::error_chain(&e), "flush failed");
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Bytes written into caches and not yet to the targets.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .map(|f| f.device().stats().dirty_bytes)
+            .sum()
+    }
+}
+
+/// Punch a hole with UNMAP: whole blocks are unmapped (they read as zeros,
+/// LBPRZ), partial blocks at either end are zeroed; a target that refuses
+/// UNMAP gets WRITE SAME of zeros for the whole range instead.
+async fn punch_by_unmap<B: LunBackend>(
+    dev: &LunDevice<B>,
+    offset: u64,
+    len: u64,
+) -> Result<(), DeviceError> {
+    let bs = dev.block_size() as u64;
+    let end = offset + len;
+    let (b0, b1) = (offset.div_ceil(bs) * bs, end / bs * bs);
+    if b0 >= b1 {
+        return dev.write_zeroes(offset, len).await;
+    }
+    match dev.discard(b0, b1 - b0).await {
+        Ok(()) => {}
+        Err(DeviceError::Io { ref source, .. }) if source.is_unsupported() => {
+            debug!("UNMAP refused; punching the hole with zeros");
+            return dev.write_zeroes(offset, len).await;
+        }
+        Err(e) => return Err(e),
+    }
+    if offset < b0 {
+        dev.write_zeroes(offset, b0 - offset).await?;
+    }
+    if b1 < end {
+        dev.write_zeroes(b1, end - b1).await?;
+    }
+    Ok(())
+}
+
+/// Flush and close a device that was replaced, once no request uses it.
+async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>) {
+    loop {
+        match Arc::try_unwrap(old) {
+            Ok(dev) => {
+                if let Err(e) = dev.close().await {
+                    warn!(error = %crate::session::error_chain(&e), "flushing the replaced device failed");
+                }
+                return;
+            }
+            Err(still_used) => {
+                old = still_used;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// The `fuser` adapter: decodes requests, spawns the work of each onto the
+/// Tokio runtime and replies from the task.
+pub struct FuseFs<B: LunBackend> {
+    fs: Arc<LunFs<B>>,
+    rt: tokio::runtime::Handle,
+}
+
+impl<B: LunBackend> FuseFs<B> {
+    pub fn new(fs: Arc<LunFs<B>>, rt: tokio::runtime::Handle) -> FuseFs<B> {
+        FuseFs { fs, rt }
+    }
+
+    /// Run `work` on the runtime with the file of `ino`; `ENOENT` (or
+    /// `EISDIR` for the root) when there is no such file.
+    fn with_file<R, F, Fut>(&self, ino: INodeNo, reply: R, fail: fn(R, Errno), work: F)
+    where
+        R: Send + 'static,
+        F: FnOnce(Arc<LunFs<B>>, usize, R) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        if ino == INodeNo::ROOT {
+            return fail(reply, Errno::EISDIR);
+        }
+        let Some(idx) = ino
+            .0
+            .checked_sub(FIRST_FILE_INO)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| i < self.fs.files.len())
+        else {
+            return fail(reply, Errno::ENOENT);
+        };
+        self.rt.spawn(work(self.fs.clone(), idx, reply));
+    }
+}
+
+impl<B: LunBackend> Filesystem for FuseFs<B> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(nearest) = config.set_max_write(MAX_IO) {
+            let _ = config.set_max_write(nearest);
+        }
+        if let Err(nearest) = config.set_max_readahead(MAX_IO) {
+            let _ = config.set_max_readahead(nearest);
+        }
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
+        // Async direct I/O: AIO on O_DIRECT keeps its queue depth in flight.
+        let wanted = InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_ASYNC_READ;
+        let supported = config.capabilities() & wanted;
+        if config.add_capabilities(supported).is_err() {
+            debug!("kernel refused FUSE capabilities {supported:?}");
+        }
+        debug!(kernel_abi = %config.kernel_abi(), "FUSE connection initialised");
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if parent != INodeNo::ROOT {
+            return reply.error(Errno::ENOTDIR);
+        }
+        match self.fs.lookup(name) {
+            Some(f) => reply.entry(&ATTR_TTL, &self.fs.file_attr(f), Generation(0)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino == INodeNo::ROOT {
+            return reply.attr(&ATTR_TTL, &self.fs.root_attr());
+        }
+        self.with_file(ino, reply, ReplyAttr::error, |fs, idx, reply| async move {
+            let f = &fs.files[idx];
+            fs.refresh_capacity(f).await;
+            reply.attr(&ATTR_TTL, &fs.file_attr(f));
+        });
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        if mode.is_some() || uid.is_some() || gid.is_some() {
+            // Owner and mode come from the mount options.
+            return reply.error(Errno::EPERM);
+        }
+        if ino == INodeNo::ROOT {
+            return reply.attr(&ATTR_TTL, &self.fs.root_attr());
+        }
+        let Some(f) = self.fs.file(ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        match size {
+            Some(_) if f.read_only => reply.error(Errno::EROFS),
+            // Like a block device: truncation is ignored, growth impossible.
+            Some(s) if s > f.size() => reply.error(Errno::EFBIG),
+            _ => reply.attr(&ATTR_TTL, &self.fs.file_attr(f)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if ino == INodeNo::ROOT {
+            return reply.error(Errno::EISDIR);
+        }
+        let Some(f) = self.fs.file(ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        match self.fs.check_open(f, flags) {
+            Ok(()) => reply.opened(FileHandle(0), self.fs.open_flags()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.with_file(
+            ino,
+            reply,
+            ReplyData::error,
+            move |fs, idx, reply| async move {
+                match fs.read(&fs.files[idx], offset, size).await {
+                    Ok(data) => reply.data(&data),
+                    Err(e) => reply.error(e),
+                }
+            },
+        );
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // The request buffer is reused by the next request: one copy.
+        let data = Bytes::copy_from_slice(data);
+        let sync = flags.0 & O_DSYNC != 0;
+        self.with_file(
+            ino,
+            reply,
+            ReplyWrite::error,
+            move |fs, idx, reply| async move {
+                match fs.write(&fs.files[idx], offset, data, sync).await {
+                    Ok(n) => reply.written(n),
+                    Err(e) => reply.error(e),
+                }
+            },
+        );
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(2): durability is fsync's job (and unmount's), as for a
+        // block device.
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.with_file(ino, reply, ReplyEmpty::error, |fs, idx, reply| async move {
+            match fs.fsync(&fs.files[idx]).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if ino == INodeNo::ROOT {
+            reply.opened(FileHandle(0), FopenFlags::empty());
+        } else {
+            reply.error(Errno::ENOTDIR);
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        if ino != INodeNo::ROOT {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let mut entries: Vec<(INodeNo, FileType, &str)> = vec![
+            (INodeNo::ROOT, FileType::Directory, "."),
+            (INodeNo::ROOT, FileType::Directory, ".."),
+        ];
+        for f in &self.fs.files {
+            entries.push((INodeNo(f.ino), FileType::RegularFile, &f.name));
+        }
+        for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
+            if reply.add(ino, i as u64 + 1, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        const BSIZE: u64 = 4096;
+        let total: u64 = self.fs.files.iter().map(|f| f.size()).sum();
+        let files = self.fs.files.len() as u64;
+        reply.statfs(
+            total.div_ceil(BSIZE),
+            0,
+            0,
+            files + 1,
+            0,
+            BSIZE as u32,
+            255,
+            BSIZE as u32,
+        );
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.with_file(
+            ino,
+            reply,
+            ReplyEmpty::error,
+            move |fs, idx, reply| async move {
+                match fs.fallocate(&fs.files[idx], offset, length, mode).await {
+                    Ok(()) => reply.ok(),
+                    Err(e) => reply.error(e),
+                }
+            },
+        );
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(Errno::EPERM);
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EPERM);
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EPERM);
+    }
+
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EPERM);
+    }
+
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EPERM);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EPERM);
+    }
+
+    // The rest: answered quietly (fuser's defaults log a warning each time).
+    // ENOSYS tells the kernel not to ask again where it can remember that.
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _link_name: &OsStr,
+        _target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EPERM);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EPERM);
+    }
+
+    fn readlink(&self, _req: &Request, _ino: INodeNo, reply: ReplyData) {
+        reply.error(Errno::EINVAL);
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: i64,
+        _whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // The kernel's generic lseek: SEEK_DATA/SEEK_HOLE see one extent.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // The kernel falls back to reads and writes.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+}
+
+/// One line of `/proc/self/mountinfo` (proc(5)), the fields rlun uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// `major:minor` of the filesystem (for FUSE, minor = connection number).
+    pub major: u32,
+    pub minor: u32,
+    /// The mount point, with `\040`-style escapes decoded.
+    pub mount_point: String,
+    /// Filesystem type, e.g. `fuse.rlun`.
+    pub fstype: String,
+    /// Mount source, e.g. `rlun:iqn.2026-11.org.example:disk1`.
+    pub source: String,
+}
+
+/// Decode the octal escapes (`\040` for space…) the kernel uses in mountinfo.
+fn unescape_mount_field(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .map(|d| d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0')));
+        match octal {
+            Some(v) if v <= 0xff => {
+                out.push(v as u8);
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parse one mountinfo line: `id parent major:minor root mountpoint
+/// options [optional fields...] - fstype source superoptions`.
+pub fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
+    let (left, right) = line.split_once(" - ")?;
+    let l: Vec<&str> = left.split(' ').collect();
+    let r: Vec<&str> = right.split(' ').collect();
+    let (major, minor) = l.get(2)?.split_once(':')?;
+    Some(MountEntry {
+        major: major.parse().ok()?,
+        minor: minor.parse().ok()?,
+        mount_point: unescape_mount_field(l.get(4)?),
+        fstype: (*r.first()?).to_string(),
+        source: unescape_mount_field(r.get(1)?),
+    })
+}
+
+/// The last (topmost) mount at `path` in mountinfo text.
+pub fn find_mount(mountinfo: &str, path: &str) -> Option<MountEntry> {
+    mountinfo
+        .lines()
+        .filter_map(parse_mountinfo_line)
+        .rfind(|m| m.mount_point == path)
+}
+
+/// Whether a mount entry is one of rlun's FUSE mounts.
+pub fn is_rlun_mount(m: &MountEntry) -> bool {
+    m.fstype == "fuse.rlun" || (m.fstype.starts_with("fuse") && m.source.starts_with("rlun:"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{CacheMode, MemBackend};
+    use std::sync::Mutex;
+
+    /// A [`MemBackend`] that can pretend to be resized and can claim
+    /// LBPRZ, for the parts of [`LunBackend`] a real LUN has.
+    #[derive(Clone)]
+    struct TestLun {
+        mem: Arc<MemBackend>,
+        generation: Arc<AtomicU64>,
+        resized: Arc<Mutex<Option<Arc<MemBackend>>>>,
+        lbprz: bool,
+    }
+
+    impl TestLun {
+        fn new(mem: MemBackend) -> TestLun {
+            TestLun {
+                mem: Arc::new(mem),
+                generation: Arc::new(AtomicU64::new(0)),
+                resized: Arc::new(Mutex::new(None)),
+                lbprz: false,
+            }
+        }
+    }
+
+    impl BlockBackend for TestLun {
+        fn block_size(&self) -> u32 {
+            self.mem.block_size()
+        }
+        fn blocks(&self) -> u64 {
+            self.mem.blocks()
+        }
+        fn read_only(&self) -> bool {
+            BlockBackend::read_only(&*self.mem)
+        }
+        fn max_transfer_bytes(&self) -> u64 {
+            self.mem.max_transfer_bytes()
+        }
+        fn read_blocks(
+            &self,
+            lba: u64,
+            blocks: u32,
+        ) -> impl Future<Output = Result<Bytes, BackendError>> + Send {
+            self.mem.read_blocks(lba, blocks)
+        }
+        fn write_blocks(
+            &self,
+            lba: u64,
+            data: Bytes,
+            fua: bool,
+        ) -> impl Future<Output = Result<(), BackendError>> + Send {
+            self.mem.write_blocks(lba, data, fua)
+        }
+        fn flush(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
+            self.mem.flush()
+        }
+        fn unmap(
+            &self,
+            lba: u64,
+            blocks: u64,
+        ) -> impl Future<Output = Result<(), BackendError>> + Send {
+            self.mem.unmap(lba, blocks)
+        }
+        fn write_zeroes(
+            &self,
+            lba: u64,
+            blocks: u64,
+            unmap: bool,
+        ) -> impl Future<Output = Result<(), BackendError>> + Send {
+            self.mem.write_zeroes(lba, blocks, unmap)
+        }
+    }
+
+    impl LunBackend for TestLun {
+        fn capacity_generation(&self) -> u64 {
+            self.generation.load(Ordering::SeqCst)
+        }
+        fn reread_capacity(&self) -> impl Future<Output = Result<TestLun, BackendError>> + Send {
+            let mut next = self.clone();
+            if let Some(m) = self.resized.lock().unwrap().clone() {
+                next.mem = m;
+            }
+            async move { Ok(next) }
+        }
+        fn unmap_reads_zeros(&self) -> bool {
+            self.lbprz
+        }
+    }
+
+    const MIB: usize = 1 << 20;
+
+    fn data(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + i / 511) as u8).collect()
+    }
+
+    fn fs_with(luns: Vec<(u64, TestLun)>, mode: CacheMode, opts: FsOptions) -> LunFs<TestLun> {
+        let cfg = DeviceConfig {
+            mode,
+            cache_size: 16 << 20,
+            ..DeviceConfig::default()
+        };
+        LunFs::new(luns, &cfg, opts).expect("filesystem")
+    }
+
+    fn one_lun(mem: MemBackend) -> (LunFs<TestLun>, TestLun) {
+        let lun = TestLun::new(mem);
+        (
+            fs_with(
+                vec![(3, lun.clone())],
+                CacheMode::WriteThrough,
+                FsOptions::default(),
+            ),
+            lun,
+        )
+    }
+
+    #[tokio::test]
+    async fn luns_are_files_named_by_number_with_capacity_as_size() {
+        let fs = fs_with(
+            vec![
+                (1, TestLun::new(MemBackend::new(512, 2048))),
+                (7, TestLun::new(MemBackend::new(4096, 16))),
+            ],
+            CacheMode::None,
+            FsOptions {
+                uid: 1000,
+                gid: 100,
+                mode: 0o640,
+                ..FsOptions::default()
+            },
+        );
+
+        let f = fs.lookup(OsStr::new("lun7")).expect("lun7 exists");
+        let attr = fs.file_attr(f);
+
+        assert_eq!(f.ino(), 3);
+        assert_eq!(attr.size, 16 * 4096);
+        assert_eq!(attr.blocks, 16 * 4096 / 512);
+        assert_eq!(attr.perm, 0o640);
+        assert_eq!((attr.uid, attr.gid), (1000, 100));
+        assert_eq!(attr.kind, FileType::RegularFile);
+        assert!(fs.lookup(OsStr::new("lun2")).is_none());
+        assert_eq!(fs.file(2).map(|f| f.name()), Some("lun1"));
+        assert!(fs.file(4).is_none() && fs.file(1).is_none() && fs.file(0).is_none());
+    }
+
+    #[tokio::test]
+    async fn read_only_lun_has_no_write_bits_and_refuses_writes_with_erofs() {
+        let (fs, _) = one_lun(MemBackend::new(512, 64).read_only(true));
+        let f = &fs.files()[0];
+
+        let attr = fs.file_attr(f);
+        let open_rw = fs.check_open(f, OpenFlags(0o2));
+        let write = fs.write(f, 0, Bytes::from_static(b"x"), false).await;
+        let punch = fs
+            .fallocate(f, 0, 512, falloc::PUNCH_HOLE | falloc::KEEP_SIZE)
+            .await;
+
+        assert_eq!(attr.perm, 0o400);
+        assert_eq!(open_rw, Err(Errno::EROFS));
+        assert_eq!(fs.check_open(f, OpenFlags(0)), Ok(()));
+        assert_eq!(write, Err(Errno::EROFS));
+        assert_eq!(punch, Err(Errno::EROFS));
+        assert!(fs.all_read_only());
+    }
+
+    #[tokio::test]
+    async fn read_only_option_makes_a_writable_lun_read_only() {
+        let lun = TestLun::new(MemBackend::new(512, 64));
+        let fs = fs_with(
+            vec![(1, lun)],
+            CacheMode::None,
+            FsOptions {
+                read_only: true,
+                mode: 0o666,
+                ..FsOptions::default()
+            },
+        );
+
+        let f = &fs.files()[0];
+
+        assert_eq!(fs.file_attr(f).perm, 0o444);
+        assert_eq!(
+            fs.write(f, 0, Bytes::from_static(b"x"), false).await,
+            Err(Errno::EROFS)
+        );
+    }
+
+    #[tokio::test]
+    async fn reads_are_clipped_at_the_end_of_the_lun() {
+        let bytes = data(64 * 512);
+        let (fs, _) = one_lun(MemBackend::from_data(512, bytes.clone()));
+        let f = &fs.files()[0];
+
+        let tail = fs.read(f, 64 * 512 - 100, 4096).await.expect("read");
+        let past = fs.read(f, 64 * 512, 4096).await.expect("read at end");
+
+        assert_eq!(&tail[..], &bytes[64 * 512 - 100..]);
+        assert!(past.is_empty());
+    }
+
+    #[tokio::test]
+    async fn unaligned_write_lands_and_reads_back() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 4096));
+        let f = &fs.files()[0];
+        let payload = data(MIB + 3);
+
+        let n = fs
+            .write(f, 1001, Bytes::from(payload.clone()), false)
+            .await
+            .expect("write");
+        let back = fs.read(f, 1001, (MIB + 3) as u32).await.expect("read");
+
+        assert_eq!(n as usize, MIB + 3);
+        assert_eq!(&back[..], &payload[..]);
+        assert_eq!(lun.mem.bytes_at(1001, MIB + 3), payload);
+    }
+
+    #[tokio::test]
+    async fn write_across_the_end_is_short_and_at_the_end_is_enospc() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 8));
+        let f = &fs.files()[0];
+
+        let short = fs.write(f, 4000, Bytes::from(vec![9u8; 200]), false).await;
+        let at_end = fs.write(f, 4096, Bytes::from(vec![9u8; 1]), false).await;
+
+        assert_eq!(short, Ok(96));
+        assert_eq!(lun.mem.bytes_at(4000, 96), vec![9u8; 96]);
+        assert_eq!(at_end, Err(Errno::ENOSPC));
+    }
+
+    #[tokio::test]
+    async fn sync_writes_use_fua_and_fsync_sends_synchronize_cache() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 64));
+        let f = &fs.files()[0];
+
+        fs.write(f, 0, Bytes::from(vec![1u8; 512]), true)
+            .await
+            .expect("write");
+        fs.fsync(f).await.expect("fsync");
+
+        let log = lun.mem.log();
+        assert!(
+            log.iter()
+                .any(|c| c.op == crate::device::MemOp::Write && c.fua),
+            "FUA write in {log:?}"
+        );
+        assert_eq!(lun.mem.counts().flushes, 1);
+    }
+
+    #[tokio::test]
+    async fn write_back_data_reaches_the_lun_on_fsync() {
+        let lun = TestLun::new(MemBackend::new(512, 256));
+        let fs = fs_with(
+            vec![(1, lun.clone())],
+            CacheMode::WriteBack,
+            FsOptions::default(),
+        );
+        let f = &fs.files()[0];
+
+        fs.write(f, 512, Bytes::from(vec![5u8; 4096]), false)
+            .await
+            .expect("write");
+        let before = lun.mem.bytes_at(512, 4096);
+        fs.fsync(f).await.expect("fsync");
+
+        assert_ne!(before, vec![5u8; 4096], "write-back kept it in memory");
+        assert_eq!(lun.mem.bytes_at(512, 4096), vec![5u8; 4096]);
+    }
+
+    #[tokio::test]
+    async fn punch_hole_without_lbprz_writes_zeros_over_unaligned_range() {
+        let (fs, lun) = one_lun(MemBackend::from_data(512, vec![0xAA; 64 * 512]));
+        let f = &fs.files()[0];
+
+        fs.fallocate(f, 300, 2000, falloc::PUNCH_HOLE | falloc::KEEP_SIZE)
+            .await
+            .expect("punch");
+
+        assert_eq!(lun.mem.bytes_at(300, 2000), vec![0u8; 2000]);
+        assert_eq!(lun.mem.bytes_at(299, 1), vec![0xAA]);
+        assert_eq!(lun.mem.bytes_at(2300, 1), vec![0xAA]);
+        assert_eq!(lun.mem.counts().unmaps, 0);
+        assert!(lun.mem.counts().write_zeroes >= 1);
+        assert_eq!(&fs.read(f, 300, 2000).await.unwrap()[..], &[0u8; 2000][..]);
+    }
+
+    #[tokio::test]
+    async fn punch_hole_with_lbprz_unmaps_whole_blocks_and_zeroes_the_edges() {
+        let mut lun = TestLun::new(MemBackend::from_data(512, vec![0xAA; 64 * 512]));
+        lun.lbprz = true;
+        let fs = fs_with(
+            vec![(1, lun.clone())],
+            CacheMode::WriteThrough,
+            FsOptions::default(),
+        );
+        let f = &fs.files()[0];
+
+        fs.fallocate(f, 300, 2000, falloc::PUNCH_HOLE | falloc::KEEP_SIZE)
+            .await
+            .expect("punch");
+
+        assert_eq!(lun.mem.bytes_at(300, 2000), vec![0u8; 2000]);
+        assert_eq!(lun.mem.bytes_at(299, 1), vec![0xAA]);
+        assert_eq!(lun.mem.bytes_at(2300, 1), vec![0xAA]);
+        assert_eq!(lun.mem.counts().unmaps, 1, "blocks 1..4 unmapped");
+    }
+
+    #[tokio::test]
+    async fn zero_range_and_keep_size_clip_at_the_end() {
+        let (fs, lun) = one_lun(MemBackend::from_data(512, vec![0xAA; 8 * 512]));
+        let f = &fs.files()[0];
+
+        let past_end = fs.fallocate(f, 4000, 1000, falloc::ZERO_RANGE).await;
+        fs.fallocate(f, 4000, 1000, falloc::ZERO_RANGE | falloc::KEEP_SIZE)
+            .await
+            .expect("zero range");
+
+        assert_eq!(past_end, Err(Errno::EFBIG));
+        assert_eq!(lun.mem.bytes_at(4000, 96), vec![0u8; 96]);
+        assert_eq!(lun.mem.bytes_at(3999, 1), vec![0xAA]);
+    }
+
+    #[tokio::test]
+    async fn other_fallocate_modes_are_refused_and_plain_allocation_is_a_no_op() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 8));
+        let f = &fs.files()[0];
+        const COLLAPSE_RANGE: i32 = 0x08;
+
+        assert_eq!(fs.fallocate(f, 0, 4096, 0).await, Ok(()));
+        assert_eq!(fs.fallocate(f, 0, 8192, 0).await, Err(Errno::EFBIG));
+        assert_eq!(
+            fs.fallocate(f, 0, 512, COLLAPSE_RANGE).await,
+            Err(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(
+            fs.fallocate(f, 0, 512, falloc::PUNCH_HOLE).await,
+            Err(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(lun.mem.counts().writes, 0);
+    }
+
+    #[tokio::test]
+    async fn capacity_change_is_picked_up_on_refresh() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 64));
+        let f = &fs.files()[0];
+        *lun.resized.lock().unwrap() = Some(Arc::new(MemBackend::new(512, 128)));
+
+        fs.refresh_capacity(f).await;
+        let unchanged = fs.file_attr(f).size;
+        lun.generation.fetch_add(1, Ordering::SeqCst);
+        fs.refresh_capacity(f).await;
+
+        assert_eq!(unchanged, 64 * 512, "no report, no re-read");
+        assert_eq!(fs.file_attr(f).size, 128 * 512);
+        fs.write(f, 100 * 512, Bytes::from(vec![3u8; 512]), false)
+            .await
+            .expect("write in the new space");
+    }
+
+    #[tokio::test]
+    async fn after_shut_down_io_fails_with_eio_but_data_written_before_stays() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 64));
+        let f = &fs.files()[0];
+        fs.write(f, 0, Bytes::from(vec![7u8; 512]), false)
+            .await
+            .expect("write");
+
+        fs.shut_down();
+
+        assert_eq!(fs.read(f, 0, 512).await, Err(Errno::EIO));
+        assert_eq!(
+            fs.write(f, 0, Bytes::from(vec![1u8; 512]), false).await,
+            Err(Errno::EIO)
+        );
+        assert_eq!(fs.fsync(f).await, Err(Errno::EIO));
+        assert!(fs.flush_all().await.is_ok());
+        assert_eq!(lun.mem.bytes_at(0, 512), vec![7u8; 512]);
+    }
+
+    #[tokio::test]
+    async fn device_errors_map_to_errno() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 64));
+        let f = &fs.files()[0];
+        lun.mem.fail_next(crate::device::MemOp::Read, 1, 5);
+
+        assert_eq!(fs.read(f, 0, 512).await, Err(Errno::EIO));
+    }
+
+    #[test]
+    fn mountinfo_lines_parse_with_optional_fields_and_escapes() {
+        let text = "\
+22 1 0:21 / /proc rw,nosuid - proc proc rw
+98 22 0:55 / /tmp/my\\040mnt rw,nosuid,nodev shared:5 master:1 - fuse.rlun rlun:iqn.2026-11.org.example:disk1 rw,user_id=0,group_id=0
+";
+        let m = find_mount(text, "/tmp/my mnt").expect("found");
+
+        assert_eq!((m.major, m.minor), (0, 55));
+        assert_eq!(m.fstype, "fuse.rlun");
+        assert_eq!(m.source, "rlun:iqn.2026-11.org.example:disk1");
+        assert!(is_rlun_mount(&m));
+        assert!(!is_rlun_mount(&find_mount(text, "/proc").unwrap()));
+        assert!(find_mount(text, "/nowhere").is_none());
+        assert!(parse_mountinfo_line("garbage").is_none());
+    }
+}
