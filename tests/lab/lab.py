@@ -47,6 +47,7 @@ SELFTEST_SCENARIO = "selftest-fail"
 COMPARE_SCENARIO = "compare"
 
 STATUSES = ("PASS", "FAIL", "SKIP")
+KEEP_RUNS = 10  # result directories kept under .lab-out/
 
 
 # --- scenarios ----------------------------------------------------------------
@@ -178,13 +179,16 @@ def say(msg: str) -> None:
 
 def install() -> Path:
     """Run install.sh; return the vng path it reports."""
-    proc = subprocess.run(
-        [str(LAB_DIR / "install.sh")],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        text=True,
-        timeout=1200,
-    )
+    try:
+        proc = subprocess.run(
+            [str(LAB_DIR / "install.sh")],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=1200,
+        )
+    except subprocess.TimeoutExpired:
+        raise SystemExit("lab: install timed out after 1200s (tests/lab/install.sh)") from None
     if proc.returncode != 0:
         raise SystemExit(f"lab: install failed (tests/lab/install.sh exit {proc.returncode})")
     for line in proc.stdout.splitlines():
@@ -216,19 +220,36 @@ def find_kernel() -> tuple[Path, str]:
 
 
 def find_rlun(explicit: str | None, prefer_release: bool) -> Path:
+    """The rlun binary the VM runs (the VM sees the host's files).
+
+    Default: target/debug/rlun, brought up to date with `cargo build` (a no-op
+    after `cargo test`); with prefer_release (the comparison), an existing
+    target/release/rlun."""
     if explicit:
         p = Path(explicit).resolve()
         if not os.access(p, os.X_OK):
             raise SystemExit(f"lab: rlun binary {p} is not executable")
         return p
-    debug = REPO / "target" / "debug" / "rlun"
     release = REPO / "target" / "release" / "rlun"
     if prefer_release and release.exists():
         return release
-    if not debug.exists():
-        say("lab: building target/debug/rlun (cargo build)")
-        subprocess.run(["cargo", "build", "--bin", "rlun"], cwd=REPO, check=True)
-    return debug
+    if prefer_release:
+        say(
+            "lab: note: no target/release/rlun, comparing with the debug build "
+            "(cargo build --release for figures worth quoting)"
+        )
+    say("lab: cargo build --bin rlun")
+    try:
+        subprocess.run(
+            ["cargo", "build", "--quiet", "--bin", "rlun"],
+            cwd=REPO,
+            check=True,
+            stdin=subprocess.DEVNULL,
+            timeout=3600,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        raise SystemExit(f"lab: cargo build --bin rlun failed: {e}") from None
+    return REPO / "target" / "debug" / "rlun"
 
 
 # --- the VM ---------------------------------------------------------------------
@@ -402,6 +423,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     if not args.out:
+        # Keep the newest runs only (each is a few hundred KB of logs).
+        runs = sorted(p for p in (REPO / ".lab-out").glob("2*-*") if p.is_dir() and p != out)
+        for old in runs[:-KEEP_RUNS]:
+            shutil.rmtree(old, ignore_errors=True)
         latest = REPO / ".lab-out" / "latest"
         if latest.is_symlink() or latest.exists():
             latest.unlink()
