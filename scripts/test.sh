@@ -2,7 +2,7 @@
 # rlun's test command: the one the README names and CI runs (through .ci/run).
 #
 #   scripts/test.sh              install test deps, lint, build, run all tests
-#   RLUN_SKIP_LAB=1 scripts/test.sh   (once the VM lab exists) skip it
+#   RLUN_SKIP_LAB=1 scripts/test.sh   the same without the VM lab (tests/lab)
 #
 # Exits non-zero on the first failure.
 set -euo pipefail
@@ -34,7 +34,22 @@ step "cargo test"
 cargo test --all-targets
 cargo test --doc
 
-# VM lab (kernel paths: iSER over soft-RoCE to LIO, kernel nbd) goes here,
-# skipped when RLUN_SKIP_LAB=1.
+# VM lab (tests/lab): the kernel paths the host kernel lacks (soft-RoCE, LIO
+# iSCSI/iSER target, kernel nbd, open-iscsi) in one small VM, one boot for all
+# scenarios. RLUN_SKIP_LAB=1 skips it for quick local loops. In CI (or with
+# RLUN_LAB_SELFTEST=1) a self-test then proves that a broken scenario and a
+# VM that does not boot fail the run.
+step "VM lab runner unit tests"
+python3 -m unittest discover -s tests/lab -p 'test_*.py'
+if [ "${RLUN_SKIP_LAB:-}" = 1 ]; then
+    step "VM lab: skipped (RLUN_SKIP_LAB=1)"
+else
+    step "VM lab (tests/lab/lab.py)"
+    python3 tests/lab/lab.py
+    if [ "${CI:-}" = "true" ] || [ "${RLUN_LAB_SELFTEST:-}" = 1 ]; then
+        step "VM lab self-test: a broken scenario and a failed boot must fail the run"
+        tests/lab/selftest.sh
+    fi
+fi
 
 step "all tests passed"
