@@ -272,10 +272,10 @@ fn device_io_survives_tgtd_killed_and_restarted() {
     let tgtd = std::sync::Mutex::new(tgtd);
     let new_data = pattern_bytes(32, 0, SIZE as usize);
     run(async {
+        let port = tgtd.lock().unwrap().port();
         let (target, lun) = {
-            let t = tgtd.lock().unwrap();
             let mut cfg =
-                SessionConfig::new("127.0.0.1", t.port(), "iqn.2026-11.org.example:device-test");
+                SessionConfig::new("127.0.0.1", port, "iqn.2026-11.org.example:device-test");
             cfg.target_name = Some(IQN.to_string());
             cfg.nop_interval = Some(Duration::from_secs(1));
             cfg.nop_timeout = Duration::from_secs(2);
