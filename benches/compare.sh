@@ -43,11 +43,8 @@ for tool in tgtd tgtadm iscsi-perf /usr/bin/time timeout setpriv python3 ss; do
     command -v "$tool" >/dev/null || die "'$tool' not found: run scripts/install-test-deps.sh"
 done
 
-if [ "$SKIP_RLUN" != 1 ] && [ ! -x "$RLUN" ]; then
-    [ "$RLUN" = "$RLUN_DEFAULT" ] || die "RLUN=$RLUN is not an executable"
-    echo "building $RLUN_DEFAULT ..." >&2
-    cargo build --release
-fi
+source benches/lib.sh
+[ "$SKIP_RLUN" = 1 ] || bench_build_rlun
 
 work=$(mktemp -d /tmp/rlun-bench.XXXXXX)
 tgtd_pid=
@@ -61,45 +58,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# --- the file LUN ------------------------------------------------------------
-shm_free_mib=$(df -Pm /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')
-if [ -n "$shm_free_mib" ] && [ "$shm_free_mib" -gt $((FILE_MIB + 512)) ]; then
-    lun_file=$(mktemp /dev/shm/rlun-bench-lun.XXXXXX)
-else
-    lun_file=$(mktemp /var/tmp/rlun-bench-lun.XXXXXX)
-fi
-echo "filling ${FILE_MIB} MiB file LUN $lun_file ..." >&2
-dd if=/dev/urandom of="$lun_file" bs=1M count="$FILE_MIB" status=none
+bench_file_lun rlun-bench "$FILE_MIB"
 
-# --- a private tgtd: one free number as control port and portal port ----------
-port=$(python3 -c '
-import random, socket
-for _ in range(1000):
-    p = random.randint(10000, 32767)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    break
-')
-[ -n "$port" ] || die "no free port for tgtd"
-setpriv --pdeathsig KILL tgtd -f -C "$port" --iscsi "portal=127.0.0.1:$port" \
-    >"$work/tgtd.log" 2>&1 </dev/null &
-tgtd_pid=$!
-tgtadm_() { tgtadm -C "$port" --lld iscsi "$@"; }
-for _ in $(seq 100); do
-    kill -0 "$tgtd_pid" 2>/dev/null || die "tgtd exited: $(cat "$work/tgtd.log")"
-    if tgtadm_ --op show --mode sys >/dev/null 2>&1 &&
-        ss -Hltnp "sport = :$port" | grep -q "pid=$tgtd_pid,"; then
-        break
-    fi
-    sleep 0.1
-done
-ss -Hltnp "sport = :$port" | grep -q "pid=$tgtd_pid," || die "tgtd did not start: $(cat "$work/tgtd.log")"
+bench_start_tgtd "$work"
 tgtadm_ --op new --mode target --tid 1 -T "$IQN"
 tgtadm_ --op new --mode logicalunit --tid 1 --lun 1 --bstype null -b /dev/null
 tgtadm_ --op new --mode logicalunit --tid 1 --lun 2 -b "$lun_file"

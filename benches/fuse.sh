@@ -39,11 +39,8 @@ for tool in tgtd tgtadm qemu-nbd nbdfuse fio fusermount3 setpriv python3 ss time
     command -v "$tool" >/dev/null || die "'$tool' not found: run scripts/install-test-deps.sh"
 done
 [ "$(id -u)" = 0 ] || die "run as root (tgtd and FUSE mounts)"
-if [ ! -x "$RLUN" ]; then
-    [ "$RLUN" = "$RLUN_DEFAULT" ] || die "RLUN=$RLUN is not an executable"
-    echo "building $RLUN_DEFAULT ..." >&2
-    cargo build --release
-fi
+source benches/lib.sh
+bench_build_rlun
 
 work=$(mktemp -d /tmp/rlun-fusebench.XXXXXX)
 tgtd_pid= qemu_pid= nbdfuse_pid=
@@ -59,44 +56,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# --- the file LUN, on tmpfs so that the target side costs no disk I/O ----------
-shm_free_mib=$(df -Pm /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')
-if [ -n "$shm_free_mib" ] && [ "$shm_free_mib" -gt $((FILE_MIB + 512)) ]; then
-    lun_file=$(mktemp /dev/shm/rlun-fusebench-lun.XXXXXX)
-else
-    lun_file=$(mktemp /var/tmp/rlun-fusebench-lun.XXXXXX)
-fi
-echo "filling ${FILE_MIB} MiB file LUN $lun_file ..." >&2
-dd if=/dev/urandom of="$lun_file" bs=1M count="$FILE_MIB" status=none
+bench_file_lun rlun-fusebench "$FILE_MIB"
 
-# --- a private tgtd -------------------------------------------------------------
-port=$(python3 -c '
-import random, socket
-for _ in range(1000):
-    p = random.randint(10000, 32767)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    break
-')
-[ -n "$port" ] || die "no free port for tgtd"
-setpriv --pdeathsig KILL tgtd -f -C "$port" --iscsi "portal=127.0.0.1:$port" \
-    >"$work/tgtd.log" 2>&1 </dev/null &
-tgtd_pid=$!
-tgtadm_() { tgtadm -C "$port" --lld iscsi "$@"; }
-for _ in $(seq 100); do
-    kill -0 "$tgtd_pid" 2>/dev/null || die "tgtd exited: $(cat "$work/tgtd.log")"
-    if tgtadm_ --op show --mode sys >/dev/null 2>&1 &&
-        ss -Hltnp "sport = :$port" | grep -q "pid=$tgtd_pid,"; then
-        break
-    fi
-    sleep 0.1
-done
+bench_start_tgtd "$work"
 tgtadm_ --op new --mode target --tid 1 -T "$IQN"
 tgtadm_ --op new --mode logicalunit --tid 1 --lun 1 -b "$lun_file"
 tgtadm_ --op bind --mode target --tid 1 -I ALL

@@ -32,7 +32,10 @@ use tracing::{debug, info, trace, warn};
 
 use crate::proto::digest::DigestType;
 use crate::proto::login::{ChapSettings, Login, LoginConfig, LoginError, LoginResult, LoginStep};
-use crate::proto::negotiate::{InitiatorProposal, OperationalParams, SessionType};
+use crate::proto::negotiate::{
+    parse_send_targets, DiscoveredTarget, InitiatorProposal, OperationalParams, SessionType,
+    TargetAddress,
+};
 use crate::proto::pdu::{self, async_event, Digests, FrameLimits, WireFrame};
 use crate::proto::session::{
     CommandRequest, CommandResult, Event, FeatureParams, ProtocolError, Session, TaskError, TaskId,
@@ -292,26 +295,6 @@ fn portal_string(host: &str, port: u16) -> String {
     }
 }
 
-/// Parse a TargetAddress value `host[:port][,tpgt]` (§13.8), IPv6 in brackets.
-pub fn parse_target_address(value: &str, default_port: u16) -> Option<(String, u16)> {
-    let addr = value.split(',').next()?.trim();
-    if let Some(rest) = addr.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().ok()?,
-            None if after.is_empty() => default_port,
-            None => return None,
-        };
-        return Some((host.to_string(), port));
-    }
-    match addr.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') => Some((h.to_string(), p.parse().ok()?)),
-        Some(_) => Some((addr.to_string(), default_port)),
-        None if !addr.is_empty() => Some((addr.to_string(), default_port)),
-        None => None,
-    }
-}
-
 /// A connected transport that has completed login.
 struct Connection {
     portal: String,
@@ -356,11 +339,11 @@ async fn establish(cfg: &SessionConfig, isid: [u8; 6]) -> Result<Connection, Ses
             }
             LoginStep::Redirect { address, permanent } => {
                 info!(%portal, %address, permanent, "login redirected");
-                let (h, p) = parse_target_address(&address, port).ok_or_else(|| {
-                    SessionError::BadDiscovery(format!("bad redirect address {address}"))
+                let target = TargetAddress::parse(&address).map_err(|e| {
+                    SessionError::BadDiscovery(format!("bad redirect address {address}: {e}"))
                 })?;
-                host = h;
-                port = p;
+                port = target.port.unwrap_or(port);
+                host = target.host;
             }
             LoginStep::Send { .. } => unreachable!("run_login loops until done"),
         }
@@ -1268,15 +1251,8 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// A target found by a SendTargets discovery (§13.3, Appendix C).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiscoveredTarget {
-    pub name: String,
-    /// `host:port,tpgt` values as the target announced them.
-    pub addresses: Vec<String>,
-}
-
 /// Log in to a portal with a discovery session, ask `SendTargets=All`, log out.
+/// Targets come back as [`DiscoveredTarget`]s (RFC 7143 Appendix C).
 pub async fn discover(cfg: SessionConfig) -> Result<Vec<DiscoveredTarget>, SessionError> {
     let mut cfg = cfg;
     cfg.target_name = None;
@@ -1288,31 +1264,8 @@ pub async fn discover(cfg: SessionConfig) -> Result<Vec<DiscoveredTarget>, Sessi
         )])))
         .await?;
     let _ = session.logout().await;
-    parse_send_targets(&text)
-}
-
-/// Parse a SendTargets answer: each TargetName followed by its TargetAddress keys.
-pub fn parse_send_targets(text: &[u8]) -> Result<Vec<DiscoveredTarget>, SessionError> {
-    let keys = parse_text(text).map_err(|e| SessionError::BadDiscovery(e.to_string()))?;
-    let mut out: Vec<DiscoveredTarget> = Vec::new();
-    for (k, v) in keys {
-        match k.as_str() {
-            "TargetName" => out.push(DiscoveredTarget {
-                name: v,
-                addresses: Vec::new(),
-            }),
-            "TargetAddress" => match out.last_mut() {
-                Some(t) => t.addresses.push(v),
-                None => {
-                    return Err(SessionError::BadDiscovery(
-                        "TargetAddress before any TargetName".into(),
-                    ))
-                }
-            },
-            _ => debug!(key = %k, "ignoring key in SendTargets answer"),
-        }
-    }
-    Ok(out)
+    let keys = parse_text(&text).map_err(|e| SessionError::BadDiscovery(e.to_string()))?;
+    parse_send_targets(&keys).map_err(|e| SessionError::BadDiscovery(e.to_string()))
 }
 
 /// Re-exported so users of the driver need not reach into `proto`.
@@ -1323,45 +1276,4 @@ fn _assert_send() {
     fn is_send<T: Send>() {}
     is_send::<SessionHandle>();
     is_send::<pdu::Pdu>();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn target_address_forms_parse() {
-        assert_eq!(
-            parse_target_address("10.0.0.5:3261,1", 3260),
-            Some(("10.0.0.5".into(), 3261))
-        );
-        assert_eq!(
-            parse_target_address("[fe80::1]:3262,2", 3260),
-            Some(("fe80::1".into(), 3262))
-        );
-        assert_eq!(
-            parse_target_address("[::1]", 3260),
-            Some(("::1".into(), 3260))
-        );
-        assert_eq!(
-            parse_target_address("host.example", 3260),
-            Some(("host.example".into(), 3260))
-        );
-        assert_eq!(parse_target_address("host:notaport", 3260), None);
-    }
-
-    #[test]
-    fn send_targets_answer_groups_addresses_under_names() {
-        let text = b"TargetName=iqn.a:1\0TargetAddress=127.0.0.1:3260,1\0TargetAddress=[::1]:3260,1\0TargetName=iqn.b:2\0TargetAddress=127.0.0.1:3260,1\0";
-        let got = parse_send_targets(text).unwrap();
-        assert_eq!(got.len(), 2);
-        assert_eq!(got[0].name, "iqn.a:1");
-        assert_eq!(got[0].addresses, vec!["127.0.0.1:3260,1", "[::1]:3260,1"]);
-        assert_eq!(got[1].addresses.len(), 1);
-    }
-
-    #[test]
-    fn address_before_name_is_malformed() {
-        assert!(parse_send_targets(b"TargetAddress=1.2.3.4:3260,1\0").is_err());
-    }
 }

@@ -296,7 +296,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 );
             }
             for t in targets {
-                out!("{} {}", t.name, t.addresses.join(" "));
+                let addrs: Vec<String> = t.addresses.iter().map(|a| a.to_string()).collect();
+                out!("{} {}", t.name, addrs.join(" "));
             }
             Ok(())
         }

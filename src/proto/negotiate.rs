@@ -1257,6 +1257,24 @@ pub struct TargetAddress {
     pub portal_group_tag: Option<u16>,
 }
 
+/// Back to the wire form: `host[:port][,tag]`, IPv6 hosts in brackets.
+impl std::fmt::Display for TargetAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]", self.host)?;
+        } else {
+            f.write_str(&self.host)?;
+        }
+        if let Some(p) = self.port {
+            write!(f, ":{p}")?;
+        }
+        if let Some(t) = self.portal_group_tag {
+            write!(f, ",{t}")?;
+        }
+        Ok(())
+    }
+}
+
 impl TargetAddress {
     pub fn parse(value: &str) -> Result<Self, NegotiationError> {
         let bad = |reason| NegotiationError::BadTargetAddress {
@@ -1355,6 +1373,18 @@ pub fn parse_send_targets(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn target_address_displays_in_its_wire_form() {
+        for v in [
+            "10.0.0.5:3261,1",
+            "[fe80::1]:3262,2",
+            "[::1]",
+            "host.example",
+        ] {
+            assert_eq!(TargetAddress::parse(v).unwrap().to_string(), v);
+        }
+    }
 
     fn kv(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()
