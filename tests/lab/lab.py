@@ -156,16 +156,20 @@ def exit_code(results: list[Result], booted: bool) -> int:
 def compare_table(doc: dict) -> str:
     rows = doc.get("rows", [])
     out = [
-        "Comparison: " + doc.get("what", "rlun bench vs fio on the kernel initiator"),
+        "Comparison: " + doc.get("what", "the same fio job on rlun and on the kernel initiator"),
         f"  {doc.get('note', '')}; {doc.get('seconds_per_run', '?')} s per run; rlun = {doc.get('rlun', '?')}",
-        f"  {'case':<18} {'rlun IOPS':>10} {'rlun MB/s':>10} {'kernel IOPS':>12} {'kernel MB/s':>12} {'rlun/kernel':>12}",
+        f"  {'case':<18} {'rlun IOPS':>10} {'rlun MB/s':>10} {'kernel IOPS':>12} {'kernel MB/s':>12}"
+        f" {'rlun/kernel':>12} {'bench/kernel':>13}",
     ]
+
+    def fmt(v):
+        return f"{v:.2f}" if v is not None else "-"
+
     for r in rows:
-        ratio = r.get("ratio")
         out.append(
-            f"  {r['case']:<18} {r['rlun_iops']:>10.0f} {r['rlun_mb_s']:>10.1f} "
+            f"  {r['case']:<18} {r['fio_rlun_iops']:>10.0f} {r['fio_rlun_mb_s']:>10.1f} "
             f"{r['kernel_iops']:>12.0f} {r['kernel_mb_s']:>12.1f} "
-            f"{(f'{ratio:.2f}' if ratio is not None else '-'):>12}"
+            f"{fmt(r.get('ratio')):>12} {fmt(r.get('rlun_bench_ratio')):>13}"
         )
     return "\n".join(out)
 

@@ -115,24 +115,27 @@ class Results(unittest.TestCase):
 
     def test_compare_table_prints_the_ratio(self):
         doc = {
-            "what": "rlun bench vs fio",
+            "what": "the same fio job on rlun and on the kernel",
             "note": "ratios only",
             "seconds_per_run": 10,
             "rlun": "target/release/rlun",
             "rows": [
                 {
                     "case": "randread 4k qd32",
-                    "rlun_iops": 500.0,
-                    "rlun_mb_s": 2.0,
+                    "fio_rlun_iops": 500.0,
+                    "fio_rlun_mb_s": 2.0,
                     "kernel_iops": 1000.0,
                     "kernel_mb_s": 4.1,
                     "ratio": 0.5,
+                    "rlun_bench_iops": 700.0,
+                    "rlun_bench_mb_s": 2.9,
+                    "rlun_bench_ratio": 0.7,
                 }
             ],
         }
         table = lab.compare_table(doc)
-        self.assertIn("rlun bench vs fio", table)
-        self.assertRegex(table, r"randread 4k qd32\s+500\s+2\.0\s+1000\s+4\.1\s+0\.50")
+        self.assertIn("the same fio job", table)
+        self.assertRegex(table, r"randread 4k qd32\s+500\s+2\.0\s+1000\s+4\.1\s+0\.50\s+0\.70")
 
 
 if __name__ == "__main__":
