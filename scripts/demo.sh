@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # rlun's main job on a fresh machine, end to end:
-#   install tgt, build rlun, start a private iSCSI target (tgtd) on
-#   127.0.0.1 with a 256 MiB file-backed LUN, then discover it, list and
-#   inspect its LUN, restore an image onto it, back it up again and check
-#   that the bytes survived the round trip.
+#   install tgt and fuse3, build rlun, start a private iSCSI target (tgtd)
+#   on 127.0.0.1 with a 256 MiB file-backed LUN, then discover it, list and
+#   inspect its LUN, restore an image onto it, back it up again, mount the
+#   target through rlun (FUSE) and read and write the LUN as a file - checking
+#   the bytes at every step.
 #
 #   scripts/demo.sh            (as root, or with sudo available)
 #   KEEP=1 scripts/demo.sh     leave the target running afterwards
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_root() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
+SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+need_root() { $SUDO "$@"; }
 
-if ! command -v tgtd >/dev/null || ! command -v tgtadm >/dev/null; then
-    echo "==> installing tgt"
+if ! command -v tgtd >/dev/null || ! command -v fusermount3 >/dev/null; then
+    echo "==> installing tgt and fuse3"
     need_root apt-get update -qq
-    need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tgt
+    need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tgt fuse3
 fi
 
 echo "==> building rlun"
@@ -28,7 +30,9 @@ CTL=${CTL:-3270}
 IQN=iqn.2026-11.org.rlun:demo
 cleanup() {
     if [ "${KEEP:-0}" != 1 ]; then
-        [ -n "${TGTD_PID:-}" ] && need_root kill -9 "$TGTD_PID" 2>/dev/null || true
+        mountpoint -q "$work/mnt" 2>/dev/null && need_root fusermount3 -uz "$work/mnt"
+        # Kill the daemon itself (with sudo, $TGTD_PID is sudo's pid).
+        need_root pkill -9 -f "tgtd -f -C $CTL " 2>/dev/null || true
         rm -rf "$work"
     fi
 }
@@ -36,7 +40,11 @@ trap cleanup EXIT
 
 echo "==> starting tgtd on 127.0.0.1:$PORT with a 256 MiB LUN"
 truncate -s 256M "$work/lun.img"
-need_root tgtd -f -C "$CTL" --iscsi portal=127.0.0.1:$PORT >"$work/tgtd.log" 2>&1 &
+if ss -Hltn "sport = :$PORT" | grep -q .; then
+    echo "port $PORT is in use; run with PORT=<free port> CTL=<free number <= 32767>" >&2
+    exit 1
+fi
+$SUDO tgtd -f -C "$CTL" --iscsi portal=127.0.0.1:$PORT >"$work/tgtd.log" 2>&1 &
 TGTD_PID=$!
 disown "$TGTD_PID" 2>/dev/null || true
 for _ in $(seq 50); do
@@ -62,6 +70,20 @@ echo "==> rlun cp $URL backup.img  (backup)"
 cmp "$work/image.img" "$work/backup.img"
 cmp "$work/image.img" "$work/lun.img"
 echo "==> OK: the image went to the LUN and came back byte for byte"
+
+MNT=$work/mnt
+mkdir -p "$MNT"
+echo "==> rlun mount iscsi://127.0.0.1:$PORT/$IQN $MNT"
+need_root "$RLUN" mount --daemon --log-file "$work/mount.log" "iscsi://127.0.0.1:$PORT/$IQN" "$MNT"
+ls -l "$MNT"
+cmp "$work/image.img" "$MNT/lun1"
+echo "==> writing 16 MiB through the mounted file"
+head -c 16M /dev/urandom >"$work/patch.img"
+dd if="$work/patch.img" of="$MNT/lun1" bs=1M seek=64 conv=notrunc,fsync status=none
+echo "==> rlun umount $MNT"
+need_root "$RLUN" umount "$MNT"
+cmp <(dd if="$work/lun.img" bs=1M skip=64 count=16 status=none) "$work/patch.img"
+echo "==> OK: the LUN was readable and writable as a file through the rlun mount"
 if [ "${KEEP:-0}" = 1 ]; then
     echo "target left running: $URL (tgtd pid $TGTD_PID, files in $work)"
 fi
