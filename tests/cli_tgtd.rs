@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::cli::{assert_success, both, field, json, stdout};
+use common::cli::{assert_same_bytes, assert_success, both, field, json, stdout};
 use common::{make_backing_file, pattern_bytes, rlun_bin, run_rlun, run_with_timeout, Tgtd};
 
 const MIB: u64 = 1 << 20;
@@ -22,25 +22,6 @@ fn tempdir() -> tempfile::TempDir {
 
 fn read(path: &Path) -> Vec<u8> {
     fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-}
-
-/// Compare two byte strings without printing megabytes on failure: report
-/// the lengths and the first differing offset.
-#[track_caller]
-fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
-    if got == want {
-        return;
-    }
-    let first = got
-        .iter()
-        .zip(want)
-        .position(|(a, b)| a != b)
-        .unwrap_or(got.len().min(want.len()));
-    panic!(
-        "{what}: {} bytes vs {} expected, first difference at offset {first}",
-        got.len(),
-        want.len()
-    );
 }
 
 /// Run a libiscsi tool and return its standard output; it must succeed.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::cli::{assert_failure, assert_success, both};
+use common::cli::{assert_failure, assert_same_bytes, assert_success, both};
 use common::{
     make_backing_file, pattern_bytes, run_rlun, run_with_timeout, spawn_rlun, ChildGuard, Tgtd,
 };
@@ -149,24 +149,6 @@ fn read(path: &Path) -> Vec<u8> {
 
 fn range(path: &Path, offset: u64, len: usize) -> Vec<u8> {
     read(path)[offset as usize..offset as usize + len].to_vec()
-}
-
-/// Compare without printing megabytes: lengths and first differing offset.
-#[track_caller]
-fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
-    if got == want {
-        return;
-    }
-    let first = got
-        .iter()
-        .zip(want)
-        .position(|(a, b)| a != b)
-        .unwrap_or(got.len().min(want.len()));
-    panic!(
-        "{what}: {} bytes vs {} expected, first difference at offset {first}",
-        got.len(),
-        want.len()
-    );
 }
 
 /// A tgtd with one target whose LUN 1 is a file of `size` pattern bytes.

@@ -85,3 +85,22 @@ pub fn field<'a>(text: &'a str, key: &str) -> &'a str {
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
 }
+
+/// Compare two byte strings without printing megabytes on failure: report
+/// the lengths and the first differing offset.
+#[track_caller]
+pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
+    if got == want {
+        return;
+    }
+    let first = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    panic!(
+        "{what}: {} bytes vs {} expected, first difference at offset {first}",
+        got.len(),
+        want.len()
+    );
+}
