@@ -335,6 +335,10 @@ pub struct MountOpts {
     /// Longest time written data waits in memory with --cache write-back.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub writeback_delay: Duration,
+    /// Log each LUN's cache counters (hits, misses, read-ahead hits,
+    /// evictions, dirty bytes, flushes) at this interval, at info level.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stats_interval: Option<Duration>,
     /// Detach once the mount is ready (exit 0), or report why it failed.
     #[arg(short, long)]
     pub daemon: bool,

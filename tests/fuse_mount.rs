@@ -781,3 +781,61 @@ fn sigterm_with_a_file_open_detaches_and_a_second_sigterm_cuts_it_off() {
     assert!(still_serving, "rlun kept serving the open file");
     assert_eq!(code, Some(0));
 }
+
+#[test]
+fn stats_interval_logs_the_cache_counters_of_a_running_mount() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _backing) = tgtd_with_file(dir.path(), 8 * MIB, 13);
+    let mp = mountpoint(dir.path(), "mnt");
+    let mp_s = mp.display().to_string();
+    let log = dir.path().join("mount.log");
+    let _guard = Mounted {
+        mp: mp.clone(),
+        child: None,
+    };
+    let url = target_url(&tgtd);
+
+    let out = run_rlun(
+        [
+            "-v",
+            "mount",
+            "--daemon",
+            "--log-file",
+            log.to_str().unwrap(),
+            "--cache",
+            "write-back",
+            "--writeback-delay",
+            "60s",
+            "--stats-interval",
+            "200ms",
+            &url,
+            &mp_s,
+        ],
+        &[],
+    );
+    assert_success(&out, "rlun mount --stats-interval");
+    fs::write(m_file(&mp), vec![0x11; 64 * 1024]).expect("write through the mount");
+    std::thread::sleep(Duration::from_millis(800));
+    let umount = run_rlun(["umount", &mp_s], &[]);
+
+    assert_success(&umount, "rlun umount");
+    let text = fs::read_to_string(&log).expect("mount log");
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains(" cache ") && l.contains("dirty_bytes="))
+        .unwrap_or_else(|| panic!("no cache counters line in the log:\n{text}"));
+    for field in [
+        "hits=",
+        "misses=",
+        "readahead_hits=",
+        "evictions=",
+        "flushes=",
+    ] {
+        assert!(line.contains(field), "{field} missing in {line}");
+    }
+    assert!(
+        text.lines().any(|l| l.contains("dirty_bytes=65536")),
+        "the 64 KiB write-back write shows as dirty before unmount:\n{text}"
+    );
+}

@@ -351,6 +351,7 @@ async fn serve(
         cache_size: o.cache_size,
         readahead: o.readahead == OnOff::On,
         writeback_delay: o.writeback_delay,
+        stats_interval: o.stats_interval,
         ..DeviceConfig::default()
     };
 
