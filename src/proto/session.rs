@@ -1162,18 +1162,10 @@ mod tests {
     use super::*;
     use crate::proto::pdu::{DataIn, NopIn, R2t, ScsiResponse, TextResponse};
 
+    /// The tests below spell out the values they depend on (8 KiB segments,
+    /// 64 KiB first burst, 5 s / 10 s keepalive): those are the defaults.
     fn params() -> FeatureParams {
-        FeatureParams {
-            immediate_data: true,
-            initial_r2t: true,
-            first_burst_length: 65536,
-            max_burst_length: 262144,
-            max_xmit_data_segment_length: 8192,
-            max_recv_data_segment_length: 262144,
-            queue_depth: 128,
-            nop_interval: Some(Duration::from_secs(5)),
-            nop_timeout: Duration::from_secs(10),
-        }
+        FeatureParams::default()
     }
 
     fn session(p: FeatureParams, max_cmd_sn: u32) -> Session {
