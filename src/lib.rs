@@ -22,6 +22,7 @@ pub mod client;
 pub mod cmd;
 pub mod config;
 pub mod device;
+pub mod entropy;
 pub mod fuse;
 pub mod proto;
 pub mod scsi;

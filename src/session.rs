@@ -206,7 +206,7 @@ impl PendingCommand {
 impl SessionHandle {
     /// Connect and log in (following login redirections), then start the driver task.
     pub async fn connect(cfg: SessionConfig) -> Result<SessionHandle, SessionError> {
-        let isid = crate::proto::login::random_isid();
+        let isid = crate::entropy::random_isid();
         let conn = establish(&cfg, isid).await?;
         Ok(start_driver(cfg, isid, conn))
     }
@@ -372,6 +372,7 @@ async fn run_login(
         cid: 0,
         cmd_sn: 1,
         chap: cfg.chap.clone(),
+        chap_nonce: crate::entropy::chap_nonce(),
         proposal: cfg.proposal.clone(),
     };
     let transport_err = |source| SessionError::LoginTransport {
