@@ -23,6 +23,7 @@ pub mod cmd;
 pub mod config;
 pub mod device;
 pub mod entropy;
+pub mod error;
 pub mod fuse;
 pub mod proto;
 pub mod scsi;
