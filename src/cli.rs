@@ -123,7 +123,10 @@ pub enum Command {
     ///
     /// Either side may be a LUN URL or a local file path (`-` is standard
     /// output as destination). Copying a file to a LUN requires the file to
-    /// fit; a shorter file leaves the rest of the LUN untouched.
+    /// fit; a shorter file leaves the rest of the LUN untouched. A LUN or a
+    /// regular file is synced at the end; a pipe, FIFO or character device
+    /// is written in order and not synced. When a copy into a regular file
+    /// fails, the file is cut back to the bytes copied before the error.
     Cp {
         /// Source: LUN URL or file.
         src: String,
