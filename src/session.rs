@@ -1,10 +1,12 @@
 //! The session driver: one tokio task per connection that owns the sans-IO
-//! protocol core ([`crate::proto::session::Session`]) and reads the socket,
-//! plus a small writer task that owns the socket's write half.
+//! protocol core ([`crate::proto::session::Session`]) and the receive half
+//! of a [`Transport`], plus a small writer task that owns its send half
+//! ([`FrameWriter::run`]). The driver is generic over the transport
+//! (`Driver<T>`); [`SessionConfig::transport`] picks it.
 //!
 //! ```text
 //!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
-//!     ▲                   │  ▲ reads and frames PDUs itself
+//!     ▲                   │  ▲ reads PDUs itself (PduReader)
 //!     └──oneshot result───┘  └──────────────────────────────────────── socket
 //! ```
 //!
