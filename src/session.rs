@@ -512,9 +512,10 @@ enum TmfPurpose {
 }
 
 /// The live part: transport and core of the current connection. The
-/// transport's halves come first so they drop before the core: a direct
-/// transport stops remote access to the tasks' buffers before the core
-/// frees them.
+/// receive half comes first so it drops before the core: a direct
+/// transport revokes remote access to the tasks' buffers there, before the
+/// core frees them (the send half lives on in the writer task until it
+/// sees `frames` closed).
 struct Live<T: Transport> {
     reader: T::Reader,
     /// To the writer task ([`FrameWriter::run`]), which owns `T::Writer`;
