@@ -365,8 +365,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             target,
             mountpoint,
             mount,
+            daemon,
+            cache,
             conn,
-        } => mount::run(&ctx, &target, &mountpoint, &mount, &conn).await,
+        } => mount::run(&ctx, &target, &mountpoint, &mount, &daemon, &cache, &conn).await,
         Command::Umount {
             mountpoint,
             lazy,
