@@ -1,7 +1,8 @@
 //! The daemon machinery of serving commands (`rlun mount` here), against a
 //! private tgtd: `--daemon` gives up when the mount cannot become ready in
 //! time and leaves no background process behind (also when its parent is
-//! killed).
+//! killed), and written data that does not reach the target makes both
+//! `rlun umount` and the SIGTERM'd process fail.
 
 mod common;
 
@@ -10,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::cli::assert_failure;
+use common::cli::{assert_failure, assert_success, both};
 use common::stall::StallAfterLogin;
-use common::{make_backing_file, run_rlun, spawn_rlun, Tgtd};
+use common::{make_backing_file, pattern_bytes, run_rlun, spawn_rlun, Tgtd};
 use rlun::fuse::find_mount;
 
 const IQN: &str = "iqn.2026-11.org.example:daemon";
@@ -173,6 +174,104 @@ fn background_child_exits_when_its_parent_is_killed_before_ready() {
         child_gone,
         "background rlun outlived its parent by {:?}",
         killed.elapsed()
+    );
+    assert!(!is_mounted(&mp));
+}
+
+/// Mount options that keep written data in rlun's memory and give up on a
+/// lost target quickly.
+const WRITE_BACK_LOSES_TARGET_FAST: [&str; 12] = [
+    "--cache",
+    "write-back",
+    "--writeback-delay",
+    "60s",
+    "--replacement-timeout",
+    "2s",
+    "--nop-interval",
+    "1s",
+    "--nop-timeout",
+    "1s",
+    "--connect-timeout",
+    "1s",
+];
+
+#[test]
+fn umount_fails_when_written_data_cannot_reach_a_lost_target() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut tgtd, backing) = tgtd_with_file(dir.path(), 8 * MIB, 23);
+    let mp = mountpoint(dir.path());
+    let _cleanup = Cleanup(mp.clone());
+    let mp_s = mp.display().to_string();
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let mut args = vec!["mount", "--daemon"];
+    args.extend(WRITE_BACK_LOSES_TARGET_FAST);
+    args.extend([url.as_str(), mp_s.as_str()]);
+    let mount = run_rlun(&args, &[]);
+    assert_success(&mount, "rlun mount --daemon");
+
+    fs::write(mp.join("lun1"), vec![0x5a; 8192]).expect("write through the mount");
+    tgtd.kill();
+    let umount = run_rlun(["umount", &mp_s], &[]);
+
+    assert_failure(
+        &umount,
+        1,
+        &["did not reach the target", "8192 bytes of cached data"],
+    );
+    assert!(!is_mounted(&mp));
+    assert_eq!(
+        fs::read(&backing).expect("backing")[..8192],
+        pattern_bytes(23, 0, 8192)[..],
+        "nothing was written to the backing file"
+    );
+    assert!(wait_until(Duration::from_secs(5), || rlun_processes_for(
+        &mp
+    )
+    .is_empty()));
+}
+
+#[test]
+fn sigterm_exit_status_fails_when_written_data_cannot_reach_a_lost_target() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut tgtd, _backing) = tgtd_with_file(dir.path(), 8 * MIB, 24);
+    let mp = mountpoint(dir.path());
+    let _cleanup = Cleanup(mp.clone());
+    let mp_s = mp.display().to_string();
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let log = dir.path().join("rlun.log");
+    let mut args = vec!["mount"];
+    args.extend(WRITE_BACK_LOSES_TARGET_FAST);
+    args.extend([url.as_str(), mp_s.as_str()]);
+    let mut child = {
+        let mut cmd = Command::new(common::rlun_bin());
+        cmd.args(&args)
+            .stdin(std::process::Stdio::null())
+            .stderr(fs::File::create(&log).expect("log file"));
+        common::ChildGuard(cmd.spawn().expect("start rlun mount"))
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || is_mounted(&mp)),
+        "mounted"
+    );
+
+    fs::write(mp.join("lun1"), vec![0x5a; 4096]).expect("write through the mount");
+    tgtd.kill();
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .output()
+        .expect("kill");
+    assert!(term.status.success(), "{}", both(&term));
+    let mut status = None;
+    wait_until(Duration::from_secs(60), || {
+        status = child.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    let log = fs::read_to_string(&log).unwrap_or_default();
+
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{log}");
+    assert!(
+        log.contains("did not reach the target") && log.contains("4096 bytes of cached data"),
+        "{log}"
     );
     assert!(!is_mounted(&mp));
 }

@@ -461,13 +461,27 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     let Some(pid) = pid else {
         return Ok(());
     };
-    // Wait for the rlun process to write back and log out.
+    // Wait for the rlun process to write back and log out, then collect
+    // the exit status it left: fail when written data was lost.
     let deadline = Instant::now() + timeout;
     loop {
-        let alive = Path::new(&format!("/proc/{pid}")).exists();
+        let alive = process_alive(pid);
         let file_ours = std::fs::read_to_string(&state).is_ok_and(|t| t.trim() == pid.to_string());
         if !alive || !file_ours {
-            return Ok(());
+            return match daemon::read_exit_status(&state, pid) {
+                Some((0, _)) => Ok(()),
+                Some((code, message)) => Err(CliError::Child {
+                    message: format!("rlun (pid {pid}) serving {}: {message}", path.display()),
+                    code,
+                }),
+                None if file_ours => Err(CliError::Other(format!(
+                    "{} is unmounted, but rlun (pid {pid}) ended without saying whether written \
+                     data reached the target",
+                    path.display()
+                ))),
+                // A later process took the pid file over: ours finished.
+                None => Ok(()),
+            };
         }
         if Instant::now() >= deadline {
             return Err(CliError::Other(format!(
@@ -480,9 +494,27 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     }
 }
 
+/// Whether process `pid` still runs (a zombie does not).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which ends with the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_free_pid_is_not() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(u32::MAX));
+    }
 
     #[test]
     fn dev_t_splits_into_major_and_minor() {
