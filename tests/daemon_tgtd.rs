@@ -275,3 +275,47 @@ fn sigterm_exit_status_fails_when_written_data_cannot_reach_a_lost_target() {
     );
     assert!(!is_mounted(&mp));
 }
+
+#[test]
+fn systemd_hears_ready_only_once_the_mount_works_and_stopping_on_sigterm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _backing) = tgtd_with_file(dir.path(), 4 * MIB, 25);
+    let mp = mountpoint(dir.path());
+    let _cleanup = Cleanup(mp.clone());
+    let mp_s = mp.display().to_string();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).expect("bind notify socket");
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let mut child = spawn_rlun(
+        ["mount", url.as_str(), mp_s.as_str()],
+        &[("NOTIFY_SOCKET", &sock_path.to_string_lossy())],
+    );
+    let mut buf = [0u8; 4096];
+
+    let n = sock.recv(&mut buf).expect("READY=1 within 30 s");
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let mounted_then = is_mounted(&mp);
+    let first_block = fs::read(mp.join("lun1")).map(|d| d[..512].to_vec());
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .output()
+        .expect("kill");
+    let n = sock.recv(&mut buf).expect("STOPPING=1 within 30 s");
+    let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let mut status = None;
+    wait_until(Duration::from_secs(30), || {
+        status = child.try_wait().expect("try_wait");
+        status.is_some()
+    });
+
+    assert!(
+        ready.starts_with(&format!("READY=1\nMAINPID={}\nSTATUS=mounted ", child.id())),
+        "{ready:?}"
+    );
+    assert!(mounted_then, "READY=1 came before the mount");
+    assert_eq!(first_block.expect("read lun1"), pattern_bytes(25, 0, 512));
+    assert_eq!(stopping, format!("STOPPING=1\nSTATUS=unmounting {mp_s}"));
+    assert_eq!(status.and_then(|s| s.code()), Some(0));
+}
