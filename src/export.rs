@@ -387,7 +387,9 @@ impl<B: LunBackend> Export<B> {
     }
 
     /// Make `offset..offset+len` (clipped at the end of the LUN) read as
-    /// zeros; see [`ZeroMode`] and the module docs.
+    /// zeros; see [`ZeroMode`] and the module docs. A front end that must
+    /// make the zeros durable (NBD's FUA flag) follows with
+    /// [`Export::flush`].
     pub async fn write_zeroes(
         &self,
         offset: u64,
