@@ -705,7 +705,13 @@ impl Driver {
                     if let Some(e) = loss_error(&cause) {
                         self.last = Arc::new(e);
                     }
-                    if reconnect {
+                    if reconnect && quiet {
+                        debug!(
+                            error = %error_chain(&*self.last),
+                            pending,
+                            "connection lost again right after login; reconnecting"
+                        );
+                    } else if reconnect {
                         warn!(
                             error = %error_chain(&*self.last),
                             replacement_timeout = ?self.cfg.replacement_timeout,
@@ -786,6 +792,10 @@ impl Driver {
                 warn!(code, "target answered logout with an error code")
             }
             Notice::AttemptFailed => {}
+            Notice::RepeatedLoginFailures { count, cause: _ } => warn!(
+                "{count} reconnects in a row failed right after login: {}; backing off",
+                error_chain(&*self.last)
+            ),
             Notice::GaveUp { failed } => warn!(
                 error = %error_chain(&*self.last),
                 failed,

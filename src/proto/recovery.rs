@@ -61,6 +61,11 @@ pub const TMF_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest pause between failed connection attempts.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A connection lost within this long of its login, before any command
+/// completed on it, failed "right after login".
+pub const FLAP_WINDOW: Duration = Duration::from_secs(30);
+/// Longest pause after connections that keep failing right after login.
+pub const MAX_FLAP_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The recovery policy's knobs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,6 +254,9 @@ pub enum Notice {
     AttemptFailed,
     /// The replacement timeout passed: `failed` commands failed.
     GaveUp { failed: usize },
+    /// `count` connections in a row failed right after login (before any
+    /// command completed on them); the last one because of `cause`.
+    RepeatedLoginFailures { count: u32, cause: Loss },
 }
 
 /// A SCSI command kept until it has a final answer.
@@ -327,6 +335,17 @@ pub struct Recovery {
     /// The replacement timeout passed and no reconnect has succeeded since:
     /// new commands fail at once while disconnected.
     gave_up: bool,
+    /// Since when commands have been waiting without the session making
+    /// progress (a command completing). Set by a connection loss, cleared by
+    /// progress — not by a login, so a target that accepts every login and
+    /// then fails cannot keep commands waiting past the replacement timeout.
+    stall_since: Option<Instant>,
+    /// When the current connection logged in, and whether a command has
+    /// completed on it since.
+    live_since: Instant,
+    progress_on_conn: bool,
+    /// Connections in a row that failed right after login.
+    flaps: u32,
     outputs: VecDeque<Output>,
 }
 
@@ -350,6 +369,10 @@ impl Recovery {
             logout_sent: None,
             requests_open: true,
             gave_up: false,
+            stall_since: None,
+            live_since: now,
+            progress_on_conn: false,
+            flaps: 0,
             outputs: VecDeque::new(),
         }
     }
@@ -547,7 +570,13 @@ impl Recovery {
         self.conn = Conn::Live(Box::new(core));
         self.time2wait = time2wait;
         self.delay = time2wait;
-        self.gave_up = false;
+        self.live_since = now;
+        self.progress_on_conn = false;
+        if self.cmds.is_empty() {
+            // Nobody is waiting: the next stall starts afresh.
+            self.stall_since = None;
+            self.gave_up = false;
+        }
         // Re-issue what the old connection left unfinished, oldest first.
         let ids: Vec<RequestId> = self.cmds.keys().copied().collect();
         for &id in &ids {
@@ -567,9 +596,7 @@ impl Recovery {
         };
         self.outputs
             .push_back(Output::Notice(Notice::AttemptFailed));
-        if !self.gave_up && now.saturating_duration_since(since) >= self.cfg.replacement_timeout {
-            self.give_up();
-        }
+        self.check_stall(now);
         if !self.requests_open && self.cmds.is_empty() {
             self.finish(Failure::Closed);
             return;
@@ -599,8 +626,25 @@ impl Recovery {
                     .min();
                 [core.poll_timeout(), cmd, tmf].into_iter().flatten().min()
             }
-            Conn::Down { wake, .. } => *wake,
+            Conn::Down { wake, .. } => [*wake, self.give_up_at()].into_iter().flatten().min(),
             Conn::Closed => None,
+        }
+    }
+
+    /// When the kept commands fail if the session makes no progress before.
+    fn give_up_at(&self) -> Option<Instant> {
+        if self.gave_up || self.cmds.is_empty() {
+            return None;
+        }
+        Some(self.stall_since? + self.cfg.replacement_timeout)
+    }
+
+    /// Give up when commands have waited without progress for the
+    /// replacement timeout; end the session when nobody is left to wait.
+    /// Only while disconnected: a live connection has its own deadlines.
+    fn check_stall(&mut self, now: Instant) {
+        if self.give_up_at().is_some_and(|t| t <= now) {
+            self.give_up();
         }
     }
 
@@ -626,11 +670,13 @@ impl Recovery {
                 self.step();
             }
             Conn::Down { since, wake } => {
+                let (since, wake) = (*since, *wake);
+                self.check_stall(now);
+                if !self.requests_open && self.cmds.is_empty() {
+                    return self.finish(Failure::Closed);
+                }
                 if wake.is_some_and(|w| w <= now) {
-                    self.conn = Conn::Down {
-                        since: *since,
-                        wake: None,
-                    };
+                    self.conn = Conn::Down { since, wake: None };
                     self.outputs.push_back(Output::Connect);
                 }
             }
@@ -808,6 +854,16 @@ impl Recovery {
             return;
         }
         self.cmds.remove(&id);
+        if matches!(
+            result,
+            Ok(_) | Err(TaskError::TargetFailure(_)) | Err(TaskError::Rejected(_))
+        ) {
+            // The target answered: the session makes progress.
+            self.stall_since = None;
+            self.gave_up = false;
+            self.progress_on_conn = true;
+            self.flaps = 0;
+        }
         self.outputs.push_back(Output::Command {
             id,
             result: result.map_err(Failure::Task),
@@ -998,17 +1054,42 @@ impl Recovery {
         let our_logout = self.logout_by() == Some(LogoutBy::Us);
         self.logout_sent = None;
         let reconnect = self.cfg.reconnect && self.closing.is_none() && !our_logout;
+        let right_after_login =
+            !self.progress_on_conn && now.saturating_duration_since(self.live_since) < FLAP_WINDOW;
+        self.flaps = if right_after_login { self.flaps + 1 } else { 0 };
         self.outputs.push_back(Output::Disconnect {
-            cause,
+            cause: cause.clone(),
             reconnect,
             pending: self.cmds.len(),
-            quiet: our_logout && self.cmds.is_empty(),
+            // Repeats are summarised below instead of each one warned of.
+            quiet: our_logout && self.cmds.is_empty() || reconnect && self.flaps > 1,
         });
         if !reconnect {
             self.finish(Failure::ConnectionLost);
             return;
         }
-        self.delay = self.time2wait;
+        if self.flaps > 1 && self.flaps.is_power_of_two() {
+            self.outputs
+                .push_back(Output::Notice(Notice::RepeatedLoginFailures {
+                    count: self.flaps,
+                    cause,
+                }));
+        }
+        // A target that fails the same way right after every login meets a
+        // growing pause: DefaultTime2Wait (at least 1 s), doubled for each
+        // repeat, up to MAX_FLAP_BACKOFF.
+        self.delay = if self.flaps > 1 {
+            let doublings = (self.flaps - 1).min(16);
+            (self.time2wait.max(MIN_BACKOFF) * (1u32 << doublings)).min(MAX_FLAP_BACKOFF)
+        } else {
+            self.time2wait
+        };
+        self.conn = Conn::Down {
+            since: now,
+            wake: Some(now + self.delay),
+        };
+        self.stall_since.get_or_insert(now);
+        self.check_stall(now);
         if !self.requests_open && self.cmds.is_empty() {
             self.finish(Failure::Closed);
         }
@@ -1421,7 +1502,11 @@ mod tests {
         assert_eq!(connects(&h.outputs()), 0, "not before DefaultTime2Wait");
         h.timeout(3.0);
         assert_eq!(connects(&h.outputs()), 1);
-        assert_eq!(h.r.poll_timeout(), None, "the attempt is the driver's");
+        assert_eq!(
+            h.r.poll_timeout(),
+            Some(h.at(121.0)),
+            "the attempt is the driver's; only the replacement timeout is ours"
+        );
 
         h.connected(3.5);
         let out = h.outputs();
@@ -2079,5 +2164,193 @@ mod tests {
     fn zero_replacement_timeout_turns_reconnection_off() {
         let cfg = RecoveryConfig::new(Duration::from_secs(30), Duration::ZERO, true);
         assert!(!cfg.reconnect);
+    }
+    // ---- issue 12: a target that accepts every login and then fails ----------
+
+    /// One flap: the connection attempt succeeds, and the target breaks the
+    /// new connection right away (here: a PDU with an unknown task tag).
+    /// Returns the time and everything the machine said.
+    fn flap(h: &mut Harness) -> (f64, Vec<Output>) {
+        let wake =
+            h.r.poll_timeout()
+                .expect("an attempt or give-up is scheduled");
+        h.r.handle_timeout(wake);
+        let now = wake.duration_since(h.t0).as_secs_f64();
+        let mut out = h.outputs();
+        if connects(&out) == 1 {
+            h.connected(now + 0.1);
+            h.sent();
+            h.answer(0xdead_beef, GOOD, now + 0.2);
+            out.extend(h.outputs());
+        }
+        (now + 0.2, out)
+    }
+
+    #[test]
+    fn target_failing_right_after_every_login_cannot_keep_a_command_waiting_past_the_replacement_timeout(
+    ) {
+        let cfg = RecoveryConfig::new(Duration::from_secs(30), Duration::from_secs(10), true);
+        let mut h = Harness::with(cfg, core());
+        let id = h.cmd(0xa1, 0.0);
+        h.answer(0xdead_beef, GOOD, 0.1); // the first connection breaks at once
+        let mut results = command_results(&h.outputs());
+        let mut now = 0.1;
+        let mut logins = 0;
+        while results.is_empty() {
+            let (t, out) = flap(&mut h);
+            now = t;
+            logins += out
+                .iter()
+                .filter(|o| matches!(o, Output::Reconnected { .. }))
+                .count();
+            results = command_results(&out);
+            assert!(now < 60.0, "still waiting at {now} s");
+        }
+        assert_eq!(results, vec![(id, Err(Failure::ReplacementTimeout))]);
+        assert!(
+            (10.0..=10.3).contains(&now),
+            "failed at {now} s, not at 10.1 s"
+        );
+        assert_eq!(
+            logins, 2,
+            "each login succeeded and did not restart the clock"
+        );
+        // New commands fail at once while the target keeps failing.
+        let late = h.cmd(0xa2, now + 0.1);
+        assert_eq!(
+            command_results(&h.outputs()),
+            vec![(late, Err(Failure::ReplacementTimeout))]
+        );
+    }
+
+    #[test]
+    fn connections_failing_right_after_login_meet_growing_back_off() {
+        let cfg = RecoveryConfig::new(Duration::from_secs(30), Duration::from_secs(3600), true);
+        let mut h = Harness::with(cfg, core());
+        h.cmd(0xa1, 0.0);
+        h.answer(0xdead_beef, GOOD, 0.0);
+        let mut pauses = Vec::new();
+        for _ in 0..7 {
+            let (now, _) = flap(&mut h);
+            let next = h.r.poll_timeout().unwrap();
+            pauses.push(next.duration_since(h.at(now)).as_secs());
+        }
+        // The first loss waits DefaultTime2Wait (2 s); each repeat doubles
+        // it up to MAX_FLAP_BACKOFF.
+        assert_eq!(pauses, vec![4, 8, 16, 30, 30, 30, 30]);
+    }
+
+    #[test]
+    fn repeated_failures_right_after_login_are_summarised_with_their_cause() {
+        let mut h = Harness::new();
+        h.cmd(0xa1, 0.0);
+        h.answer(0xdead_beef, GOOD, 0.0);
+        let mut summaries = Vec::new();
+        let mut loud = 0;
+        let mut all = h.outputs();
+        for _ in 0..8 {
+            all.extend(flap(&mut h).1);
+        }
+        for o in &all {
+            match o {
+                Output::Notice(Notice::RepeatedLoginFailures { count, cause }) => {
+                    assert!(matches!(
+                        cause,
+                        Loss::Protocol(ProtocolError::UnknownTask { .. })
+                    ));
+                    summaries.push(*count);
+                }
+                Output::Disconnect { quiet: false, .. } => loud += 1,
+                _ => {}
+            }
+        }
+        assert_eq!(summaries, vec![2, 4, 8]);
+        assert_eq!(loud, 1, "only the first loss is warned of on its own");
+    }
+
+    #[test]
+    fn a_completed_command_restarts_the_replacement_clock() {
+        let cfg = RecoveryConfig::new(Duration::from_secs(30), Duration::from_secs(10), true);
+        let mut h = Harness::with(cfg, core());
+        let a = h.cmd(0xa1, 0.0);
+        let b = h.cmd(0xa2, 0.0);
+        h.lose(0.0);
+        h.run_until(2.0);
+        h.connected(8.0);
+        let sent = h.sent();
+        h.answer(Harness::itt_of(&sent, 0xa1), GOOD, 8.5); // progress
+        h.lose(9.0);
+        h.outputs();
+        h.run_until(11.0);
+        h.connect_failed(11.5);
+
+        h.run_until(18.9);
+        assert!(
+            command_results(&h.outputs()).is_empty(),
+            "10 s counted from the loss after the progress, not from the first loss"
+        );
+        h.run_until(19.0);
+        assert_eq!(
+            command_results(&h.outputs()),
+            vec![(b, Err(Failure::ReplacementTimeout))]
+        );
+        let _ = a;
+    }
+
+    #[test]
+    fn a_connection_that_completes_a_command_ends_the_streak_of_failures() {
+        let mut h = Harness::new();
+        h.cmd(0xa1, 0.0);
+        h.answer(0xdead_beef, GOOD, 0.0);
+        flap(&mut h);
+        flap(&mut h);
+        h.outputs();
+        let wake = h.r.poll_timeout().unwrap();
+        h.r.handle_timeout(wake);
+        let now = wake.duration_since(h.t0).as_secs_f64();
+        h.connected(now);
+        let itt = Harness::itt_of(&h.sent(), 0xa1);
+        h.answer(itt, GOOD, now + 0.1);
+        h.lose(now + 0.2);
+
+        assert_eq!(
+            h.r.poll_timeout(),
+            Some(h.at(now + 2.2)),
+            "back to DefaultTime2Wait"
+        );
+    }
+
+    #[test]
+    fn replacement_timeout_fires_on_time_during_a_slow_connection_attempt() {
+        let mut h = Harness::new();
+        let id = h.cmd(0xa1, 0.0);
+        h.lose(1.0);
+        h.run_until(3.0);
+        assert_eq!(connects(&h.outputs()), 1);
+
+        h.run_until(121.0); // the attempt has not finished
+
+        assert_eq!(
+            command_results(&h.outputs()),
+            vec![(id, Err(Failure::ReplacementTimeout))]
+        );
+    }
+
+    #[test]
+    fn idle_session_that_reconnected_gives_the_next_loss_a_full_replacement_timeout() {
+        let cfg = RecoveryConfig::new(Duration::from_secs(30), Duration::from_secs(10), true);
+        let mut h = Harness::with(cfg, core());
+        h.lose(0.0);
+        h.run_until(2.0);
+        h.connected(2.0); // nothing pending: the stall is over
+        h.lose(500.0);
+        let id = h.cmd(0xa1, 500.5);
+        h.run_until(509.9);
+        assert!(command_results(&h.outputs()).is_empty());
+        h.run_until(510.0);
+        assert_eq!(
+            command_results(&h.outputs()),
+            vec![(id, Err(Failure::ReplacementTimeout))]
+        );
     }
 }
