@@ -18,8 +18,15 @@
 //!   connect and log in again ([`Output::Connect`]), then again after 1 s,
 //!   2 s, 4 s… (at most [`MAX_BACKOFF`]) while attempts fail. On success the
 //!   kept commands are re-issued oldest first. Requests keep being accepted
-//!   while disconnected; past the replacement timeout the kept and new
-//!   commands fail with [`Failure::ReplacementTimeout`].
+//!   while disconnected; once commands have waited for the replacement
+//!   timeout *without the session making progress* (a command completing),
+//!   the kept and new commands fail with [`Failure::ReplacementTimeout`].
+//!   A successful login is not progress: a target that accepts every login
+//!   and then breaks the connection cannot keep commands waiting for ever.
+//!   Connections that fail right after login (within [`FLAP_WINDOW`], before
+//!   any command completed on them) meet a growing pause, DefaultTime2Wait
+//!   doubled per repeat up to [`MAX_FLAP_BACKOFF`], and are summarised as
+//!   [`Notice::RepeatedLoginFailures`] instead of one warning each.
 //! - **Logout.** A caller's logout waits until in-flight work has drained;
 //!   a target's Asynchronous Message asking for logout (§11.9.1) is answered
 //!   with a logout and a new login (commands are kept); announcements that
