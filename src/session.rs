@@ -1,12 +1,14 @@
 //! The session driver: one tokio task per session that does the I/O and
 //! the timers around two sans-IO state machines — the recovery policy
 //! ([`crate::proto::recovery::Recovery`]) and, inside it, the current
-//! connection's protocol core ([`crate::proto::session::Session`]) — plus
-//! a small writer task that owns the socket's write half.
+//! connection's protocol core ([`crate::proto::session::Session`]) — and
+//! the receive half of a [`Transport`], plus a small writer task that owns
+//! its send half ([`FrameWriter::run`]). The driver is generic over the
+//! transport (`Driver<T>`); [`SessionConfig::transport`] picks it.
 //!
 //! ```text
 //!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
-//!     ▲                   │  ▲ reads and frames PDUs itself
+//!     ▲                   │  ▲ reads PDUs itself (PduReader)
 //!     └──oneshot result───┘  └──────────────────────────────────────── socket
 //! ```
 //!
@@ -32,7 +34,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use thiserror::Error;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, trace, warn};
 
@@ -42,17 +43,23 @@ use crate::proto::negotiate::{
     parse_send_targets, DiscoveredTarget, InitiatorProposal, OperationalParams, SessionType,
     TargetAddress,
 };
-use crate::proto::pdu::{self, Digests, FrameLimits, WireFrame};
+use crate::proto::pdu::{self, Digests, FrameLimits};
 use crate::proto::recovery::{Failure, Loss, Notice, Output, Recovery, RecoveryConfig, RequestId};
 use crate::proto::session::{
     CommandRequest, CommandResult, FeatureParams, ProtocolError, Session, TaskError, TmfOutcome,
 };
 use crate::proto::text::{encode_text, parse_text};
-use crate::transport::tcp::{self, FrameReader, TransportError};
+use crate::transport::tcp::TcpTransport;
+use crate::transport::{
+    DataMovement, FrameWriter, PduReader, Transmit, Transport, TransportError, TransportKind,
+};
 
 /// How to reach and log in to a target (or a portal, for discovery).
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
+    /// Which transport carries the session (`iscsi://` is TCP, `iser://`
+    /// is iSER, which is not available yet).
+    pub transport: TransportKind,
     pub host: String,
     pub port: u16,
     pub initiator_name: String,
@@ -79,6 +86,7 @@ pub struct SessionConfig {
 impl SessionConfig {
     pub fn new(host: impl Into<String>, port: u16, initiator_name: impl Into<String>) -> Self {
         SessionConfig {
+            transport: TransportKind::Tcp,
             host: host.into(),
             port,
             initiator_name: initiator_name.into(),
@@ -212,8 +220,22 @@ impl PendingCommand {
 impl SessionHandle {
     /// Connect and log in (following login redirections), then start the driver task.
     pub async fn connect(cfg: SessionConfig) -> Result<SessionHandle, SessionError> {
+        match cfg.transport {
+            TransportKind::Tcp => Self::connect_over::<TcpTransport>(cfg).await,
+            kind @ TransportKind::Iser => Err(SessionError::Connect {
+                portal: portal_string(&cfg.host, cfg.port),
+                source: TransportError::Unavailable(kind),
+            }),
+        }
+    }
+
+    /// [`SessionHandle::connect`] over the transport `T` (whatever
+    /// `cfg.transport` says).
+    pub async fn connect_over<T: Transport>(
+        cfg: SessionConfig,
+    ) -> Result<SessionHandle, SessionError> {
         let isid = crate::proto::login::random_isid();
-        let conn = establish(&cfg, isid).await?;
+        let conn = establish::<T>(&cfg, isid).await?;
         Ok(start_driver(cfg, isid, conn))
     }
 
@@ -302,32 +324,34 @@ fn portal_string(host: &str, port: u16) -> String {
 }
 
 /// A connected transport that has completed login.
-struct Connection {
+struct Connection<T: Transport> {
     portal: String,
-    reader: FrameReader<OwnedReadHalf>,
-    wr: tokio::net::tcp::OwnedWriteHalf,
+    reader: T::Reader,
+    wr: T::Writer,
     result: LoginResult,
 }
 
 /// Connect and log in with `isid`, following up to five redirections.
 /// Reusing the ISID of a lost session (with TSIH 0) makes the target
 /// reinstate it: the old session's tasks are cleaned up (RFC 7143 §6.3.5).
-async fn establish(cfg: &SessionConfig, isid: [u8; 6]) -> Result<Connection, SessionError> {
+async fn establish<T: Transport>(
+    cfg: &SessionConfig,
+    isid: [u8; 6],
+) -> Result<Connection<T>, SessionError> {
     let mut host = cfg.host.clone();
     let mut port = cfg.port;
     for _ in 0..5 {
         let portal = portal_string(&host, port);
-        let stream = tcp::connect(&host, port, cfg.connect_timeout)
+        let transport = T::connect(&host, port, cfg.connect_timeout)
             .await
             .map_err(|source| SessionError::Connect {
                 portal: portal.clone(),
                 source,
             })?;
-        let (rd, mut wr) = stream.into_split();
-        let mut reader = FrameReader::new(rd, FrameLimits::default());
+        let (mut reader, mut wr) = transport.split(FrameLimits::default());
         let outcome = tokio::time::timeout(
             cfg.login_timeout,
-            run_login(cfg, isid, &mut reader, &mut wr, &portal),
+            run_login::<T>(cfg, isid, &mut reader, &mut wr, &portal),
         )
         .await
         .map_err(|_| SessionError::LoginTimeout {
@@ -357,11 +381,11 @@ async fn establish(cfg: &SessionConfig, isid: [u8; 6]) -> Result<Connection, Ses
     Err(SessionError::TooManyRedirects(portal_string(&host, port)))
 }
 
-async fn run_login(
+async fn run_login<T: Transport>(
     cfg: &SessionConfig,
     isid: [u8; 6],
-    reader: &mut FrameReader<OwnedReadHalf>,
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    reader: &mut T::Reader,
+    wr: &mut T::Writer,
     portal: &str,
 ) -> Result<LoginStep, SessionError> {
     let login_cfg = LoginConfig {
@@ -378,7 +402,11 @@ async fn run_login(
         cid: 0,
         cmd_sn: 1,
         chap: cfg.chap.clone(),
-        proposal: cfg.proposal.clone(),
+        proposal: InitiatorProposal {
+            // A transport that moves data itself needs iSER-assisted mode.
+            rdma_extensions: T::DATA_MOVEMENT == DataMovement::Direct,
+            ..cfg.proposal.clone()
+        },
     };
     let transport_err = |source| SessionError::LoginTransport {
         portal: portal.to_string(),
@@ -389,8 +417,8 @@ async fn run_login(
         source,
     })?;
     loop {
-        let frame = pdu.encode(Digests::default());
-        tcp::write_frames(wr, std::slice::from_ref(&frame))
+        let frame = T::Writer::encode(Transmit::from(pdu), Digests::default());
+        wr.write_frames(std::slice::from_ref(&frame))
             .await
             .map_err(|e| transport_err(TransportError::Io(e)))?;
         let rsp = reader.read_pdu().await.map_err(transport_err)?;
@@ -409,7 +437,11 @@ async fn run_login(
     }
 }
 
-fn session_info(cfg: &SessionConfig, isid: [u8; 6], conn: &Connection) -> SessionInfo {
+fn session_info<T: Transport>(
+    cfg: &SessionConfig,
+    isid: [u8; 6],
+    conn: &Connection<T>,
+) -> SessionInfo {
     SessionInfo {
         portal: conn.portal.clone(),
         target_name: cfg.target_name.clone(),
@@ -421,7 +453,11 @@ fn session_info(cfg: &SessionConfig, isid: [u8; 6], conn: &Connection) -> Sessio
     }
 }
 
-fn start_driver(cfg: SessionConfig, isid: [u8; 6], conn: Connection) -> SessionHandle {
+fn start_driver<T: Transport>(
+    cfg: SessionConfig,
+    isid: [u8; 6],
+    conn: Connection<T>,
+) -> SessionHandle {
     let shared = Arc::new(Shared {
         info: std::sync::RwLock::new(session_info(&cfg, isid, &conn)),
         reconnects: AtomicU64::new(0),
@@ -433,8 +469,8 @@ fn start_driver(cfg: SessionConfig, isid: [u8; 6], conn: Connection) -> SessionH
         cfg.replacement_timeout,
         cfg.target_name.is_some(),
     );
-    let (live, core, time2wait) = go_live(&cfg, isid, &shared, conn);
-    let driver = Driver {
+    let (live, core, time2wait) = go_live::<T>(&cfg, isid, &shared, conn);
+    let driver = Driver::<T> {
         cfg,
         isid,
         shared: shared.clone(),
@@ -450,31 +486,6 @@ fn start_driver(cfg: SessionConfig, isid: [u8; 6], conn: Connection) -> SessionH
     SessionHandle { tx, shared }
 }
 
-/// Owns the write half: writes batches of frames, merging what is queued.
-async fn write_loop(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Vec<WireFrame>>,
-    err: oneshot::Sender<std::io::Error>,
-) {
-    let mut batch: Vec<WireFrame> = Vec::new();
-    while let Some(first) = rx.recv().await {
-        batch.extend(first);
-        while batch.len() < 4096 {
-            match rx.try_recv() {
-                Ok(more) => batch.extend(more),
-                Err(_) => break,
-            }
-        }
-        if let Err(e) = tcp::write_frames(&mut wr, &batch).await {
-            let _ = err.send(e);
-            return;
-        }
-        batch.clear();
-    }
-    // The driver dropped this connection: close our side so the target sees the end.
-    let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
-}
-
 /// Callers waiting for an answer, by the id the recovery machine gave
 /// their request.
 enum Waiter {
@@ -485,28 +496,33 @@ enum Waiter {
     Logout(oneshot::Sender<Result<(), SessionError>>),
 }
 
-/// The I/O of the current connection: the socket's read half and the
-/// channel to the writer task that owns its write half.
-struct Live {
-    reader: FrameReader<OwnedReadHalf>,
-    frames: mpsc::UnboundedSender<Vec<WireFrame>>,
+/// The I/O of the current connection: the transport's receive half and
+/// the channel to the writer task that owns its send half. The recovery
+/// machine hands a connection's core back for dropping only after this is
+/// gone ([`Recovery::take_retired`]): a direct transport stops remote access
+/// to the tasks' buffers before the core frees them.
+struct Live<T: Transport> {
+    reader: T::Reader,
+    /// To the writer task ([`FrameWriter::run`]), which owns `T::Writer`;
+    /// dropping it ends that task.
+    frames: mpsc::UnboundedSender<Vec<<T::Writer as FrameWriter>::Frame>>,
     write_error: oneshot::Receiver<std::io::Error>,
     digests: Digests,
 }
 
 /// A connection attempt (connect and log in) under way.
-type Attempt = Pin<Box<dyn Future<Output = Result<Connection, SessionError>> + Send>>;
+type Attempt<T> = Pin<Box<dyn Future<Output = Result<Connection<T>, SessionError>> + Send>>;
 
 /// The thin tokio loop around [`Recovery`]: it does the I/O, sleeps until
 /// the machine's next deadline, turns requests into machine inputs and
 /// hands the machine's answers to their callers.
-struct Driver {
+struct Driver<T: Transport> {
     cfg: SessionConfig,
     isid: [u8; 6],
     shared: Arc<Shared>,
     machine: Recovery,
-    live: Option<Live>,
-    attempt: Option<Attempt>,
+    live: Option<Live<T>>,
+    attempt: Option<Attempt<T>>,
     waiters: HashMap<RequestId, Waiter>,
     /// Why the last connection (or connection attempt) failed: the cause
     /// reported to callers whose requests fail because of it.
@@ -514,10 +530,10 @@ struct Driver {
     requests_open: bool,
 }
 
-impl Driver {
+impl<T: Transport> Driver<T> {
     /// Take a logged-in connection into use (see [`go_live`]).
-    fn go_live(&mut self, conn: Connection) -> (Session, Duration) {
-        let (live, core, time2wait) = go_live(&self.cfg, self.isid, &self.shared, conn);
+    fn go_live(&mut self, conn: Connection<T>) -> (Session, Duration) {
+        let (live, core, time2wait) = go_live::<T>(&self.cfg, self.isid, &self.shared, conn);
         self.live = Some(live);
         (core, time2wait)
     }
@@ -583,6 +599,10 @@ impl Driver {
                         Ok(conn) => {
                             let (core, time2wait) = self.go_live(conn);
                             self.machine.handle_connected(core, time2wait, Instant::now());
+                            if !self.machine.is_live() {
+                                self.live = None;
+                                drop(self.machine.take_retired());
+                            }
                         }
                         Err(e) => {
                             debug!(error = %error_chain(&e), "reconnect attempt failed");
@@ -647,8 +667,8 @@ impl Driver {
             return;
         };
         let mut frames = Vec::new();
-        while let Some(pdu) = self.machine.poll_transmit() {
-            frames.push(pdu.encode(live.digests));
+        while let Some(tx) = self.machine.poll_transmit() {
+            frames.push(T::Writer::encode(tx, live.digests));
         }
         if frames.is_empty() {
             return;
@@ -701,7 +721,9 @@ impl Driver {
                     pending,
                     quiet,
                 } => {
+                    // The transport goes first, then the core (see `Live`).
                     self.live = None;
+                    drop(self.machine.take_retired());
                     if let Some(e) = loss_error(&cause) {
                         self.last = Arc::new(e);
                     }
@@ -725,7 +747,7 @@ impl Driver {
                 Output::Connect => {
                     let cfg = self.cfg.clone();
                     let isid = self.isid;
-                    self.attempt = Some(Box::pin(async move { establish(&cfg, isid).await }));
+                    self.attempt = Some(Box::pin(async move { establish::<T>(&cfg, isid).await }));
                 }
                 Output::Reconnected { after, reissued } => {
                     self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
@@ -739,7 +761,11 @@ impl Driver {
                     self.shared.capacity_changes.fetch_add(1, Ordering::Relaxed);
                 }
                 Output::Notice(n) => self.log_notice(n),
-                Output::Finished => return true,
+                Output::Finished => {
+                    self.live = None;
+                    drop(self.machine.take_retired());
+                    return true;
+                }
             }
         }
         false
@@ -826,12 +852,12 @@ fn loss_error(cause: &Loss) -> Option<SessionError> {
 /// Take a logged-in connection into use: reader limits, writer task, the
 /// facts handles see; returns its I/O, its protocol core and its
 /// DefaultTime2Wait.
-fn go_live(
+fn go_live<T: Transport>(
     cfg: &SessionConfig,
     isid: [u8; 6],
     shared: &Shared,
-    conn: Connection,
-) -> (Live, Session, Duration) {
+    conn: Connection<T>,
+) -> (Live<T>, Session, Duration) {
     let Connection {
         portal,
         mut reader,
@@ -845,18 +871,19 @@ fn go_live(
     };
     reader.set_limits(FrameLimits {
         digests,
-        max_data_segment: p.max_recv_data_segment_length,
+        max_data_segment: p.recv_data_segment_limit(),
     });
     let feature = FeatureParams {
         immediate_data: p.immediate_data,
         initial_r2t: p.initial_r2t,
         first_burst_length: p.first_burst_length,
         max_burst_length: p.max_burst_length,
-        max_xmit_data_segment_length: p.max_xmit_data_segment_length,
-        max_recv_data_segment_length: p.max_recv_data_segment_length,
+        max_xmit_data_segment_length: p.xmit_data_segment_limit(),
+        max_recv_data_segment_length: p.recv_data_segment_limit(),
         queue_depth: cfg.queue_depth.max(1),
         nop_interval: cfg.nop_interval,
         nop_timeout: cfg.nop_timeout,
+        data_movement: T::DATA_MOVEMENT,
     };
     info!(
         %portal,
@@ -881,7 +908,7 @@ fn go_live(
     let core = Session::new(feature, result.numbers);
     let (frames_tx, frames_rx) = mpsc::unbounded_channel();
     let (werr_tx, werr_rx) = oneshot::channel();
-    tokio::spawn(write_loop(wr, frames_rx, werr_tx));
+    tokio::spawn(wr.run(frames_rx, werr_tx));
     let live = Live {
         reader,
         frames: frames_tx,
@@ -891,9 +918,7 @@ fn go_live(
     (live, core, time2wait)
 }
 
-async fn read_pdu(
-    reader: Option<&mut FrameReader<OwnedReadHalf>>,
-) -> Result<pdu::Pdu, TransportError> {
+async fn read_pdu(reader: Option<&mut impl PduReader>) -> Result<pdu::Pdu, TransportError> {
     match reader {
         Some(r) => r.read_pdu().await,
         None => std::future::pending().await,
@@ -909,7 +934,9 @@ async fn write_failed(
     }
 }
 
-async fn attempt_done(attempt: Option<&mut Attempt>) -> Result<Connection, SessionError> {
+async fn attempt_done<T: Transport>(
+    attempt: Option<&mut Attempt<T>>,
+) -> Result<Connection<T>, SessionError> {
     match attempt {
         Some(a) => a.await,
         None => std::future::pending().await,

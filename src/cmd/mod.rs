@@ -183,6 +183,7 @@ impl Ctx {
         }
         let (host, port) = url.portal.host_port();
         let mut cfg = SessionConfig::new(host, port, initiator);
+        cfg.transport = url.transport;
         cfg.target_name = url.target.clone();
         cfg.connect_timeout = opts
             .connect_timeout

@@ -57,6 +57,7 @@ use bytes::Bytes;
 use super::pdu::{async_event, Pdu};
 use super::session::{
     CommandRequest, CommandResult, Event, ProtocolError, Session, TaskError, TaskId, TmfOutcome,
+    Transmit,
 };
 use crate::scsi::Sense;
 
@@ -354,6 +355,8 @@ pub struct Recovery {
     /// Connections in a row that failed right after login.
     flaps: u32,
     outputs: VecDeque<Output>,
+    /// Cores let go of, waiting for the driver to drop them.
+    retired: Vec<Session>,
 }
 
 impl Recovery {
@@ -381,6 +384,7 @@ impl Recovery {
             progress_on_conn: false,
             flaps: 0,
             outputs: VecDeque::new(),
+            retired: Vec::new(),
         }
     }
 
@@ -568,9 +572,11 @@ impl Recovery {
 
     /// The attempt asked for by [`Output::Connect`] logged in; `core` is the
     /// new connection's full feature phase, `time2wait` its DefaultTime2Wait.
-    /// Ignored (the core is dropped) when no attempt was wanted any more.
+    /// Ignored when no attempt was wanted any more (the core then goes
+    /// straight to [`Recovery::take_retired`]).
     pub fn handle_connected(&mut self, mut core: Session, time2wait: Duration, now: Instant) {
         let Conn::Down { since, wake: None } = self.conn else {
+            self.retired.push(core);
             return;
         };
         core.start(now);
@@ -693,12 +699,21 @@ impl Recovery {
 
     // ---- outputs ------------------------------------------------------------
 
-    /// Next PDU to send on the current connection.
-    pub fn poll_transmit(&mut self) -> Option<Pdu> {
+    /// Next PDU to send on the current connection (with the task's buffers
+    /// when the transport moves data directly).
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
         match &mut self.conn {
             Conn::Live(core) => core.poll_transmit(),
             _ => None,
         }
+    }
+
+    /// Cores of connections the machine is done with. The driver drops them
+    /// after the connection's transport (on [`Output::Disconnect`] and
+    /// [`Output::Finished`]): tasks' buffers must outlive any remote access
+    /// to them.
+    pub fn take_retired(&mut self) -> Vec<Session> {
+        std::mem::take(&mut self.retired)
     }
 
     /// Next answer, order or notice.
@@ -1046,10 +1061,10 @@ impl Recovery {
         if !self.is_live() {
             return;
         }
-        self.conn = Conn::Down {
+        self.retire(Conn::Down {
             since: now,
             wake: Some(now + self.time2wait),
-        };
+        });
         self.by_task.clear();
         self.tmfs.clear();
         self.deadlines.clear();
@@ -1138,13 +1153,21 @@ impl Recovery {
         }
     }
 
+    /// Leave the current state for `next`; a live connection's core is kept
+    /// for [`Recovery::take_retired`].
+    fn retire(&mut self, next: Conn) {
+        if let Conn::Live(core) = std::mem::replace(&mut self.conn, next) {
+            self.retired.push(*core);
+        }
+    }
+
     /// End the session: kept commands fail with `failure`, a caller's logout
     /// is answered, and the driver is told to stop.
     fn finish(&mut self, failure: Failure) {
         if matches!(self.conn, Conn::Closed) {
             return;
         }
-        self.conn = Conn::Closed;
+        self.retire(Conn::Closed);
         self.by_task.clear();
         self.tmfs.clear();
         self.deadlines.clear();
@@ -1274,7 +1297,7 @@ mod tests {
 
         fn sent(&mut self) -> Vec<Sent> {
             std::iter::from_fn(|| self.r.poll_transmit())
-                .map(|p| match p.bhs {
+                .map(|t| match t.pdu.bhs {
                     Bhs::ScsiCommand(c) => Sent::Cmd(c.cdb[0], c.itt),
                     Bhs::TaskMgmtRequest(t) => Sent::Tmf(t.function, t.itt, t.referenced_task_tag),
                     Bhs::LogoutRequest(l) => Sent::Logout(l.itt),
@@ -2359,5 +2382,24 @@ mod tests {
             command_results(&h.outputs()),
             vec![(id, Err(Failure::ReplacementTimeout))]
         );
+    }
+
+    #[test]
+    fn lost_connection_core_is_handed_back_for_the_driver_to_drop_after_its_transport() {
+        let mut h = Harness::new();
+        h.cmd(0xa1, 0.0);
+        h.sent();
+        assert!(h.r.take_retired().is_empty());
+
+        h.lose(1.0);
+
+        let retired = h.r.take_retired();
+        assert_eq!(retired.len(), 1);
+        assert_eq!(
+            retired[0].outstanding(),
+            1,
+            "the task (and its buffers) still lives in the retired core"
+        );
+        assert!(h.r.take_retired().is_empty());
     }
 }
