@@ -259,6 +259,14 @@ fn target_breaking_every_connection_right_after_login_ends_rlun_with_exit_3_afte
         proxy.logins(),
         proxy.corrupted()
     );
+    // The clock runs from the first failure: logins at about 0 s, 2 s and
+    // 6 s (DefaultTime2Wait 2 s, then 4 s, 8 s… back-off), give-up at 10 s.
+    // Had each login restarted it, the fourth login (14 s) would come too.
+    assert!(
+        proxy.logins() <= 3,
+        "{} logins: a login restarted the replacement timeout",
+        proxy.logins()
+    );
     let log = both(&out);
     assert!(
         log.contains("reconnects in a row failed right after login"),
