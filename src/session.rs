@@ -499,8 +499,10 @@ enum Waiter {
 /// The I/O of the current connection: the transport's receive half and
 /// the channel to the writer task that owns its send half. The recovery
 /// machine hands a connection's core back for dropping only after this is
-/// gone ([`Recovery::take_retired`]): a direct transport stops remote access
-/// to the tasks' buffers before the core frees them.
+/// gone ([`Recovery::take_retired`]): a direct transport revokes remote
+/// access to the tasks' buffers when the receive half drops, before the
+/// core frees them (the send half lives on in the writer task until it
+/// sees `frames` closed).
 struct Live<T: Transport> {
     reader: T::Reader,
     /// To the writer task ([`FrameWriter::run`]), which owns `T::Writer`;
