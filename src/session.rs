@@ -234,7 +234,7 @@ impl SessionHandle {
     pub async fn connect_over<T: Transport>(
         cfg: SessionConfig,
     ) -> Result<SessionHandle, SessionError> {
-        let isid = crate::proto::login::random_isid();
+        let isid = crate::entropy::random_isid();
         let conn = establish::<T>(&cfg, isid).await?;
         Ok(start_driver(cfg, isid, conn))
     }
@@ -402,6 +402,7 @@ async fn run_login<T: Transport>(
         cid: 0,
         cmd_sn: 1,
         chap: cfg.chap.clone(),
+        chap_nonce: crate::entropy::chap_nonce(),
         proposal: InitiatorProposal {
             // A transport that moves data itself needs iSER-assisted mode.
             rdma_extensions: T::DATA_MOVEMENT == DataMovement::Direct,
