@@ -466,8 +466,9 @@ pub struct ConnectOpts {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub login_timeout: Option<Duration>,
 
-    /// When the connection is lost, keep logging in again for this long
-    /// before failing pending and new I/O (0 disables reconnecting).
+    /// When the connection is lost, keep logging in again until I/O has
+    /// waited this long without any command completing, then fail pending
+    /// and new I/O (a login alone does not count; 0 disables reconnecting).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "120s")]
     pub replacement_timeout: Duration,
 

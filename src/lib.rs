@@ -5,11 +5,12 @@
 //! - [`cli`]: the `rlun` command line (clap), also the source of the man page.
 //! - [`client`]: a logged-in session to one target plus typed SCSI helpers
 //!   (INQUIRY, READ CAPACITY, READ/WRITE…), with UNIT ATTENTION retry.
-//! - [`session`]: the driver task: owns the sans-IO protocol core and a
-//!   transport, runs timers and NOP keepalives, turns requests into PDUs.
+//! - [`session`]: the driver task: a thin tokio loop that does the I/O and
+//!   the timers around the sans-IO recovery machine and a transport.
 //! - [`proto`]: the sans-IO RFC 7143 core (PDU codec, digests, text keys,
 //!   negotiation, CHAP, login state machine, full-feature command window and
-//!   Data-In/R2T/Data-Out sequencing). It never touches a socket or a clock.
+//!   Data-In/R2T/Data-Out sequencing, and the recovery policy: retries,
+//!   aborts, reconnects, logout). It never touches a socket or a clock.
 //! - [`scsi`]: CDB builders and response/sense parsers (SPC-5, SBC-4).
 //! - [`transport`]: the `Transport` trait the driver is generic over; TCP
 //!   today (in-band data movement), iSER (direct) planned.

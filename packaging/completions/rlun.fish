@@ -51,7 +51,7 @@ crc32c\t'Require CRC32C (login fails if the target refuses)'
 prefer\t'Offer CRC32C, accept None'"
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l login-timeout -d 'Give up logging in after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand discover" -l replacement-timeout -d 'When the connection is lost, keep logging in again for this long before failing pending and new I/O (0 disables reconnecting)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-interval -d 'Ping the target (NOP-Out) after this much silence' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
@@ -73,7 +73,7 @@ crc32c\t'Require CRC32C (login fails if the target refuses)'
 prefer\t'Offer CRC32C, accept None'"
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l login-timeout -d 'Give up logging in after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand ls" -l replacement-timeout -d 'When the connection is lost, keep logging in again for this long before failing pending and new I/O (0 disables reconnecting)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-interval -d 'Ping the target (NOP-Out) after this much silence' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
@@ -95,7 +95,7 @@ crc32c\t'Require CRC32C (login fails if the target refuses)'
 prefer\t'Offer CRC32C, accept None'"
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l login-timeout -d 'Give up logging in after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand info" -l replacement-timeout -d 'When the connection is lost, keep logging in again for this long before failing pending and new I/O (0 disables reconnecting)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-interval -d 'Ping the target (NOP-Out) after this much silence' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
@@ -120,7 +120,7 @@ crc32c\t'Require CRC32C (login fails if the target refuses)'
 prefer\t'Offer CRC32C, accept None'"
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l login-timeout -d 'Give up logging in after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand cp" -l replacement-timeout -d 'When the connection is lost, keep logging in again for this long before failing pending and new I/O (0 disables reconnecting)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-interval -d 'Ping the target (NOP-Out) after this much silence' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
@@ -153,7 +153,7 @@ crc32c\t'Require CRC32C (login fails if the target refuses)'
 prefer\t'Offer CRC32C, accept None'"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l login-timeout -d 'Give up logging in after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l replacement-timeout -d 'When the connection is lost, keep logging in again for this long before failing pending and new I/O (0 disables reconnecting)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l nop-interval -d 'Ping the target (NOP-Out) after this much silence' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
@@ -190,7 +190,7 @@ crc32c\t'Require CRC32C (login fails if the target refuses)'
 prefer\t'Offer CRC32C, accept None'"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l login-timeout -d 'Give up logging in after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l replacement-timeout -d 'When the connection is lost, keep logging in again for this long before failing pending and new I/O (0 disables reconnecting)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l nop-interval -d 'Ping the target (NOP-Out) after this much silence' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r

@@ -8,6 +8,9 @@
 //!   with a builder for targets and LUNs, kill/restart and pause/resume.
 //! - [`hostile`]: a scripted raw-TCP "target" that answers a login request
 //!   with deliberately malformed bytes, plus raw login PDU helpers.
+//! - [`proxy`]: a TCP proxy to a real target that, on command, breaks each
+//!   connection right after login, delays the target's traffic or drops
+//!   every connection.
 //! - [`process`]: run the `rlun` binary (or any command) with a timeout, so a
 //!   hung process fails the test instead of hanging it.
 //! - [`cli`]: assertions on an rlun run (exit code, the `rlun: ` error
@@ -23,6 +26,7 @@ pub mod cli;
 pub mod error;
 pub mod hostile;
 pub mod process;
+pub mod proxy;
 pub mod stall;
 pub mod tgtd;
 
@@ -33,4 +37,5 @@ pub use process::{
     rlun_bin, run_rlun, run_rlun_with_timeout, run_with_timeout, spawn_rlun, try_run_with_timeout,
     ChildGuard, RLUN_TIMEOUT,
 };
+pub use proxy::{Fault, FaultProxy};
 pub use tgtd::{TargetBuilder, Tgtd, NULL_LUN_SIZE};
