@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::cli::{assert_failure, assert_success, both};
-use common::stall::StallAfterLogin;
+use common::proxy::{Fault, FaultProxy};
 use common::{make_backing_file, pattern_bytes, run_rlun, spawn_rlun, Tgtd};
 use rlun::fuse::find_mount;
 
@@ -104,7 +104,10 @@ impl Drop for Cleanup {
 fn daemon_mount_gives_up_when_not_ready_within_the_timeouts_and_stops_its_child() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, _backing) = tgtd_with_file(dir.path(), 4 * MIB, 21);
-    let proxy = StallAfterLogin::start(tgtd.portal().parse().expect("portal address"));
+    let proxy = FaultProxy::start(
+        tgtd.portal().parse().expect("portal address"),
+        Fault::SwallowAfterLogin,
+    );
     let mp = mountpoint(dir.path());
     let _cleanup = Cleanup(mp.clone());
     let mp_s = mp.display().to_string();
@@ -133,7 +136,7 @@ fn daemon_mount_gives_up_when_not_ready_within_the_timeouts_and_stops_its_child(
         took >= Duration::from_secs(12) && took < Duration::from_secs(30),
         "gave up after {took:?}"
     );
-    assert!(proxy.stalled_sessions() >= 1, "the login went through");
+    assert!(proxy.swallowed() >= 1, "the login went through");
     assert!(child_gone, "background rlun still running");
     assert!(!is_mounted(&mp));
 }
@@ -142,7 +145,10 @@ fn daemon_mount_gives_up_when_not_ready_within_the_timeouts_and_stops_its_child(
 fn background_child_exits_when_its_parent_is_killed_before_ready() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, _backing) = tgtd_with_file(dir.path(), 4 * MIB, 22);
-    let proxy = StallAfterLogin::start(tgtd.portal().parse().expect("portal address"));
+    let proxy = FaultProxy::start(
+        tgtd.portal().parse().expect("portal address"),
+        Fault::SwallowAfterLogin,
+    );
     let mp = mountpoint(dir.path());
     let _cleanup = Cleanup(mp.clone());
     let mp_s = mp.display().to_string();
@@ -159,7 +165,7 @@ fn background_child_exits_when_its_parent_is_killed_before_ready() {
     );
     let parent_pid = parent.id();
     let child_started = wait_until(Duration::from_secs(10), || {
-        proxy.stalled_sessions() >= 1 && rlun_processes_for(&mp).iter().any(|p| *p != parent_pid)
+        proxy.swallowed() >= 1 && rlun_processes_for(&mp).iter().any(|p| *p != parent_pid)
     });
     assert!(child_started, "the background rlun logged in");
 

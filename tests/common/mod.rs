@@ -15,8 +15,9 @@
 //!   hung process fails the test instead of hanging it.
 //! - [`cli`]: assertions on an rlun run (exit code, the `rlun: ` error
 //!   line, no panic) and parsers for its and libiscsi's output.
-//! - [`stall`]: a proxy to a real target that lets logins through and then
-//!   swallows everything (a target that accepts the login and misbehaves).
+//! - [`proxy`]: a fault-injecting proxy to a real target (corrupt or go
+//!   silent after every login, delay, drop connections) — for targets that
+//!   accept the login and then misbehave, and for network faults.
 //! - [`backing`]: deterministic pseudo-random backing files and the expected
 //!   bytes at any offset.
 #![allow(dead_code, unused_imports)]
@@ -27,7 +28,6 @@ pub mod error;
 pub mod hostile;
 pub mod process;
 pub mod proxy;
-pub mod stall;
 pub mod tgtd;
 
 pub use backing::{fill_pattern, make_backing_file, pattern_bytes};

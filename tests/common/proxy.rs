@@ -8,6 +8,9 @@
 //!   through, the proxy sends a garbage PDU header to the initiator and
 //!   closes the connection — a target that accepts every login and then
 //!   misbehaves;
+//! - swallows: lets the login through, then forwards nothing more to the
+//!   initiator while the connection stays open — a target that goes silent
+//!   after every login;
 //! - delays everything the target sends by a fixed time;
 //! - drops: closes every current connection and each new one at once.
 //!
@@ -31,6 +34,9 @@ pub enum Fault {
     /// Let the login through, then send the initiator a garbage PDU header
     /// and close the connection.
     CorruptAfterLogin,
+    /// Let the login through, then forward nothing more to the initiator,
+    /// keeping the connection open.
+    SwallowAfterLogin,
     /// Hold everything the target sends for this long before forwarding it.
     Delay(Duration),
     /// Close every connection (current and new) at once.
@@ -51,6 +57,7 @@ struct Shared {
     connections: AtomicUsize,
     logins: AtomicUsize,
     corrupted: AtomicUsize,
+    swallowed: AtomicUsize,
     /// Both sockets of every connection, to close them on `Drop`.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
 }
@@ -73,6 +80,7 @@ impl FaultProxy {
             connections: AtomicUsize::new(0),
             logins: AtomicUsize::new(0),
             corrupted: AtomicUsize::new(0),
+            swallowed: AtomicUsize::new(0),
             open: Mutex::new(Vec::new()),
         });
         let s = Arc::clone(&shared);
@@ -121,6 +129,11 @@ impl FaultProxy {
         format!("iscsi://{}/{iqn}/{lun}", self.addr)
     }
 
+    /// `iscsi://127.0.0.1:PORT/IQN` (every LUN of the target).
+    pub fn target_url(&self, iqn: &str) -> String {
+        format!("iscsi://{}/{iqn}", self.addr)
+    }
+
     /// Change the fault; [`Fault::Drop`] also closes the current connections.
     pub fn set_fault(&self, fault: Fault) {
         *self.shared.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
@@ -142,6 +155,11 @@ impl FaultProxy {
     /// Connections the proxy broke right after login so far.
     pub fn corrupted(&self) -> usize {
         self.shared.corrupted.load(Ordering::SeqCst)
+    }
+
+    /// Connections the proxy went silent on after login so far.
+    pub fn swallowed(&self) -> usize {
+        self.shared.swallowed.load(Ordering::SeqCst)
     }
 
     fn close_all(&self) {
@@ -205,6 +223,13 @@ fn target_to_initiator(mut server: TcpStream, mut client: TcpStream, shared: &Sh
         return close(&server, &client);
     }
     let mut buf = vec![0u8; 256 * 1024];
+    if shared.fault() == Fault::SwallowAfterLogin {
+        shared.swallowed.fetch_add(1, Ordering::SeqCst);
+        // Read and discard what the target answers; the initiator hears
+        // nothing more until it gives up on the connection.
+        while matches!(server.read(&mut buf), Ok(n) if n > 0) {}
+        return close(&server, &client);
+    }
     loop {
         let n = match server.read(&mut buf) {
             Ok(0) | Err(_) => break,
