@@ -23,6 +23,7 @@ pub mod cmd;
 pub mod config;
 pub mod device;
 pub mod fuse;
+pub mod nbd;
 pub mod proto;
 pub mod scsi;
 pub mod secret;
