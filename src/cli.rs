@@ -220,6 +220,28 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// Serve a target's LUNs to NBD clients: `lun<N>` for each disk LUN.
+    ///
+    /// Each disk LUN of the target (or the one LUN the URL names) becomes
+    /// an NBD export named `lun<N>`; the default export (empty name) is the
+    /// first. Any NBD client can use them: qemu (`nbd+unix:///lun1?socket=
+    /// PATH`, `nbd://host:port/lun1`), libnbd's nbdinfo/nbdcopy/nbdfuse/
+    /// nbdsh, nbd-client and the kernel. All connections to one LUN share
+    /// one page cache and one iSCSI session (multi-conn is safe).
+    ///
+    /// rlun stays in the foreground until SIGINT/SIGTERM, then lets the
+    /// requests in flight finish, writes back cached data and logs out.
+    #[command(after_help = SERVE_AFTER_HELP)]
+    Serve {
+        /// Target URL iscsi://host[:port]/<iqn> (every disk LUN), LUN URL
+        /// iscsi://host[:port]/<iqn>/<lun> (that LUN), or a config-file
+        /// target name.
+        target: String,
+        #[command(flatten)]
+        serve: ServeOpts,
+        #[command(flatten)]
+        conn: ConnectOpts,
+    },
     /// Write the man pages into a directory.
     #[command(hide = true)]
     GenerateMan {
@@ -352,6 +374,67 @@ pub struct MountOpts {
     /// Threads reading requests from /dev/fuse.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub fuse_threads: u16,
+}
+
+const SERVE_AFTER_HELP: &str = "\
+Exports: lun<N> for LUN N (the default export is the first). Transmission
+flags: flush, FUA, write-zeroes, cache, multi-conn, and trim and fast-zero
+when the LUN can unmap (LBPU and LBPRZ); read-only for write-protected LUNs
+or --read-only. Block sizes: minimum = the LUN's block size (clients that
+ask for it must align; others may send any offset and length, served by
+read-modify-write), preferred = the cache page (4 KiB or more), maximum
+payload 32 MiB. base:allocation reports every extent as allocated data.
+
+Security: NBD has no authentication of its own. --socket is protected by
+the file's permissions (created 0600). --listen on anything but a loopback
+address needs TLS (--tls-cert/--tls-key, and --tls-ca to require client
+certificates) or an explicit --allow-insecure: otherwise anyone who can
+reach the port reads and writes the LUN.
+
+Examples:
+  rlun serve iscsi://10.0.0.5/iqn.2026-11.org.example:store --socket /run/rlun/store.sock
+  qemu-img info 'nbd+unix:///lun1?socket=/run/rlun/store.sock'
+  rlun serve store --listen 0.0.0.0:10809 --tls-cert srv.pem --tls-key srv.key
+  nbdinfo --list nbds://server.example/";
+
+/// Options of `rlun serve`.
+#[derive(Debug, Clone, Args)]
+#[group(id = "where", required = true, multiple = false, args = ["socket", "listen"])]
+pub struct ServeOpts {
+    /// Listen on this Unix socket (created with mode 0600; a stale socket
+    /// file is replaced, a live one refused).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Listen on this TCP address, e.g. 127.0.0.1:10809 or [::1]:10809.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Refuse writes to every export.
+    #[arg(short, long)]
+    pub read_only: bool,
+    /// rlun's cache of LUN data, shared by every connection.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = CacheChoice::WriteThrough)]
+    pub cache: CacheChoice,
+    /// Memory cap of the cache, per LUN.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Read ahead of sequential streams.
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On)]
+    pub readahead: OnOff,
+    /// Longest time written data waits in memory with --cache write-back.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub writeback_delay: Duration,
+    /// TLS certificate chain (PEM): clients must use TLS (NBD_OPT_STARTTLS).
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by these CAs (PEM).
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// Allow --listen on a non-loopback address without TLS.
+    #[arg(long)]
+    pub allow_insecure: bool,
 }
 
 /// Page cache mode for `--cache`.

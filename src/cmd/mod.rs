@@ -15,6 +15,7 @@ mod cp;
 mod info;
 mod ls;
 pub mod mount;
+pub mod serve;
 
 use std::path::PathBuf;
 
@@ -372,6 +373,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             lazy,
             timeout,
         } => mount::umount(&mountpoint, lazy, timeout).await,
+        Command::Serve {
+            target,
+            serve,
+            conn,
+        } => serve::run(&ctx, &target, &serve, &conn).await,
         Command::GenerateMan { dir } => generate_man(&dir),
     }
 }

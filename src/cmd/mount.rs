@@ -550,12 +550,15 @@ async fn serve(
     })
 }
 
-fn signal_error(e: std::io::Error) -> CliError {
+pub(crate) fn signal_error(e: std::io::Error) -> CliError {
     CliError::Other(format!("cannot install signal handlers: {e}"))
 }
 
 /// Open the LUN `only`, or every disk LUN of the target.
-async fn open_luns(target: &Target, only: Option<u64>) -> Result<Vec<(u64, Lun)>, CliError> {
+pub(crate) async fn open_luns(
+    target: &Target,
+    only: Option<u64>,
+) -> Result<Vec<(u64, Lun)>, CliError> {
     if let Some(n) = only {
         return Ok(vec![(n, target.open_lun(n).await?)]);
     }
