@@ -399,11 +399,15 @@ Examples:
 
 /// Options of `rlun serve`.
 #[derive(Debug, Clone, Args)]
-#[group(id = "where", required = true, multiple = false, args = ["socket", "listen"])]
 pub struct ServeOpts {
     /// Listen on this Unix socket (created with mode 0600; a stale socket
     /// file is replaced, a live one refused).
-    #[arg(long, value_name = "PATH")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        required_unless_present = "listen",
+        conflicts_with = "listen"
+    )]
     pub socket: Option<PathBuf>,
     /// Listen on this TCP address, e.g. 127.0.0.1:10809 or [::1]:10809.
     #[arg(long, value_name = "ADDR:PORT")]

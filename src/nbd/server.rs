@@ -237,8 +237,16 @@ impl<B: LunBackend> Server<B> {
             let ev = hs.handle_input(buf)?;
             let out = hs.take_output();
             if !out.is_empty() {
-                stream.write_all(&out).await?;
-                stream.flush().await?;
+                let r = async {
+                    stream.write_all(&out).await?;
+                    stream.flush().await
+                }
+                .await;
+                // A client may close right after NBD_OPT_ABORT without
+                // reading the ACK; the spec asks servers to take that well.
+                if ev != HandshakeEvent::Abort {
+                    r?;
+                }
             }
             match ev {
                 HandshakeEvent::NeedInput => {
