@@ -366,8 +366,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             target,
             mountpoint,
             mount,
+            daemon,
+            cache,
             conn,
-        } => mount::run(&ctx, &target, &mountpoint, &mount, &conn).await,
+        } => mount::run(&ctx, &target, &mountpoint, &mount, &daemon, &cache, &conn).await,
         Command::Umount {
             mountpoint,
             lazy,
@@ -376,8 +378,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve {
             target,
             serve,
+            daemon,
             conn,
-        } => serve::run(&ctx, &target, &serve, &conn).await,
+            cache,
+        } => serve::run(&ctx, &target, &serve, &daemon, &cache, &conn).await,
         Command::GenerateMan { dir } => generate_man(&dir),
     }
 }

@@ -15,21 +15,49 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::rustls;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
-use super::mount::{open_luns, signal_error};
 use super::{human_size, CliError, Ctx};
-use crate::cli::{ConnectOpts, OnOff, ServeOpts};
+use crate::cli::{CacheChoice, CacheOpts, ConnectOpts, DaemonOpts, ServeOpts};
 use crate::client::{Lun, Target};
-use crate::device::{DeviceConfig, LunDevice};
-use crate::nbd::server::{Export, Limits, Server};
+use crate::daemon::{self, Launched, PidFile, Readiness, Signals};
+use crate::export::{open_luns, ExportSet, OpenError};
+use crate::nbd::server::{Limits, Server};
 
 /// `rlun serve`.
-pub async fn run(ctx: &Ctx, arg: &str, o: &ServeOpts, conn: &ConnectOpts) -> Result<(), CliError> {
+pub async fn run(
+    ctx: &Ctx,
+    arg: &str,
+    o: &ServeOpts,
+    d: &DaemonOpts,
+    cache: &CacheOpts,
+    conn: &ConnectOpts,
+) -> Result<(), CliError> {
+    let deadline = daemon::ready_deadline(
+        conn.connect_timeout.unwrap_or(ctx.config.connect_timeout()),
+        conn.login_timeout.unwrap_or(ctx.config.login_timeout()),
+    );
+    let mut readiness = match daemon::launch(d, deadline).await? {
+        Launched::Detached => return Ok(()),
+        Launched::Serve(r) => r,
+    };
+    let result = serve(ctx, arg, o, cache, conn, &mut readiness).await;
+    readiness.finished(&result);
+    result
+}
+
+async fn serve(
+    ctx: &Ctx,
+    arg: &str,
+    o: &ServeOpts,
+    cache: &CacheOpts,
+    conn: &ConnectOpts,
+    readiness: &mut Readiness,
+) -> Result<(), CliError> {
+    // Local problems first: they need no network.
     let (url, entry) = ctx.resolve_url(arg)?;
     let Some(iqn) = url.target.clone() else {
         return Err(CliError::Usage(format!(
@@ -42,45 +70,58 @@ pub async fn run(ctx: &Ctx, arg: &str, o: &ServeOpts, conn: &ConnectOpts) -> Res
         check_insecure(addr, tls.is_some(), o.allow_insecure)?;
     }
     let listener = Listener::bind(o).await?;
-    let dev_cfg = DeviceConfig {
-        mode: o.cache.mode(),
-        cache_size: o.cache_size,
-        readahead: o.readahead == OnOff::On,
-        writeback_delay: o.writeback_delay,
-        ..DeviceConfig::default()
-    };
+    let dev_cfg = cache.device_config(cache.cache.unwrap_or(CacheChoice::WriteThrough).mode());
 
     let cfg = ctx.session_config(&url, entry.as_deref(), conn)?;
     let target = Target::login(cfg).await?;
-    let exports = match open_exports(&target, url.lun, &iqn, &dev_cfg, o.read_only).await {
-        Ok(e) => e,
+    let exports = match open_exports(&target, &iqn, url.lun, &dev_cfg, o.read_only).await {
+        Ok(e) => Arc::new(e),
         Err(e) => {
             let _ = target.logout().await;
             return Err(e);
         }
     };
-    for e in &exports {
-        info!(
-            export = %e.info.name,
-            size = e.info.size,
-            flags = format_args!("{:#06x}", e.info.flags),
-            "serving {} at {}",
-            e.info.description,
-            listener.uri(&e.info.name, tls.is_some()),
-        );
-    }
+    let descriptions: Vec<String> = exports
+        .exports()
+        .iter()
+        .map(|e| {
+            let i = e.info();
+            format!(
+                "LUN {} of {iqn}: {}, {}-byte blocks{}",
+                e.number(),
+                human_size(i.size),
+                i.block_size,
+                if i.read_only { ", read-only" } else { "" }
+            )
+        })
+        .collect();
 
-    let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
+    let mut signals = Signals::install()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let limits = Limits::default();
-    let server = Arc::new(Server::new(exports, tls, limits, stop_rx));
+    let server = Arc::new(Server::new(
+        exports.clone(),
+        descriptions.clone(),
+        tls.clone(),
+        limits,
+        stop_rx,
+    ));
+    let pid_file = PidFile::create(daemon::state_file(&listener.state_key()));
+    let uris: Vec<String> = exports
+        .exports()
+        .iter()
+        .map(|e| listener.uri(e.name(), tls.is_some()))
+        .collect();
+    for (uri, d) in uris.iter().zip(&descriptions) {
+        info!("serving {d} at {uri}");
+    }
+    readiness.ready(&format!("serving {}", uris.join(" ")));
+
     let mut conns = JoinSet::new();
-    loop {
+    let signal = loop {
         while conns.try_join_next().is_some() {}
         tokio::select! {
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
+            s = signals.recv() => break s,
             r = listener.accept(&server, &mut conns) => {
                 if let Err(e) = r {
                     warn!(error = %e, "accept failed");
@@ -88,73 +129,50 @@ pub async fn run(ctx: &Ctx, arg: &str, o: &ServeOpts, conn: &ConnectOpts) -> Res
                 }
             }
         }
-    }
-    info!("shutting down: finishing the requests in flight");
+    };
+    info!(
+        "{}: finishing the requests in flight, then stopping",
+        signal.name()
+    );
+    readiness.stopping("finishing the requests in flight");
     let _ = stop_tx.send(true);
     drop(listener);
     let grace = limits.drain_timeout + Duration::from_secs(5);
-    if tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} })
-        .await
-        .is_err()
-    {
-        warn!("connections did not finish in {grace:?}; closing them");
-        conns.shutdown().await;
+    tokio::select! {
+        _ = async { while conns.join_next().await.is_some() {} } => {}
+        _ = tokio::time::sleep(grace) => warn!("connections did not finish in {grace:?}; closing them"),
+        _ = signals.recv() => warn!("second signal: closing the connections"),
     }
-    let mut first_err = None;
-    for e in server.exports() {
-        if let Err(err) = e.device.flush().await {
-            warn!(export = %e.info.name, error = %crate::session::error_chain(&err), "flush failed");
-            first_err.get_or_insert(err);
-        }
-    }
+    // Whatever still hangs on gets ESHUTDOWN; then write back and log out.
+    exports.shut_down();
+    conns.shutdown().await;
     drop(server);
-    if let Err(e) = target.logout().await {
-        debug!(error = %e, "logout failed");
+    let result = daemon::finish_exports(&exports, &target)
+        .await
+        .map_err(|e| {
+            CliError::Other(format!(
+                "stopped, but written data did not reach the target: {e}"
+            ))
+        });
+    if let Some(p) = pid_file {
+        p.finish(&result);
     }
-    match first_err {
-        Some(e) => Err(CliError::Other(format!(
-            "writing back cached data failed: {}",
-            crate::session::error_chain(&e)
-        ))),
-        None => Ok(()),
-    }
+    result
 }
 
 async fn open_exports(
     target: &Target,
-    only: Option<u64>,
     iqn: &str,
-    cfg: &DeviceConfig,
+    only: Option<u64>,
+    cfg: &crate::device::DeviceConfig,
     read_only: bool,
-) -> Result<Vec<Export<Lun>>, CliError> {
-    let luns = open_luns(target, only).await?;
-    if luns.is_empty() {
-        return Err(CliError::Other(format!(
-            "target {iqn} has no disk LUNs to serve"
-        )));
-    }
-    let mut exports = Vec::new();
-    for (n, lun) in luns {
-        let desc = format!(
-            "LUN {n} of {iqn}: {}, {}-byte blocks{}",
-            human_size(lun.capacity_bytes()),
-            lun.block_size(),
-            if lun.write_protected() {
-                ", write-protected"
-            } else {
-                ""
-            }
-        );
-        let dev = LunDevice::new(lun, cfg.clone())
-            .map_err(|e| CliError::Usage(crate::session::error_chain(&e)))?;
-        exports.push(Export::new(
-            format!("lun{n}"),
-            desc,
-            Arc::new(dev),
-            read_only,
-        ));
-    }
-    Ok(exports)
+) -> Result<ExportSet<Lun>, CliError> {
+    let luns = open_luns(target, iqn, only).await.map_err(|e| match e {
+        OpenError::Client(e) => e.into(),
+        e @ OpenError::NoDiskLuns { .. } => CliError::Other(format!("{e} to serve")),
+    })?;
+    ExportSet::new(luns, cfg, read_only)
+        .map_err(|e| CliError::Usage(crate::session::error_chain(&e)))
 }
 
 /// `--listen` beyond loopback without TLS gives every host that reaches
@@ -261,6 +279,14 @@ impl Listener {
             })?;
         let addr = l.local_addr().unwrap_or(addr);
         Ok(Listener::Tcp(l, addr))
+    }
+
+    /// What the pid file is named after: the socket path, or `nbd-ADDR`.
+    fn state_key(&self) -> PathBuf {
+        match self {
+            Listener::Unix(_, p) => p.clone(),
+            Listener::Tcp(_, a) => PathBuf::from(format!("nbd-{a}")),
+        }
     }
 
     /// The NBD URI of an export (the form qemu and libnbd take).

@@ -53,8 +53,7 @@ use super::proto::{
     self, cflag, err, errno_to_nbd, tflag, Command, ExportInfo, Handshake, HandshakeError,
     HandshakeEvent, Negotiated, Request, TlsMode, Transmission,
 };
-use crate::device::{DeviceError, LunDevice};
-use crate::fuse::LunBackend;
+use crate::export::{Export, ExportError, ExportSet, LunBackend, ZeroMode};
 
 /// Largest READ or WRITE payload advertised (`NBD_INFO_BLOCK_SIZE`
 /// maximum): the spec's 32 MiB that every client may send.
@@ -82,56 +81,36 @@ impl Default for Limits {
     }
 }
 
-/// One export: what clients are told, and the device behind it.
-pub struct Export<B: LunBackend> {
-    pub info: ExportInfo,
-    pub device: Arc<LunDevice<B>>,
-    /// UNMAP works and unmapped blocks read as zeros (LBPU and LBPRZ):
-    /// TRIM unmaps, and WRITE_ZEROES without NO_HOLE may unmap.
-    pub unmap_zeroes: bool,
-}
-
-impl<B: LunBackend> Export<B> {
-    /// An export named `name` over `device`, with the transmission flags
-    /// and block sizes that follow from the LUN (`read_only` refuses
-    /// writes even to a writable LUN).
-    pub fn new(
-        name: String,
-        description: String,
-        device: Arc<LunDevice<B>>,
-        read_only: bool,
-    ) -> Export<B> {
-        let unmap_zeroes = device.backend().unmap_reads_zeros();
-        let mut flags = tflag::HAS_FLAGS
-            | tflag::SEND_FLUSH
-            | tflag::SEND_FUA
-            | tflag::SEND_WRITE_ZEROES
-            | tflag::SEND_CACHE
-            | tflag::CAN_MULTI_CONN;
-        if device.read_only() || read_only {
-            flags |= tflag::READ_ONLY;
-        }
-        if unmap_zeroes && !(device.read_only() || read_only) {
-            flags |= tflag::SEND_TRIM | tflag::SEND_FAST_ZERO;
-        }
-        let bs = device.block_size();
-        let preferred = bs.max(device.page_size()).max(4096);
-        let info = ExportInfo {
-            name,
-            description,
-            size: device.size(),
-            flags,
-            block: proto::BlockSizes {
-                minimum: bs.min(65536),
-                preferred,
-                maximum: MAX_PAYLOAD.max(preferred),
-            },
-        };
-        Export {
-            info,
-            device,
-            unmap_zeroes,
-        }
+/// What the handshake tells clients about `export` (its size now, the
+/// transmission flags and block sizes that follow from the LUN).
+pub fn export_info<B: LunBackend>(export: &Export<B>, description: String) -> ExportInfo {
+    let i = export.info();
+    let mut flags = tflag::HAS_FLAGS
+        | tflag::SEND_FLUSH
+        | tflag::SEND_FUA
+        | tflag::SEND_WRITE_ZEROES
+        | tflag::SEND_CACHE
+        | tflag::CAN_MULTI_CONN;
+    if i.read_only {
+        flags |= tflag::READ_ONLY;
+    }
+    if i.can_trim {
+        flags |= tflag::SEND_TRIM;
+    }
+    if i.fast_zero {
+        flags |= tflag::SEND_FAST_ZERO;
+    }
+    let preferred = i.preferred_size.max(4096).next_power_of_two();
+    ExportInfo {
+        name: export.name().to_string(),
+        description,
+        size: i.size,
+        flags,
+        block: proto::BlockSizes {
+            minimum: i.block_size.min(65536),
+            preferred,
+            maximum: MAX_PAYLOAD.max(preferred),
+        },
     }
 }
 
@@ -156,33 +135,43 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 /// The exports and settings shared by every connection.
 pub struct Server<B: LunBackend> {
-    exports: Vec<Export<B>>,
-    infos: Arc<[ExportInfo]>,
+    exports: Arc<ExportSet<B>>,
+    descriptions: Vec<String>,
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: Limits,
     shutdown: watch::Receiver<bool>,
 }
 
 impl<B: LunBackend> Server<B> {
-    /// A server for `exports`; it stops serving when `shutdown` turns true.
+    /// A server for `exports` (`descriptions` in the same order, shown by
+    /// `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`); connections stop reading
+    /// requests when `shutdown` turns true.
     pub fn new(
-        exports: Vec<Export<B>>,
+        exports: Arc<ExportSet<B>>,
+        descriptions: Vec<String>,
         tls: Option<tokio_rustls::TlsAcceptor>,
         limits: Limits,
         shutdown: watch::Receiver<bool>,
     ) -> Server<B> {
-        let infos: Arc<[ExportInfo]> = exports.iter().map(|e| e.info.clone()).collect();
         Server {
             exports,
-            infos,
+            descriptions,
             tls,
             limits,
             shutdown,
         }
     }
 
-    pub fn exports(&self) -> &[Export<B>] {
-        &self.exports
+    /// What a new connection is told: the exports as they are now (a LUN
+    /// whose capacity changed is re-read first).
+    async fn infos(&self) -> Arc<[ExportInfo]> {
+        let mut v = Vec::new();
+        for (i, e) in self.exports.exports().iter().enumerate() {
+            e.refresh_capacity().await;
+            let d = self.descriptions.get(i).cloned().unwrap_or_default();
+            v.push(export_info(e, d));
+        }
+        v.into()
     }
 
     /// Serve one client until it disconnects or the server shuts down.
@@ -193,26 +182,27 @@ impl<B: LunBackend> Server<B> {
     ) -> Result<(), ConnError> {
         let stream: Box<dyn Stream> = Box::new(stream);
         let mut buf = BytesMut::with_capacity(64 << 10);
+        let infos = self.infos().await;
         let timeout = self.limits.handshake_timeout;
         let (stream, negotiated) =
-            match tokio::time::timeout(timeout, self.handshake(stream, &mut buf)).await {
+            match tokio::time::timeout(timeout, self.handshake(stream, &mut buf, &infos)).await {
                 Ok(Ok(Some(done))) => done,
                 Ok(Ok(None)) => return Ok(()),
                 Ok(Err(e)) => return Err(e),
                 Err(_) => return Err(ConnError::HandshakeTimeout(timeout)),
             };
-        let export = &self.exports[negotiated.export];
+        let info = &infos[negotiated.export];
         info!(
             peer,
-            export = %export.info.name,
+            export = %info.name,
             structured = negotiated.structured,
             block_sizes = negotiated.block_sizes_agreed,
             "NBD client connected"
         );
         let tx = Transmission {
-            size: export.info.size,
+            size: info.size,
             flags: negotiated.flags,
-            block: export.info.block,
+            block: info.block,
             negotiated,
         };
         let r = self.clone().transmission(stream, buf, tx).await;
@@ -225,13 +215,14 @@ impl<B: LunBackend> Server<B> {
         &self,
         mut stream: Box<dyn Stream>,
         buf: &mut BytesMut,
+        infos: &Arc<[ExportInfo]>,
     ) -> Result<Option<(Box<dyn Stream>, Negotiated)>, ConnError> {
         let mode = if self.tls.is_some() {
             TlsMode::Required
         } else {
             TlsMode::Off
         };
-        let mut hs = Handshake::new(self.infos.clone(), mode);
+        let mut hs = Handshake::new(infos.clone(), mode);
         let mut shutdown = self.shutdown.clone();
         loop {
             let ev = hs.handle_input(buf)?;
@@ -384,39 +375,26 @@ impl<B: LunBackend> Server<B> {
 
     /// Run one validated request and encode its reply.
     async fn execute(&self, tx: &Transmission, req: Request, data: Bytes) -> Reply {
-        let export = &self.exports[tx.negotiated.export];
-        let dev = &export.device;
+        let export = &self.exports.exports()[tx.negotiated.export];
         let structured = tx.negotiated.structured;
         let fua = req.flags & cflag::FUA != 0;
         let (off, len) = (req.offset, req.length as u64);
         let mut head = BytesMut::with_capacity(32);
+        let done = |r: Result<(), ExportError>| r.map(|_| Bytes::new()).map_err(failure);
         let result: Result<Bytes, (u32, String)> = match req.command {
-            Command::Read => dev.read_at(off, req.length as usize).await.map_err(failure),
-            Command::Write => {
-                let r = if fua {
-                    dev.write_at_fua(off, data).await
-                } else {
-                    dev.write_at(off, data).await
-                };
-                r.map(|_| Bytes::new()).map_err(failure)
-            }
-            Command::Flush => dev.flush().await.map(|_| Bytes::new()).map_err(failure),
-            Command::Trim => trim(export, off, len, fua)
-                .await
-                .map(|_| Bytes::new())
-                .map_err(failure),
+            Command::Read => export.read(off, req.length as usize).await.map_err(failure),
+            Command::Write => done(export.write(off, data, fua).await.map(|_| ())),
+            Command::Flush => done(export.flush().await),
+            Command::Trim => done(trim(export, off, len, fua).await),
             Command::WriteZeroes => write_zeroes(export, req.flags, off, len)
                 .await
                 .map(|_| Bytes::new()),
-            Command::Cache => cache(dev, off, len)
-                .await
-                .map(|_| Bytes::new())
-                .map_err(failure),
+            Command::Cache => done(export.prefetch(off, len).await),
             Command::BlockStatus => {
-                // No target reachable here reports allocation (tgtd answers
-                // GET LBA STATUS as unsupported, see the module docs of
-                // `nbd`), so every extent is "allocated, contents unknown":
-                // status 0, which the spec allows for any block.
+                // GET LBA STATUS is not asked (tgtd answers it only for
+                // thin LUNs, and only mapped/unmapped): every extent is
+                // "allocated, contents unknown", status 0, which the spec
+                // allows for any block.
                 let avail = tx.size - off;
                 let extent = if len == 0 {
                     avail.min(tx.block.minimum as u64)
@@ -430,13 +408,8 @@ impl<B: LunBackend> Server<B> {
                         .negotiated
                         .allocation
                         .unwrap_or(proto::BASE_ALLOCATION_ID);
-                    proto::put_block_status(
-                        &mut head,
-                        req.cookie,
-                        true,
-                        ctx,
-                        &[(extent.min(u32::MAX as u64) as u32, 0)],
-                    );
+                    let extent = extent.min(u32::MAX as u64) as u32;
+                    proto::put_block_status(&mut head, req.cookie, true, ctx, &[(extent, 0)]);
                     return Reply {
                         head,
                         data: Bytes::new(),
@@ -488,14 +461,16 @@ impl<B: LunBackend> Server<B> {
     }
 }
 
-/// The NBD error and message for a device failure.
-fn failure(e: DeviceError) -> (u32, String) {
-    let code = errno_to_nbd(e.to_errno());
-    let msg = crate::session::error_chain(&e);
-    if code == err::EIO {
-        warn!(error = %msg, "I/O failed");
-    }
-    (code, msg)
+/// The NBD error and message for a failed request: `NBD_ESHUTDOWN` when
+/// the server is stopping, else the export layer's errno mapped by
+/// [`errno_to_nbd`] (write-protect → `EPERM`, no space → `ENOSPC`, a SCSI
+/// or session failure → its errno, usually `EIO`).
+fn failure(e: ExportError) -> (u32, String) {
+    let code = match e {
+        ExportError::ShutDown { .. } => err::ESHUTDOWN,
+        ref e => errno_to_nbd(e.to_errno()),
+    };
+    (code, crate::session::error_chain(&e))
 }
 
 fn refusal(r: &Request, code: u32) -> String {
@@ -510,88 +485,46 @@ fn refusal(r: &Request, code: u32) -> String {
     )
 }
 
-/// TRIM: UNMAP the whole blocks inside the range when the LUN can; a
-/// target that refuses UNMAP makes it the no-op the spec allows.
+/// TRIM: UNMAP of the whole blocks inside the range (a no-op on a LUN
+/// without UNMAP, which then does not advertise trim); FUA flushes after.
 async fn trim<B: LunBackend>(
     e: &Export<B>,
     off: u64,
     len: u64,
     fua: bool,
-) -> Result<(), DeviceError> {
-    if !e.unmap_zeroes || len == 0 {
-        return Ok(());
-    }
-    match e.device.discard(off, len).await {
-        Ok(()) => {}
-        Err(DeviceError::Io { ref source, .. }) if source.is_unsupported() => return Ok(()),
-        Err(err) => return Err(err),
-    }
+) -> Result<(), ExportError> {
+    e.trim(off, len).await?;
     if fua {
-        e.device.flush().await?;
+        e.flush().await?;
     }
     Ok(())
 }
 
-/// WRITE_ZEROES: without NO_HOLE on an LBPRZ LUN, whole blocks are
-/// unmapped (they read as zeros) and the edges zeroed; otherwise WRITE
-/// SAME of zeros (falling back to writing zeros). FAST_ZERO is refused
-/// with ENOTSUP unless the unmap path applies.
+/// WRITE_ZEROES: with NO_HOLE the blocks stay allocated (WRITE SAME),
+/// without it whole blocks may be unmapped on an LBPRZ LUN. FAST_ZERO is
+/// refused with ENOTSUP unless the unmap path applies (the spec: fail fast
+/// rather than be no faster than a write).
 async fn write_zeroes<B: LunBackend>(
     e: &Export<B>,
     flags: u16,
     off: u64,
     len: u64,
 ) -> Result<(), (u32, String)> {
-    let dev = &e.device;
-    let may_unmap = e.unmap_zeroes && flags & cflag::NO_HOLE == 0;
-    if flags & cflag::FAST_ZERO != 0 && !may_unmap {
+    let no_hole = flags & cflag::NO_HOLE != 0;
+    if flags & cflag::FAST_ZERO != 0 && (no_hole || !e.info().fast_zero) {
         return Err((
             err::ENOTSUP,
             "fast zeroing needs UNMAP (and no NO_HOLE flag)".into(),
         ));
     }
-    let bs = dev.block_size() as u64;
-    let end = off + len;
-    let (b0, b1) = (off.div_ceil(bs) * bs, end / bs * bs);
-    let r = async {
-        if !may_unmap || b0 >= b1 {
-            return dev.write_zeroes(off, len).await;
-        }
-        match dev.discard(b0, b1 - b0).await {
-            Ok(()) => {}
-            Err(DeviceError::Io { ref source, .. }) if source.is_unsupported() => {
-                return dev.write_zeroes(off, len).await;
-            }
-            Err(err) => return Err(err),
-        }
-        if off < b0 {
-            dev.write_zeroes(off, b0 - off).await?;
-        }
-        if b1 < end {
-            dev.write_zeroes(b1, end - b1).await?;
-        }
-        Ok(())
-    }
-    .await;
-    r.map_err(failure)?;
+    let mode = if no_hole {
+        ZeroMode::Allocate
+    } else {
+        ZeroMode::MayUnmap
+    };
+    e.write_zeroes(off, len, mode).await.map_err(failure)?;
     if flags & cflag::FUA != 0 {
-        dev.flush().await.map_err(failure)?;
-    }
-    Ok(())
-}
-
-/// CACHE: read the range into the page cache, 4 MiB at a time (nothing to
-/// do without a cache).
-async fn cache<B: LunBackend>(dev: &LunDevice<B>, off: u64, len: u64) -> Result<(), DeviceError> {
-    if dev.mode() == crate::device::CacheMode::None {
-        return Ok(());
-    }
-    const STEP: u64 = 4 << 20;
-    let mut at = off;
-    while at < off + len {
-        let n = STEP.min(off + len - at);
-        dev.read_at(at, n as usize).await?;
-        at += n;
+        e.flush().await.map_err(failure)?;
     }
     Ok(())
 }
