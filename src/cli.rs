@@ -52,10 +52,11 @@ Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
 #[command(
     name = "rlun",
     version,
-    about = "Userspace iSCSI initiator: discover targets, inspect, copy, benchmark and mount LUNs",
+    about = "Userspace iSCSI initiator: discover targets, inspect, copy, benchmark, mount and serve LUNs",
     long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) and works with their LUNs \
                   from user space: discover what a portal offers, inspect a LUN, copy whole LUNs \
-                  to and from files, benchmark them, and mount them as files (FUSE).",
+                  to and from files, benchmark them, mount them as files (FUSE) and serve them to NBD \
+                  clients.",
     after_help = AFTER_HELP,
     propagate_version = true
 )]
@@ -229,10 +230,11 @@ pub enum Command {
     ///
     /// Each disk LUN of the target (or the one LUN the URL names) becomes
     /// an NBD export named `lun<N>`; the default export (empty name) is the
-    /// first. Any NBD client can use them: qemu (`nbd+unix:///lun1?socket=
-    /// PATH`, `nbd://host:port/lun1`), libnbd's nbdinfo/nbdcopy/nbdfuse/
-    /// nbdsh, nbd-client and the kernel. All connections to one LUN share
-    /// one page cache and one iSCSI session (multi-conn is safe).
+    /// first. NBD clients reach them by URI, e.g.
+    /// `nbd+unix:///lun1?socket=PATH` or `nbd://host:port/lun1` (tested
+    /// with qemu-img/qemu-io and libnbd's nbdinfo, nbdcopy and nbdsh). All
+    /// connections to one LUN share one page cache and one iSCSI session,
+    /// so clients may use several connections at once (multi-conn).
     ///
     /// rlun stays in the foreground until SIGINT/SIGTERM, then lets the
     /// requests in flight finish, writes back cached data and logs out.
