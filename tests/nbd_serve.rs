@@ -345,6 +345,23 @@ fn qemu_io_patterns_write_zeroes_and_discard_reach_the_lun() {
     );
     assert_eq!(read_range(&f2, MIB, MIB as usize), vec![0; MIB as usize]);
     assert_eq!(read_range(&f2, 0, 4096), pattern_bytes(2, 0, 4096));
+
+    // base:allocation comes from tgtd's GET LBA STATUS on the thin LUN.
+    let map =
+        String::from_utf8_lossy(&sh("nbdinfo", &["--map", &s.uri("lun2")]).stdout).into_owned();
+    let rows: Vec<Vec<&str>> = map
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let want: Vec<Vec<String>> = [
+        (0, MIB, "0", "data"),
+        (MIB, MIB, "3", "hole,zero"),
+        (2 * MIB, SIZE - 2 * MIB, "0", "data"),
+    ]
+    .iter()
+    .map(|(o, l, f, d)| vec![o.to_string(), l.to_string(), f.to_string(), d.to_string()])
+    .collect();
+    assert_eq!(rows, want, "{map}");
 }
 
 #[test]

@@ -391,25 +391,44 @@ impl<B: LunBackend> Server<B> {
                 .map(|_| Bytes::new()),
             Command::Cache => done(export.prefetch(off, len).await),
             Command::BlockStatus => {
-                // GET LBA STATUS is not asked (tgtd answers it only for
-                // thin LUNs, and only mapped/unmapped): every extent is
-                // "allocated, contents unknown", status 0, which the spec
-                // allows for any block.
+                // From GET LBA STATUS on thin LUNs (see Export::allocation);
+                // otherwise one "allocated" extent, status 0, which the
+                // spec allows for any block.
                 let avail = tx.size - off;
-                let extent = if len == 0 {
+                let want = if len == 0 {
                     avail.min(tx.block.minimum as u64)
                 } else {
                     len.min(avail)
                 };
-                if extent == 0 {
+                if want == 0 {
                     Err((err::EINVAL, "block status at the end of the export".into()))
                 } else {
+                    let mut extents: Vec<(u32, u32)> = export
+                        .allocation(off, want)
+                        .await
+                        .into_iter()
+                        .map(|e| {
+                            let mut st = 0;
+                            if e.hole {
+                                st |= proto::state::HOLE;
+                            }
+                            if e.zero {
+                                st |= proto::state::ZERO;
+                            }
+                            (e.len.min(u32::MAX as u64) as u32, st)
+                        })
+                        .collect();
+                    if extents.is_empty() {
+                        extents.push((want.min(u32::MAX as u64) as u32, 0));
+                    }
+                    if req.flags & cflag::REQ_ONE != 0 {
+                        extents.truncate(1);
+                    }
                     let ctx = tx
                         .negotiated
                         .allocation
                         .unwrap_or(proto::BASE_ALLOCATION_ID);
-                    let extent = extent.min(u32::MAX as u64) as u32;
-                    proto::put_block_status(&mut head, req.cookie, true, ctx, &[(extent, 0)]);
+                    proto::put_block_status(&mut head, req.cookie, true, ctx, &extents);
                     return Reply {
                         head,
                         data: Bytes::new(),
