@@ -797,3 +797,162 @@ fn listen_beyond_loopback_without_tls_is_refused_with_the_reason() {
     let text = assert_failure(&out, 2, &["without TLS", "--allow-insecure"]);
     assert!(text.contains("--tls-cert"), "{text}");
 }
+
+#[test]
+fn tls_with_tls_ca_requires_a_client_certificate_from_that_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, _, _) = tgtd_two_luns(dir.path());
+    let (cert, key) = make_cert(dir.path());
+    let d = dir.path();
+    let p = |n: &str| d.join(n).display().to_string();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    let (ca_key, ca_pem) = (p("ca.key"), p("ca.pem"));
+    ca.extend([
+        "-days",
+        "1",
+        "-subj",
+        "/CN=rlun test client CA",
+        "-keyout",
+        &ca_key,
+        "-out",
+        &ca_pem,
+    ]);
+    sh("openssl", &ca);
+    let mut csr = vec!["req"];
+    csr.extend(ec);
+    let (client_key, client_csr) = (p("client.key"), p("client.csr"));
+    csr.extend([
+        "-subj",
+        "/CN=client",
+        "-keyout",
+        &client_key,
+        "-out",
+        &client_csr,
+    ]);
+    sh("openssl", &csr);
+    fs::write(
+        d.join("client.ext"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    let (client_pem, ext) = (p("client.pem"), p("client.ext"));
+    sh(
+        "openssl",
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &client_csr,
+            "-CA",
+            &ca_pem,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            &ext,
+            "-out",
+            &client_pem,
+        ],
+    );
+    // libnbd reads client-cert.pem and client-key.pem next to ca-cert.pem.
+    let with_client = d.join("with-client");
+    fs::create_dir(&with_client).unwrap();
+    fs::copy(&cert, with_client.join("ca-cert.pem")).unwrap();
+    fs::copy(&client_pem, with_client.join("client-cert.pem")).unwrap();
+    fs::copy(&client_key, with_client.join("client-key.pem")).unwrap();
+
+    let s = serve_tcp(
+        &target_url(&tgtd),
+        &[
+            "--tls-cert",
+            &cert.display().to_string(),
+            "--tls-key",
+            &key.display().to_string(),
+            "--tls-ca",
+            &ca_pem,
+        ],
+        true,
+    );
+    let addr = s.tcp.clone().unwrap();
+    let uri = |certs: &Path| format!("nbds://{addr}/lun1?tls-certificates={}", certs.display());
+
+    let out = sh("nbdinfo", &["--size", &uri(&with_client)]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        SIZE.to_string()
+    );
+    let out = run_with_timeout(
+        Command::new("nbdinfo")
+            .arg("--size")
+            .arg(uri(&d.join("certs"))),
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        !out.status.success(),
+        "served without a client certificate: {}",
+        both(&out)
+    );
+}
+
+#[test]
+fn daemon_mode_returns_when_ready_and_sigterm_via_the_pid_file_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, _, _) = tgtd_two_luns(dir.path());
+    let socket = dir.path().join("d.sock");
+    let url = format!("{}/1", target_url(&tgtd));
+    let log = dir.path().join("serve.log");
+    let out = run_rlun(
+        [
+            "serve",
+            "-v",
+            &url,
+            "--socket",
+            &socket.display().to_string(),
+            "--daemon",
+            "--log-file",
+            &log.display().to_string(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "rlun serve --daemon: {}", both(&out));
+    // Ready means served: no waiting needed.
+    let uri = format!("nbd+unix:///lun1?socket={}", socket.display());
+    let names =
+        String::from_utf8_lossy(&sh("nbdinfo", &["--list", "--json", &uri]).stdout).into_owned();
+    assert_eq!(
+        json(&names)["exports"].as_array().unwrap().len(),
+        1,
+        "a LUN URL serves that LUN only"
+    );
+
+    let escaped: String = socket
+        .display()
+        .to_string()
+        .replace('%', "%25")
+        .replace('/', "%2F");
+    let pid_file = PathBuf::from("/run/rlun").join(format!("{escaped}.pid"));
+    let pid =
+        fs::read_to_string(&pid_file).unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()));
+    let pid = pid.trim().to_string();
+    sh("kill", &["-TERM", &pid]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(Instant::now() < deadline, "the daemon did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!socket.exists(), "socket removed");
+    assert!(
+        fs::read_to_string(&log).unwrap().contains("serving"),
+        "log file kept the messages"
+    );
+}
