@@ -215,6 +215,10 @@ pub enum Command {
     },
     /// Unmount an rlun mount and wait until its rlun process has written
     /// back cached data and logged out.
+    ///
+    /// Fails, with the rlun process's message and exit code, when data
+    /// written through the mount could not be made durable on the target
+    /// (for instance because the target is gone for good).
     Umount {
         /// Where the LUNs are mounted.
         mountpoint: PathBuf,

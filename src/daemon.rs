@@ -513,14 +513,30 @@ pub fn read_exit_status(pid_file: &Path, pid: u32) -> Option<(i32, String)> {
     Some((code, message))
 }
 
+/// How long an exit status nobody collected is kept.
+const EXIT_STATUS_KEPT: Duration = Duration::from_secs(3600);
+
 /// Remove pid files of rlun processes that died without cleaning up
-/// (SIGKILL), and exit files nobody collected from processes long gone.
+/// (SIGKILL), and exit statuses nobody collected within
+/// [`EXIT_STATUS_KEPT`].
 pub fn sweep_stale_pid_files(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
         let path = e.path();
+        if path.extension().is_some_and(|x| x == "exit") {
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > EXIT_STATUS_KEPT);
+            if old {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
         if path.extension().is_none_or(|x| x != "pid") {
             continue;
         }
@@ -576,6 +592,17 @@ mod tests {
         let live = dir.path().join("live.pid");
         let junk = dir.path().join("junk.pid");
         let other = dir.path().join("notes.txt");
+        let fresh_exit = dir.path().join("fresh.exit");
+        let old_exit = dir.path().join("old.exit");
+        std::fs::write(&fresh_exit, "1 0 \n").unwrap();
+        std::fs::write(&old_exit, "1 0 \n").unwrap();
+        let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+        std::fs::File::options()
+            .write(true)
+            .open(&old_exit)
+            .unwrap()
+            .set_modified(two_hours_ago)
+            .unwrap();
         std::fs::write(&dead, "4294967295\n").unwrap();
         std::fs::write(&live, format!("{}\n", std::process::id())).unwrap();
         std::fs::write(&junk, "not a pid").unwrap();
@@ -583,8 +610,8 @@ mod tests {
 
         sweep_stale_pid_files(dir.path());
 
-        assert!(!dead.exists() && !junk.exists());
-        assert!(live.exists() && other.exists());
+        assert!(!dead.exists() && !junk.exists() && !old_exit.exists());
+        assert!(live.exists() && other.exists() && fresh_exit.exists());
     }
 
     #[test]

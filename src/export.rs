@@ -52,7 +52,8 @@
 //! something to make durable and returns a [`ShutdownReport`]: data counts
 //! as lost when an export had cached data that could not be written, or had
 //! writes since its last successful flush and the final flush failed (the
-//! target acknowledged them but may hold them only in a volatile cache). An
+//! target acknowledged them but may hold them only in a volatile cache;
+//! FUA writes do not count: they are durable when they complete). An
 //! export nothing was written to is not flushed at all, so a session whose
 //! target is gone for good does not make a read-only user's exit fail.
 
@@ -199,8 +200,9 @@ pub struct Export<B: LunBackend> {
     cfg: DeviceConfig,
     read_only: bool,
     shut: AtomicBool,
-    /// Modifying requests that completed, and how many of them the last
-    /// successful flush covered: writes since are not known to be durable.
+    /// Modifying requests (but FUA writes, durable when they complete), and
+    /// how many of them the last successful flush covered: writes since
+    /// are not known to be durable.
     writes: AtomicU64,
     synced: AtomicU64,
 }
@@ -368,7 +370,11 @@ impl<B: LunBackend> Export<B> {
         } else {
             dev.write_at(offset, data).await
         };
-        self.modified();
+        // A FUA write that completed is durable; one that failed was
+        // reported to its caller.
+        if !fua {
+            self.modified();
+        }
         r.map_err(|e| {
             warn!(lun = self.number, offset, len = n, error = %error_chain(&e), "write failed");
             self.error(e)
@@ -398,7 +404,9 @@ impl<B: LunBackend> Export<B> {
     }
 
     /// Make `offset..offset+len` (clipped at the end of the LUN) read as
-    /// zeros; see [`ZeroMode`] and the module docs.
+    /// zeros; see [`ZeroMode`] and the module docs. A front end that must
+    /// make the zeros durable (NBD's FUA flag) follows with
+    /// [`Export::flush`].
     pub async fn write_zeroes(
         &self,
         offset: u64,
@@ -1227,6 +1235,21 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("could not be flushed to stable storage"));
+    }
+
+    #[tokio::test]
+    async fn fua_writes_need_no_final_flush() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteBack);
+        let e = &set.exports()[0];
+        e.write(0, Bytes::from(vec![1u8; 512]), true).await.unwrap();
+        lun.mem.fail_next(MemOp::Flush, u32::MAX, errno::EIO);
+
+        let unsynced = e.unsynced();
+        let report = set.finish().await;
+
+        assert!(!unsynced);
+        assert!(!report.data_lost(), "{report:?}");
+        assert_eq!(lun.mem.bytes_at(0, 512), vec![1u8; 512]);
     }
 
     #[tokio::test]

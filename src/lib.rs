@@ -13,7 +13,13 @@
 //! - [`scsi`]: CDB builders and response/sense parsers (SPC-5, SBC-4).
 //! - [`transport`]: TCP framing on tokio.
 //! - [`device`]: `LunDevice`, byte-addressed cached I/O on a LUN.
-//! - [`fuse`]: the FUSE front end (`rlun mount`): each LUN as a file.
+//! - [`export`]: the export layer every front end stands on: a target's
+//!   LUNs as exports, clipping, ENOSPC, unmap-or-zero, FUA, flush, capacity
+//!   changes, shutdown and lost-data reports; typed errors with one errno
+//!   mapping.
+//! - [`fuse`]: the FUSE front end (`rlun mount`): each export as a file.
+//! - [`daemon`]: the process machinery of serving commands: `--daemon`,
+//!   readiness (pipe and systemd), pid files, signals, flush and logout.
 //! - [`url`] and [`config`]: `iscsi://` URLs and credentials.
 #![forbid(unsafe_code)]
 

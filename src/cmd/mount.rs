@@ -37,9 +37,7 @@ use tracing::{debug, info, warn};
 
 use super::{human_size, CliError, Ctx};
 use crate::cli::{CacheChoice, CacheOpts, ConnectOpts, DaemonOpts, MountOpts, OnOff};
-use crate::client::Target;
 use crate::daemon::{self, current_ids, Launched, PidFile, Readiness, Signals};
-use crate::export::{open_luns, ExportSet, OpenError};
 use crate::fuse::{find_mount, is_rlun_mount, FsOptions, FuseFs, LunFs, MountEntry};
 
 pub use crate::daemon::state_file;
@@ -171,17 +169,7 @@ async fn serve(
     };
     let mp = check_mountpoint(mountpoint)?;
     check_fuse_device()?;
-    let (my_uid, my_gid) = current_ids();
-    let mut auto_unmount = !o.no_auto_unmount;
-    if auto_unmount && my_uid != 0 && !o.allow_other && !user_allow_other() {
-        warn!("auto-unmount needs user_allow_other in /etc/fuse.conf for non-root users; a killed rlun will leave a dead mount (fusermount3 -u cleans it)");
-        auto_unmount = false;
-    }
-    if (auto_unmount || my_uid != 0) && find_program(&["fusermount3", "fusermount"]).is_none() {
-        return Err(CliError::Other(
-            "fusermount3 is not installed (Debian/Ubuntu: apt-get install fuse3)".into(),
-        ));
-    }
+    let auto_unmount = check_unmount_helper(o)?;
     let mode = cache.cache.unwrap_or(if o.direct_io {
         CacheChoice::WriteThrough
     } else {
@@ -189,69 +177,15 @@ async fn serve(
     });
     let dev_cfg = cache.device_config(mode.mode());
 
-    let cfg = ctx.session_config(&url, entry.as_deref(), conn)?;
-    let target = Target::login(cfg).await?;
-    let luns = match open_luns(&target, &iqn, url.lun).await {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = target.logout().await;
-            return Err(match e {
-                OpenError::Client(e) => e.into(),
-                e @ OpenError::NoDiskLuns { .. } => CliError::Other(format!("{e} to mount")),
-            });
-        }
-    };
-    if !o.allow_other && (o.uid.is_some_and(|u| u != my_uid) || o.gid.is_some_and(|g| g != my_gid))
-    {
-        warn!("--uid/--gid set the files' owner, but only with --allow-other can other users use the mount");
-    }
-    let fs_opts = FsOptions {
-        uid: o.uid.unwrap_or(my_uid),
-        gid: o.gid.unwrap_or(my_gid),
-        mode: o.mode,
-        read_only: o.read_only,
-        direct_io: o.direct_io,
-    };
-    let exports = match ExportSet::new(luns, &dev_cfg, o.read_only) {
-        Ok(set) => set,
-        Err(e) => {
-            let _ = target.logout().await;
-            return Err(CliError::Usage(crate::session::error_chain(&e)));
-        }
-    };
-    let fs = Arc::new(LunFs::from_exports(exports, fs_opts));
-
+    let (target, exports) = ctx
+        .open_exports(&url, entry.as_deref(), conn, &dev_cfg, o.read_only)
+        .await?;
+    let fs = Arc::new(LunFs::from_exports(exports, fs_options(o)));
     let fsname = match url.lun {
         Some(n) => format!("rlun:{iqn}/{n}"),
         None => format!("rlun:{iqn}"),
     };
-    let mut options = vec![
-        MountOption::FSName(fsname),
-        MountOption::Subtype("rlun".into()),
-        MountOption::DefaultPermissions,
-        MountOption::NoSuid,
-        MountOption::NoDev,
-        MountOption::NoAtime,
-    ];
-    if fs.all_read_only() {
-        options.push(MountOption::RO);
-    }
-    if auto_unmount {
-        options.push(MountOption::AutoUnmount);
-    }
-    let mut config = Config::default();
-    config.mount_options = options;
-    config.acl = if o.allow_other {
-        SessionACL::All
-    } else if auto_unmount {
-        // fusermount3 needs allow_other for auto_unmount; fuser then
-        // still refuses everyone but the owner and root.
-        SessionACL::RootAndOwner
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(o.fuse_threads as usize);
-    config.clone_fd = o.fuse_threads > 1;
+    let config = fuse_config(o, fsname, auto_unmount, fs.all_read_only());
 
     // From here on a signal must not kill rlun before it unmounted and
     // wrote back: tokio queues it until the serving loop below looks.
@@ -275,9 +209,8 @@ async fn serve(
             return Err(CliError::Other(format!("mounting failed: {e}")));
         }
     };
-    let conn_entry = find_mount(&mountinfo(), &mp.to_string_lossy());
-    if let Some(m) = &conn_entry {
-        set_kernel_readahead(m, cache.readahead == OnOff::On);
+    if let Some(m) = find_mount(&mountinfo(), &mp.to_string_lossy()) {
+        set_kernel_readahead(&m, cache.readahead == OnOff::On);
     }
     let (done_tx, mut done_rx) = tokio::sync::oneshot::channel();
     let thread = std::thread::Builder::new()
@@ -289,29 +222,7 @@ async fn serve(
         .map_err(|e| CliError::Other(format!("cannot start the FUSE thread: {e}")))?;
 
     let pid_file = PidFile::create(state_file(&mp));
-    let files: Vec<String> = fs
-        .files()
-        .iter()
-        .map(|f| {
-            format!(
-                "{} ({}{})",
-                f.name(),
-                human_size(f.size()),
-                if f.read_only() { ", read-only" } else { "" }
-            )
-        })
-        .collect();
-    let line = format!("mounted {iqn} on {}: {}", mp.display(), files.join(", "));
-    readiness.ready(&line);
-    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "{line}\nCtrl-C or `rlun umount {}` unmounts",
-            mp.display()
-        );
-    } else {
-        info!("{line}");
-    }
+    announce(readiness, &fs, &iqn, &mp);
 
     // Serve until a signal or until the mount goes away.
     let mut session_result = None;
@@ -357,6 +268,104 @@ async fn serve(
         p.finish(&result);
     }
     result
+}
+
+/// Whether fusermount3 may unmount for us when rlun dies (auto-unmount);
+/// fails when fusermount3 is needed and missing.
+fn check_unmount_helper(o: &MountOpts) -> Result<bool, CliError> {
+    let (my_uid, _) = current_ids();
+    let mut auto_unmount = !o.no_auto_unmount;
+    if auto_unmount && my_uid != 0 && !o.allow_other && !user_allow_other() {
+        warn!("auto-unmount needs user_allow_other in /etc/fuse.conf for non-root users; a killed rlun will leave a dead mount (fusermount3 -u cleans it)");
+        auto_unmount = false;
+    }
+    if (auto_unmount || my_uid != 0) && find_program(&["fusermount3", "fusermount"]).is_none() {
+        return Err(CliError::Other(
+            "fusermount3 is not installed (Debian/Ubuntu: apt-get install fuse3)".into(),
+        ));
+    }
+    Ok(auto_unmount)
+}
+
+/// Owner, permissions and caching of the files.
+fn fs_options(o: &MountOpts) -> FsOptions {
+    let (my_uid, my_gid) = current_ids();
+    if !o.allow_other && (o.uid.is_some_and(|u| u != my_uid) || o.gid.is_some_and(|g| g != my_gid))
+    {
+        warn!("--uid/--gid set the files' owner, but only with --allow-other can other users use the mount");
+    }
+    FsOptions {
+        uid: o.uid.unwrap_or(my_uid),
+        gid: o.gid.unwrap_or(my_gid),
+        mode: o.mode,
+        read_only: o.read_only,
+        direct_io: o.direct_io,
+    }
+}
+
+/// fuser's mount options, access control and threads.
+fn fuse_config(o: &MountOpts, fsname: String, auto_unmount: bool, read_only: bool) -> Config {
+    let mut options = vec![
+        MountOption::FSName(fsname),
+        MountOption::Subtype("rlun".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoSuid,
+        MountOption::NoDev,
+        MountOption::NoAtime,
+    ];
+    if read_only {
+        options.push(MountOption::RO);
+    }
+    if auto_unmount {
+        options.push(MountOption::AutoUnmount);
+    }
+    let mut config = Config::default();
+    config.mount_options = options;
+    config.acl = if o.allow_other {
+        SessionACL::All
+    } else if auto_unmount {
+        // fusermount3 needs allow_other for auto_unmount; fuser then
+        // still refuses everyone but the owner and root.
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(o.fuse_threads as usize);
+    config.clone_fd = o.fuse_threads > 1;
+    config
+}
+
+/// Report readiness (to the `--daemon` parent and systemd) and say what
+/// is mounted: on the terminal, or in the log.
+fn announce<B: crate::export::LunBackend>(
+    readiness: &mut Readiness,
+    fs: &LunFs<B>,
+    iqn: &str,
+    mp: &Path,
+) {
+    let files: Vec<String> = fs
+        .files()
+        .iter()
+        .map(|f| {
+            format!(
+                "{} ({}{})",
+                f.name(),
+                human_size(f.size()),
+                if f.read_only() { ", read-only" } else { "" }
+            )
+        })
+        .collect();
+    let line = format!("mounted {iqn} on {}: {}", mp.display(), files.join(", "));
+    readiness.ready(&line);
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "{line}\nCtrl-C or `rlun umount {}` unmounts",
+            mp.display()
+        );
+    } else {
+        info!("{line}");
+    }
 }
 
 /// Unmount our own mount: normally, or lazily when files are still open.
@@ -461,13 +470,27 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     let Some(pid) = pid else {
         return Ok(());
     };
-    // Wait for the rlun process to write back and log out.
+    // Wait for the rlun process to write back and log out, then collect
+    // the exit status it left: fail when written data was lost.
     let deadline = Instant::now() + timeout;
     loop {
-        let alive = Path::new(&format!("/proc/{pid}")).exists();
+        let alive = process_alive(pid);
         let file_ours = std::fs::read_to_string(&state).is_ok_and(|t| t.trim() == pid.to_string());
         if !alive || !file_ours {
-            return Ok(());
+            return match daemon::read_exit_status(&state, pid) {
+                Some((0, _)) => Ok(()),
+                Some((code, message)) => Err(CliError::Child {
+                    message: format!("rlun (pid {pid}) serving {}: {message}", path.display()),
+                    code,
+                }),
+                None if file_ours => Err(CliError::Other(format!(
+                    "{} is unmounted, but rlun (pid {pid}) ended without saying whether written \
+                     data reached the target",
+                    path.display()
+                ))),
+                // A later process took the pid file over: ours finished.
+                None => Ok(()),
+            };
         }
         if Instant::now() >= deadline {
             return Err(CliError::Other(format!(
@@ -480,9 +503,27 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     }
 }
 
+/// Whether process `pid` still runs (a zombie does not).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which ends with the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_free_pid_is_not() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(u32::MAX));
+    }
 
     #[test]
     fn dev_t_splits_into_major_and_minor() {
