@@ -956,3 +956,67 @@ fn daemon_mode_returns_when_ready_and_sigterm_via_the_pid_file_stops_it() {
         "log file kept the messages"
     );
 }
+
+#[test]
+fn garbage_and_oversized_requests_close_only_that_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let s = serve(&target_url(&tgtd), dir.path(), &[]);
+    let sock = s.socket.clone().unwrap();
+    let out = python(&format!(
+        r#"{RAW_CLIENT}
+def closed(s):
+    s.settimeout(10)
+    try:
+        while s.recv(65536):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+# Garbage instead of client flags and options.
+g = socket.socket(socket.AF_UNIX); g.connect("{sock}")
+recv(g, 18); g.sendall(struct.pack(">I", 3) + b"NOTANOPT" + b"\xff" * 64)
+print("bad option magic closed:", closed(g))
+# Garbage instead of a request.
+s, size = connect("{sock}")
+s.sendall(b"\x00" * 28)
+print("bad request magic closed:", closed(s))
+# A WRITE claiming 3 GiB of payload.
+s, size = connect("{sock}")
+request(s, 1, 1, 0, 3 << 30)
+s.sendall(b"\xaa" * 65536)
+print("oversized write closed:", closed(s))
+# An unknown command gets EINVAL and the connection goes on.
+s, size = connect("{sock}")
+request(s, 42, 7, 0, 0)
+magic, error, cookie = struct.unpack(">IIQ", recv(s, 16))
+print("unknown command:", hex(magic), error, cookie)
+request(s, 0, 8, 0, 512)
+magic, error, cookie = struct.unpack(">IIQ", recv(s, 16))
+data = recv(s, 512)
+print("then a read:", error, cookie, len(data))
+"#,
+        sock = sock.display()
+    ));
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "bad option magic closed: True",
+            "bad request magic closed: True",
+            "oversized write closed: True",
+            "unknown command: 0x67446698 22 7",
+            "then a read: 0 8 512",
+        ],
+        "{out}"
+    );
+    // The server is still there for everyone else, and nothing was written.
+    let copy = dir.path().join("copy.img");
+    sh("nbdcopy", &[&s.uri("lun1"), &copy.display().to_string()]);
+    assert_same_bytes(
+        &fs::read(&copy).unwrap(),
+        &fs::read(&f1).unwrap(),
+        "after the garbage",
+    );
+}
