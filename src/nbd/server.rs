@@ -628,6 +628,11 @@ async fn read_request<R: AsyncRead + Unpin>(
             Ok(None) => {}
             Err(e) => return Err(ConnError::Protocol(e.to_string())),
         }
+        // Read in 64 KiB gulps (headers and the payloads behind them), not
+        // in the few bytes a nearly full buffer has left.
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(64 << 10);
+        }
         if rd.read_buf(buf).await? == 0 {
             if buf.is_empty() {
                 return Ok(None);
