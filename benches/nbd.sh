@@ -113,8 +113,8 @@ nbdcopy_mib_s() { # uri -> MiB/s
 fio_iops() { # uri size-bytes -> IOPS
     timeout $((SECS + 120)) fio --name=randread --ioengine=nbd --uri="$1" --rw=randread --bs=4k \
         --iodepth=32 --runtime="$SECS" --time_based --size="$2" --norandommap \
-        --group_reporting --output-format=json >"$work/fio.json" ||
-        die "fio on $1 failed: $(cat "$work/fio.json")"
+        --group_reporting --output-format=json --output="$work/fio.json" >"$work/fio.log" 2>&1 ||
+        die "fio on $1 failed: $(cat "$work/fio.log")"
     python3 -c "import json, sys; print(round(json.load(open(sys.argv[1]))['jobs'][0]['read']['iops']))" \
         "$work/fio.json"
 }
