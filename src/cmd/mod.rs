@@ -44,6 +44,8 @@ pub enum CliError {
     Client(#[from] ClientError),
     #[error(transparent)]
     Session(#[from] SessionError),
+    #[error(transparent)]
+    Iser(#[from] crate::transport::iser::IserError),
     #[error("{what} {}", path.display())]
     LocalFile {
         what: &'static str,
@@ -85,6 +87,7 @@ impl CliError {
             CliError::BrokenPipe => exit::OK,
             CliError::Child { code, .. } => *code,
             CliError::Session(e) => session_code(e),
+            CliError::Iser(e) => iser_code(e),
             CliError::Client(e) => match e {
                 ClientError::Session(s) => session_code(s),
                 ClientError::LunNotFound(_) | ClientError::NotADisk { .. } => exit::NOT_FOUND,
@@ -96,6 +99,35 @@ impl CliError {
                 ClientError::Cdb(_) => exit::USAGE,
             },
         }
+    }
+}
+
+fn iser_code(e: &crate::transport::iser::IserError) -> i32 {
+    use crate::transport::iser::IserError;
+    match e {
+        e if e.is_unreachable() => exit::UNREACHABLE,
+        IserError::Login { source, .. } => login_code(source),
+        IserError::Header(_)
+        | IserError::Pdu(_)
+        | IserError::ShortPdu { .. }
+        | IserError::Protocol(_)
+        | IserError::BadDiscovery(_) => exit::PROTOCOL,
+        _ => exit::FAILURE,
+    }
+}
+
+fn login_code(e: &LoginError) -> i32 {
+    match e {
+        LoginError::AuthenticationFailed
+        | LoginError::NotAuthorized
+        | LoginError::AuthRequired { .. }
+        | LoginError::Chap(_) => exit::AUTH,
+        LoginError::TargetNotFound | LoginError::TargetRemoved => exit::NOT_FOUND,
+        LoginError::Protocol(_)
+        | LoginError::Text(_)
+        | LoginError::Negotiation(_)
+        | LoginError::BadAuthMethod(_) => exit::PROTOCOL,
+        _ => exit::FAILURE,
     }
 }
 
@@ -115,18 +147,7 @@ fn session_code(e: &SessionError) -> i32 {
             crate::transport::tcp::TransportError::Truncated { .. } => exit::PROTOCOL,
             _ => exit::UNREACHABLE,
         },
-        SessionError::Login { source, .. } => match source {
-            LoginError::AuthenticationFailed
-            | LoginError::NotAuthorized
-            | LoginError::AuthRequired { .. }
-            | LoginError::Chap(_) => exit::AUTH,
-            LoginError::TargetNotFound | LoginError::TargetRemoved => exit::NOT_FOUND,
-            LoginError::Protocol(_)
-            | LoginError::Text(_)
-            | LoginError::Negotiation(_)
-            | LoginError::BadAuthMethod(_) => exit::PROTOCOL,
-            _ => exit::FAILURE,
-        },
+        SessionError::Login { source, .. } => login_code(source),
         SessionError::Protocol(_) | SessionError::BadDiscovery(_) => exit::PROTOCOL,
         SessionError::Task(crate::proto::session::TaskError::ConnectionLost(_)) => {
             exit::UNREACHABLE
@@ -134,6 +155,11 @@ fn session_code(e: &SessionError) -> i32 {
         SessionError::Task(_) => exit::IO,
     }
 }
+
+/// What the commands other than `discover` answer to `iser://` for now.
+const ISER_COMMANDS_MISSING: &str = "iser:// supports only `rlun discover` in this build: \
+     LUN access over iSER (RDMA data placement) is not implemented yet; use iscsi:// \
+     (the target's TCP portal) for ls, info, cp, bench and mount";
 
 /// Shared state of one invocation: the config file and what it implies.
 pub struct Ctx {
@@ -160,9 +186,9 @@ impl Ctx {
         opts: &ConnectOpts,
     ) -> Result<SessionConfig, CliError> {
         if url.transport == TransportKind::Iser {
-            return Err(CliError::Other(
-                "iser:// transport is not available yet in this build of rlun; use iscsi://".into(),
-            ));
+            // Say at once when this machine cannot do RDMA at all.
+            crate::transport::iser::check_available()?;
+            return Err(CliError::Other(ISER_COMMANDS_MISSING.into()));
         }
         let entry = entry_name.and_then(|n| self.config.target(n)).or_else(|| {
             // A URL that matches a configured target picks up its settings too.
@@ -287,8 +313,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 lun: None,
                 ..url
             };
-            let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
-            let targets = discover(cfg).await?;
+            let targets = if portal_url.transport == TransportKind::Iser {
+                crate::transport::iser::check_available()?;
+                // Credentials and timeouts as for TCP; the transport differs.
+                let tcp_url = TargetUrl {
+                    transport: TransportKind::Tcp,
+                    ..portal_url.clone()
+                };
+                let cfg = ctx.session_config(&tcp_url, entry.as_deref(), &conn)?;
+                crate::transport::iser::discover(&cfg).await?
+            } else {
+                let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
+                discover(cfg).await?
+            };
             if targets.is_empty() {
                 eprintln!(
                     "portal {} offers no targets to this initiator",

@@ -1,3 +1,4 @@
-//! Transports that carry iSCSI PDUs.
+//! Transports that carry iSCSI PDUs: TCP, and iSER (RDMA).
 
+pub mod iser;
 pub mod tcp;
