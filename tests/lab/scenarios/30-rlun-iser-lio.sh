@@ -6,7 +6,7 @@ scenario() {
     local W=$LAB_WORK url="iser://$LAB_IP_T:$LIO_ISER_PORT/$LIO_IQN/0" rc=0
     # rlun refuses iser:// before it connects while iSER has not landed.
     timeout -k 5 30 "$RLUN" info --json "$url" >"$W/probe.json" 2>"$W/probe.err" || rc=$?
-    if [ "$rc" -ne 0 ] && grep -qi 'not available' "$W/probe.err"; then
+    if [ "$rc" -ne 0 ] && grep -qi 'not available\|not implemented' "$W/probe.err"; then
         skip "rlun has no iSER yet: $(head -n 1 "$W/probe.err")"
     fi
     need lio_iser

@@ -1,0 +1,38 @@
+# about: rlun over iSER (soft-RoCE) to LIO: RDMA CM connect, login as Sends, SendTargets discovery; a port with no iSER listener and an address no RDMA device reaches fail with exit code 3 and say why
+# default: yes
+# timeout: 240
+
+# rlun_iser_refused DESC EXPECTED_TEXT URL: rlun discover must fail with exit
+# code 3 (portal unreachable) and a message containing EXPECTED_TEXT.
+rlun_iser_refused() {
+    local rc=0
+    log "+ $1 (must fail): rlun discover $3"
+    timeout -k 5 60 "$RLUN" discover --connect-timeout 10 "$3" >"$LAB_WORK/refused.out" 2>&1 || rc=$?
+    sed 's/^/  | /' "$LAB_WORK/refused.out"
+    case $rc in
+    3) grep -qi -- "$2" "$LAB_WORK/refused.out" ||
+        fail "$1: exit code 3 but the message does not say '$2': $(tail -n 1 "$LAB_WORK/refused.out")"
+       log "ok: $1: exit code 3: $(tail -n 1 "$LAB_WORK/refused.out")" ;;
+    0) fail "$1: rlun discover succeeded although nothing should answer" ;;
+    124 | 137) fail "$1: rlun timed out instead of failing" ;;
+    *) fail "$1: expected exit code 3, got $rc: $(tail -n 1 "$LAB_WORK/refused.out")" ;;
+    esac
+}
+
+scenario() {
+    local W=$LAB_WORK rc=0
+    need lio_iser
+    timeout -k 5 60 "$RLUN" discover "iser://$LAB_IP_T:$LIO_ISER_PORT" >"$W/probe.out" 2>"$W/probe.err" || rc=$?
+    if [ "$rc" -ne 0 ] && grep -qi 'not available yet' "$W/probe.err"; then
+        skip "rlun has no iSER yet: $(head -n 1 "$W/probe.err")"
+    fi
+    capture "rlun discover over iSER" 60 "$W/targets.txt" "$RLUN" -v discover "iser://$LAB_IP_T:$LIO_ISER_PORT"
+    grep -q "^$LIO_IQN " "$W/targets.txt" || fail "discovery over iSER does not list $LIO_IQN: $(tr '\n' ' ' <"$W/targets.txt")"
+    log "ok: $LIO_IQN listed by discovery over iSER"
+    # The same answer as discovery over TCP on the plain portal.
+    capture "rlun discover over TCP" 60 "$W/targets-tcp.txt" "$RLUN" discover "iscsi://$LAB_IP_T:$LIO_TCP_PORT"
+    assert_eq "targets over iSER vs over TCP" "$(cut -d' ' -f1 "$W/targets-tcp.txt" | sort | tr '\n' ' ')" "$(cut -d' ' -f1 "$W/targets.txt" | sort | tr '\n' ' ')"
+
+    rlun_iser_refused "no iSER listener on the port (RDMA CM rejects)" "rejected" "iser://$LAB_IP_T:3999"
+    rlun_iser_refused "an address no RDMA device reaches" "RDMA" "iser://192.0.2.1:3260"
+}
