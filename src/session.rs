@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use thiserror::Error;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, trace, warn};
 
@@ -36,17 +35,23 @@ use crate::proto::negotiate::{
     parse_send_targets, DiscoveredTarget, InitiatorProposal, OperationalParams, SessionType,
     TargetAddress,
 };
-use crate::proto::pdu::{self, async_event, Digests, FrameLimits, WireFrame};
+use crate::proto::pdu::{self, async_event, Digests, FrameLimits};
 use crate::proto::session::{
     CommandRequest, CommandResult, Event, FeatureParams, ProtocolError, Session, TaskError, TaskId,
     TmfOutcome,
 };
 use crate::proto::text::{encode_text, parse_text};
-use crate::transport::tcp::{self, FrameReader, TransportError};
+use crate::transport::tcp::TcpTransport;
+use crate::transport::{
+    FrameWriter, PduReader, Transmit, Transport, TransportError, TransportKind,
+};
 
 /// How to reach and log in to a target (or a portal, for discovery).
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
+    /// Which transport carries the session (`iscsi://` is TCP, `iser://`
+    /// is iSER, which is not available yet).
+    pub transport: TransportKind,
     pub host: String,
     pub port: u16,
     pub initiator_name: String,
@@ -73,6 +78,7 @@ pub struct SessionConfig {
 impl SessionConfig {
     pub fn new(host: impl Into<String>, port: u16, initiator_name: impl Into<String>) -> Self {
         SessionConfig {
+            transport: TransportKind::Tcp,
             host: host.into(),
             port,
             initiator_name: initiator_name.into(),
@@ -206,8 +212,29 @@ impl PendingCommand {
 impl SessionHandle {
     /// Connect and log in (following login redirections), then start the driver task.
     pub async fn connect(cfg: SessionConfig) -> Result<SessionHandle, SessionError> {
+        match cfg.transport {
+            TransportKind::Tcp => Self::connect_over::<TcpTransport>(cfg).await,
+            #[cfg(feature = "rdma")]
+            TransportKind::Iser => {
+                let mut cfg = cfg;
+                crate::transport::iser::adjust_proposal(&mut cfg.proposal);
+                Self::connect_over::<crate::transport::iser::IserTransport>(cfg).await
+            }
+            #[cfg(not(feature = "rdma"))]
+            kind @ TransportKind::Iser => Err(SessionError::Connect {
+                portal: portal_string(&cfg.host, cfg.port),
+                source: TransportError::Unavailable(kind),
+            }),
+        }
+    }
+
+    /// [`SessionHandle::connect`] over the transport `T` (whatever
+    /// `cfg.transport` says).
+    pub async fn connect_over<T: Transport>(
+        cfg: SessionConfig,
+    ) -> Result<SessionHandle, SessionError> {
         let isid = crate::proto::login::random_isid();
-        let conn = establish(&cfg, isid).await?;
+        let conn = establish::<T>(&cfg, isid).await?;
         Ok(start_driver(cfg, isid, conn))
     }
 
@@ -296,32 +323,34 @@ fn portal_string(host: &str, port: u16) -> String {
 }
 
 /// A connected transport that has completed login.
-struct Connection {
+struct Connection<T: Transport> {
     portal: String,
-    reader: FrameReader<OwnedReadHalf>,
-    wr: tokio::net::tcp::OwnedWriteHalf,
+    reader: T::Reader,
+    wr: T::Writer,
     result: LoginResult,
 }
 
 /// Connect and log in with `isid`, following up to five redirections.
 /// Reusing the ISID of a lost session (with TSIH 0) makes the target
 /// reinstate it: the old session's tasks are cleaned up (RFC 7143 §6.3.5).
-async fn establish(cfg: &SessionConfig, isid: [u8; 6]) -> Result<Connection, SessionError> {
+async fn establish<T: Transport>(
+    cfg: &SessionConfig,
+    isid: [u8; 6],
+) -> Result<Connection<T>, SessionError> {
     let mut host = cfg.host.clone();
     let mut port = cfg.port;
     for _ in 0..5 {
         let portal = portal_string(&host, port);
-        let stream = tcp::connect(&host, port, cfg.connect_timeout)
+        let transport = T::connect(&host, port, cfg.connect_timeout)
             .await
             .map_err(|source| SessionError::Connect {
                 portal: portal.clone(),
                 source,
             })?;
-        let (rd, mut wr) = stream.into_split();
-        let mut reader = FrameReader::new(rd, FrameLimits::default());
+        let (mut reader, mut wr) = transport.split(FrameLimits::default());
         let outcome = tokio::time::timeout(
             cfg.login_timeout,
-            run_login(cfg, isid, &mut reader, &mut wr, &portal),
+            run_login::<T>(cfg, isid, &mut reader, &mut wr, &portal),
         )
         .await
         .map_err(|_| SessionError::LoginTimeout {
@@ -351,11 +380,11 @@ async fn establish(cfg: &SessionConfig, isid: [u8; 6]) -> Result<Connection, Ses
     Err(SessionError::TooManyRedirects(portal_string(&host, port)))
 }
 
-async fn run_login(
+async fn run_login<T: Transport>(
     cfg: &SessionConfig,
     isid: [u8; 6],
-    reader: &mut FrameReader<OwnedReadHalf>,
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    reader: &mut T::Reader,
+    wr: &mut T::Writer,
     portal: &str,
 ) -> Result<LoginStep, SessionError> {
     let login_cfg = LoginConfig {
@@ -383,8 +412,8 @@ async fn run_login(
         source,
     })?;
     loop {
-        let frame = pdu.encode(Digests::default());
-        tcp::write_frames(wr, std::slice::from_ref(&frame))
+        let frame = T::Writer::encode(Transmit::from(pdu), Digests::default());
+        wr.write_frames(std::slice::from_ref(&frame))
             .await
             .map_err(|e| transport_err(TransportError::Io(e)))?;
         let rsp = reader.read_pdu().await.map_err(transport_err)?;
@@ -403,7 +432,11 @@ async fn run_login(
     }
 }
 
-fn session_info(cfg: &SessionConfig, isid: [u8; 6], conn: &Connection) -> SessionInfo {
+fn session_info<T: Transport>(
+    cfg: &SessionConfig,
+    isid: [u8; 6],
+    conn: &Connection<T>,
+) -> SessionInfo {
     SessionInfo {
         portal: conn.portal.clone(),
         target_name: cfg.target_name.clone(),
@@ -415,14 +448,18 @@ fn session_info(cfg: &SessionConfig, isid: [u8; 6], conn: &Connection) -> Sessio
     }
 }
 
-fn start_driver(cfg: SessionConfig, isid: [u8; 6], conn: Connection) -> SessionHandle {
+fn start_driver<T: Transport>(
+    cfg: SessionConfig,
+    isid: [u8; 6],
+    conn: Connection<T>,
+) -> SessionHandle {
     let shared = Arc::new(Shared {
         info: std::sync::RwLock::new(session_info(&cfg, isid, &conn)),
         reconnects: AtomicU64::new(0),
         capacity_changes: AtomicU64::new(0),
     });
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut driver = Driver {
+    let mut driver = Driver::<T> {
         cfg,
         isid,
         shared: shared.clone(),
@@ -440,31 +477,6 @@ fn start_driver(cfg: SessionConfig, isid: [u8; 6], conn: Connection) -> SessionH
     driver.go_live(conn);
     tokio::spawn(driver.run(rx));
     SessionHandle { tx, shared }
-}
-
-/// Owns the write half: writes batches of frames, merging what is queued.
-async fn write_loop(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Vec<WireFrame>>,
-    err: oneshot::Sender<std::io::Error>,
-) {
-    let mut batch: Vec<WireFrame> = Vec::new();
-    while let Some(first) = rx.recv().await {
-        batch.extend(first);
-        while batch.len() < 4096 {
-            match rx.try_recv() {
-                Ok(more) => batch.extend(more),
-                Err(_) => break,
-            }
-        }
-        if let Err(e) = tcp::write_frames(&mut wr, &batch).await {
-            let _ = err.send(e);
-            return;
-        }
-        batch.clear();
-    }
-    // The driver dropped this connection: close our side so the target sees the end.
-    let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
 }
 
 /// Waiters whose requests live only as long as one connection.
@@ -500,13 +512,18 @@ enum TmfPurpose {
     Reset { sent: Instant },
 }
 
-/// The live part: core and socket of the current connection.
-struct Live {
-    core: Session,
-    reader: FrameReader<OwnedReadHalf>,
-    frames: mpsc::UnboundedSender<Vec<WireFrame>>,
+/// The live part: transport and core of the current connection. The
+/// transport's halves come first so they drop before the core: a direct
+/// transport stops remote access to the tasks' buffers before the core
+/// frees them.
+struct Live<T: Transport> {
+    reader: T::Reader,
+    /// To the writer task ([`FrameWriter::run`]), which owns `T::Writer`;
+    /// dropping it ends that task.
+    frames: mpsc::UnboundedSender<Vec<<T::Writer as FrameWriter>::Frame>>,
     write_error: oneshot::Receiver<std::io::Error>,
     digests: Digests,
+    core: Session,
 }
 
 /// Timed-out commands are retried this many times before failing.
@@ -514,11 +531,11 @@ const MAX_TIMEOUT_RETRIES: u32 = 3;
 /// Task management requests must answer within this long.
 const TMF_TIMEOUT: Duration = Duration::from_secs(10);
 
-struct Driver {
+struct Driver<T: Transport> {
     cfg: SessionConfig,
     isid: [u8; 6],
     shared: Arc<Shared>,
-    live: Option<Live>,
+    live: Option<Live<T>>,
     cmds: HashMap<u64, Cmd>,
     next_rid: u64,
     core_ids: HashMap<TaskId, u64>,
@@ -539,8 +556,8 @@ enum End {
     Lost(SessionError),
 }
 
-impl Driver {
-    fn go_live(&mut self, conn: Connection) {
+impl<T: Transport> Driver<T> {
+    fn go_live(&mut self, conn: Connection<T>) {
         let Connection {
             portal,
             mut reader,
@@ -566,6 +583,7 @@ impl Driver {
             queue_depth: self.cfg.queue_depth.max(1),
             nop_interval: self.cfg.nop_interval,
             nop_timeout: self.cfg.nop_timeout,
+            data_movement: T::DATA_MOVEMENT,
         };
         info!(
             %portal,
@@ -590,13 +608,13 @@ impl Driver {
         core.start(Instant::now());
         let (frames_tx, frames_rx) = mpsc::unbounded_channel();
         let (werr_tx, werr_rx) = oneshot::channel();
-        tokio::spawn(write_loop(wr, frames_rx, werr_tx));
+        tokio::spawn(wr.run(frames_rx, werr_tx));
         self.live = Some(Live {
-            core,
             reader,
             frames: frames_tx,
             write_error: werr_rx,
             digests,
+            core,
         });
         // Re-issue what the old connection left unfinished, oldest first.
         let mut rids: Vec<u64> = self
@@ -893,8 +911,8 @@ impl Driver {
             return Ok(());
         };
         let mut frames = Vec::new();
-        while let Some(pdu) = live.core.poll_transmit() {
-            frames.push(pdu.encode(live.digests));
+        while let Some(tx) = live.core.poll_transmit() {
+            frames.push(T::Writer::encode(tx, live.digests));
         }
         if frames.is_empty() {
             return Ok(());
@@ -1144,7 +1162,7 @@ impl Driver {
                 }
             }
             let cfg = self.cfg.clone();
-            let attempt = establish(&cfg, self.isid);
+            let attempt = establish::<T>(&cfg, self.isid);
             tokio::pin!(attempt);
             let result = loop {
                 tokio::select! {

@@ -106,12 +106,7 @@ fn iser_code(e: &crate::transport::iser::IserError) -> i32 {
     use crate::transport::iser::IserError;
     match e {
         e if e.is_unreachable() => exit::UNREACHABLE,
-        IserError::Login { source, .. } => login_code(source),
-        IserError::Header(_)
-        | IserError::Pdu(_)
-        | IserError::ShortPdu { .. }
-        | IserError::Protocol(_)
-        | IserError::BadDiscovery(_) => exit::PROTOCOL,
+        IserError::Header(_) | IserError::Pdu(_) | IserError::ShortPdu { .. } => exit::PROTOCOL,
         _ => exit::FAILURE,
     }
 }
@@ -209,6 +204,7 @@ impl Ctx {
         }
         let (host, port) = url.portal.host_port();
         let mut cfg = SessionConfig::new(host, port, initiator);
+        cfg.transport = url.transport;
         cfg.target_name = url.target.clone();
         cfg.connect_timeout = opts
             .connect_timeout
@@ -320,8 +316,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     transport: TransportKind::Tcp,
                     ..portal_url.clone()
                 };
-                let cfg = ctx.session_config(&tcp_url, entry.as_deref(), &conn)?;
-                crate::transport::iser::discover(&cfg).await?
+                let mut cfg = ctx.session_config(&tcp_url, entry.as_deref(), &conn)?;
+                cfg.transport = TransportKind::Iser;
+                discover(cfg).await?
             } else {
                 let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
                 discover(cfg).await?

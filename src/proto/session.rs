@@ -51,6 +51,9 @@ pub struct FeatureParams {
     pub nop_interval: Option<Duration>,
     /// Declare the connection dead when a ping is unanswered for this long.
     pub nop_timeout: Duration,
+    /// Whether Data-In/R2T/Data-Out carry the data or the transport moves
+    /// it directly (see [`DataMovement`]).
+    pub data_movement: DataMovement,
 }
 
 impl Default for FeatureParams {
@@ -65,8 +68,81 @@ impl Default for FeatureParams {
             queue_depth: 128,
             nop_interval: Some(Duration::from_secs(5)),
             nop_timeout: Duration::from_secs(10),
+            data_movement: DataMovement::InBand,
         }
     }
+}
+
+/// How SCSI data moves on the connection (the transport decides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataMovement {
+    /// Data-In, R2T and Data-Out PDUs carry the data (iSCSI on TCP): the
+    /// core reassembles reads and answers each R2T with Data-Out.
+    #[default]
+    InBand,
+    /// The target moves the data itself (iSER, RFC 7145: RDMA Write for
+    /// our reads, RDMA Read for our writes). The core hands the transport
+    /// each command's buffers with its SCSI Command PDU
+    /// ([`Transmit::direct`]); immediate data and unsolicited Data-Out are
+    /// still sent as PDUs, and a Data-In or R2T for such a task is a
+    /// protocol error.
+    Direct,
+}
+
+/// A PDU the core wants sent, with what a direct transport needs to know
+/// about the task's buffers.
+#[derive(Debug, Clone)]
+pub struct Transmit {
+    pub pdu: Pdu,
+    /// Set on a SCSI Command PDU when the data moves directly (never with
+    /// [`DataMovement::InBand`]).
+    pub direct: Option<DirectBuffers>,
+}
+
+impl From<Pdu> for Transmit {
+    fn from(pdu: Pdu) -> Self {
+        Transmit { pdu, direct: None }
+    }
+}
+
+/// The buffers of one SCSI command in [`DataMovement::Direct`] mode, for
+/// the transport to register and name in its header (iSER: Read STag/VA,
+/// Write STag/VA). The memory stays owned by the core's task until the
+/// task completes (see [`ReadRegion`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectBuffers {
+    /// The command's Initiator Task Tag (its completion names it).
+    pub itt: u32,
+    /// Where the target writes the read data, from its offset 0.
+    pub read: Option<ReadRegion>,
+    /// What the target fetches of the write data; `None` when the
+    /// immediate and unsolicited data already carried all of it.
+    pub write: Option<WriteRegion>,
+}
+
+/// The read buffer of a direct task: `len` bytes at address `addr`.
+///
+/// The core allocated these bytes (or took them from the caller) and keeps
+/// them, neither moved nor resized, in the task until the task completes
+/// or the core is dropped; the result hands them back to the caller. Only
+/// a direct transport dereferences the address (to register it with the
+/// RDMA device), under that guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRegion {
+    pub addr: usize,
+    pub len: u32,
+}
+
+/// The write data of a direct task that the target fetches itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRegion {
+    /// The command's whole write buffer (shared, not copied).
+    pub data: Bytes,
+    /// The first byte not sent as immediate or unsolicited data: the
+    /// target reads `data[offset..]` into its buffer at `offset`. (LIO
+    /// reads from the write base offset as given, so the transport must
+    /// point it here, not at `data[0]`.)
+    pub offset: u32,
 }
 
 /// Sequence numbers at the moment login completed.
@@ -277,7 +353,7 @@ pub struct Session {
     waiting: VecDeque<Queued>,
     /// SCSI commands in flight (counted against `queue_depth`).
     commands_in_flight: u32,
-    transmit: VecDeque<Pdu>,
+    transmit: VecDeque<Transmit>,
     events: VecDeque<Event>,
     last_heard: Option<Instant>,
     ping_outstanding: Option<(u32, Instant)>,
@@ -385,7 +461,7 @@ impl Session {
     pub fn ping(&mut self, now: Instant) -> TaskId {
         let id = self.alloc_task_id();
         let itt = self.alloc_itt();
-        self.transmit.push_back(Pdu::new(Bhs::NopOut(NopOut {
+        self.queue(Pdu::new(Bhs::NopOut(NopOut {
             immediate: true,
             lun: [0; 8],
             itt,
@@ -447,18 +523,17 @@ impl Session {
 
     fn send_tmf(&mut self, id: TaskId, function: u8, lun: [u8; 8], ref_itt: u32, ref_cmd_sn: u32) {
         let itt = self.alloc_itt();
-        self.transmit
-            .push_back(Pdu::new(Bhs::TaskMgmtRequest(TaskMgmtRequest {
-                immediate: true,
-                function,
-                lun,
-                itt,
-                referenced_task_tag: ref_itt,
-                cmd_sn: self.cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-                ref_cmd_sn,
-                exp_data_sn: 0,
-            })));
+        self.queue(Pdu::new(Bhs::TaskMgmtRequest(TaskMgmtRequest {
+            immediate: true,
+            function,
+            lun,
+            itt,
+            referenced_task_tag: ref_itt,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            ref_cmd_sn,
+            exp_data_sn: 0,
+        })));
         self.insert(Task {
             id,
             itt,
@@ -475,15 +550,14 @@ impl Session {
     pub fn logout(&mut self) -> TaskId {
         let id = self.alloc_task_id();
         let itt = self.alloc_itt();
-        self.transmit
-            .push_back(Pdu::new(Bhs::LogoutRequest(LogoutRequest {
-                immediate: true,
-                reason: logout_reason::CLOSE_SESSION,
-                itt,
-                cid: 0,
-                cmd_sn: self.cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-            })));
+        self.queue(Pdu::new(Bhs::LogoutRequest(LogoutRequest {
+            immediate: true,
+            reason: logout_reason::CLOSE_SESSION,
+            itt,
+            cid: 0,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+        })));
         self.insert(Task {
             id,
             itt,
@@ -559,7 +633,7 @@ impl Session {
             exp_stat_sn: self.exp_stat_sn,
             cdb: req.cdb,
         };
-        self.transmit.push_back(Pdu::with_data(
+        self.queue(Pdu::with_data(
             Bhs::ScsiCommand(cmd),
             req.data_out.slice(..immediate_len as usize),
         ));
@@ -606,7 +680,7 @@ impl Session {
         let mut data_sn = 0;
         while offset < end {
             let len = seg.min(end - offset);
-            self.transmit.push_back(Pdu::with_data(
+            self.queue(Pdu::with_data(
                 Bhs::DataOut(DataOut {
                     final_: offset + len == end,
                     lun,
@@ -627,7 +701,7 @@ impl Session {
         let itt = self.alloc_itt();
         let cmd_sn = self.cmd_sn;
         self.cmd_sn = self.cmd_sn.wrapping_add(1);
-        self.transmit.push_back(Pdu::with_data(
+        self.queue(Pdu::with_data(
             Bhs::TextRequest(TextRequest {
                 immediate: false,
                 final_: true,
@@ -837,7 +911,7 @@ impl Session {
                 }
                 if h.ttt != RESERVED_TAG {
                     // The target pings us: echo its TTT and data (§11.18.3).
-                    self.transmit.push_back(Pdu::with_data(
+                    self.queue(Pdu::with_data(
                         Bhs::NopOut(NopOut {
                             immediate: true,
                             lun: h.lun,
@@ -883,17 +957,16 @@ impl Session {
                 } else {
                     // More to come (C bit or a long answer): ask for the next
                     // part with an empty Text Request echoing the TTT (§11.10.4).
-                    self.transmit
-                        .push_back(Pdu::new(Bhs::TextRequest(TextRequest {
-                            immediate: false,
-                            final_: true,
-                            continue_: false,
-                            lun: [0; 8],
-                            itt: h.itt,
-                            ttt: h.ttt,
-                            cmd_sn,
-                            exp_stat_sn,
-                        })));
+                    self.queue(Pdu::new(Bhs::TextRequest(TextRequest {
+                        immediate: false,
+                        final_: true,
+                        continue_: false,
+                        lun: [0; 8],
+                        itt: h.itt,
+                        ttt: h.ttt,
+                        cmd_sn,
+                        exp_stat_sn,
+                    })));
                 }
                 Ok(())
             }
@@ -1065,9 +1138,14 @@ impl Session {
         });
     }
 
-    /// Next PDU to send, in order.
-    pub fn poll_transmit(&mut self) -> Option<Pdu> {
+    /// Next PDU to send, in order (with the task's buffers when the data
+    /// moves directly).
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmit.pop_front()
+    }
+
+    fn queue(&mut self, pdu: Pdu) {
+        self.transmit.push_back(Transmit { pdu, direct: None });
     }
 
     /// Next completed task or target event.
@@ -1201,7 +1279,7 @@ mod tests {
     }
 
     fn drain(s: &mut Session) -> Vec<Pdu> {
-        std::iter::from_fn(|| s.poll_transmit()).collect()
+        std::iter::from_fn(|| s.poll_transmit().map(|t| t.pdu)).collect()
     }
 
     fn response(itt: u32, stat_sn: u32, exp_cmd_sn: u32, max_cmd_sn: u32, status: u8) -> Pdu {

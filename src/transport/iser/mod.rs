@@ -8,16 +8,25 @@
 //!   rdma-core still runs rlun over TCP and `iser://` says what is missing.
 //! - `conn` (feature `rdma`): one connection — RDMA CM setup with the iSER
 //!   private data, an RC queue pair, registered send/receive buffers posted
-//!   before connecting, completions through the completion channel's fd on
-//!   tokio.
+//!   before connecting, completions through the completion channels' fds on
+//!   tokio (one CQ for the receive half, one for the send half).
 //!
-//! What works in this build: the connection, login as Sends carrying the
-//! iSER header, and a discovery session over it (`rlun discover
-//! iser://host[:port]`). The command path with direct data placement (reads
-//! advertising a Read STag that the target RDMA-Writes, writes advertising a
-//! Write STag the target RDMA-Reads) waits for the transport seam in the
-//! session driver; until then the other commands refuse `iser://` with a
-//! message instead of silently falling back to TCP.
+//! [`IserTransport`] implements the session driver's
+//! [`Transport`](crate::transport::Transport) trait with
+//! [`DataMovement::Direct`](crate::transport::DataMovement): login, text,
+//! NOP, task management and logout PDUs are Sends with a plain iSER header;
+//! a SCSI command's buffers are registered when it is posted and named in its
+//! header (Read STag/VA: the target RDMA-Writes read data there; Write
+//! STag/VA: it RDMA-Reads write data from the first byte not sent as
+//! immediate data), and released when its SCSI Response arrives (the RC
+//! queue pair delivers the response after the target's RDMA operations).
+//! When the receive half goes, the queue pair is moved to the error state at
+//! once, so no buffer the core frees afterwards is reachable by the target.
+//!
+//! What works in this build: connection, login and discovery (`rlun discover
+//! iser://host[:port]`). LUN access needs the core's direct data movement,
+//! which is not in this build yet; until then the commands that access LUNs
+//! refuse `iser://` with a message instead of silently falling back to TCP.
 //!
 //! Discovery over iSER: the same SendTargets text exchange as over TCP, in a
 //! discovery session on the iSER portal (LIO treats the iSER keys as
@@ -36,7 +45,7 @@ pub mod header;
 mod sys;
 
 #[cfg(feature = "rdma")]
-pub use conn::{IserConnection, Received};
+pub use conn::{IserFrame, IserReader, IserTransport, IserWriter};
 
 use std::io;
 use std::net::SocketAddr;
@@ -44,13 +53,9 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::proto::login::LoginError;
-#[cfg(not(feature = "rdma"))]
-use crate::proto::negotiate::DiscoveredTarget;
+use crate::proto::digest::DigestType;
+use crate::proto::negotiate::InitiatorProposal;
 use crate::proto::pdu::PduError;
-use crate::proto::session::{ProtocolError, TaskError};
-#[cfg(not(feature = "rdma"))]
-use crate::session::SessionConfig;
 use header::IserHeaderError;
 
 /// The checks to name when RDMA is not usable.
@@ -118,22 +123,6 @@ pub enum IserError {
         #[source]
         source: io::Error,
     },
-    #[error("login to {portal} over iSER failed")]
-    Login {
-        portal: String,
-        #[source]
-        source: LoginError,
-    },
-    #[error("login to {portal} over iSER timed out after {timeout:?}")]
-    LoginTimeout { portal: String, timeout: Duration },
-    #[error("login to {portal} over iSER: too many redirections")]
-    Redirected { portal: String },
-    #[error("target violated the iSCSI protocol")]
-    Protocol(#[from] ProtocolError),
-    #[error("discovery failed")]
-    Task(#[source] TaskError),
-    #[error("discovery answer is malformed: {0}")]
-    BadDiscovery(String),
 }
 
 impl IserError {
@@ -152,7 +141,6 @@ impl IserError {
                 | IserError::Disconnected { .. }
                 | IserError::Completion { .. }
                 | IserError::Resolve { .. }
-                | IserError::LoginTimeout { .. }
         )
     }
 }
@@ -169,6 +157,24 @@ pub fn check_available() -> Result<(), IserError> {
         Err(IserError::NotBuilt)
     }
 }
+
+/// What rlun proposes at login over iSER, from the TCP proposal: no digests
+/// (RFC 7145 §7.2: the RDMA transport checks the data), every PDU the target
+/// sends must fit one receive buffer, and no immediate data until the iSER
+/// keys (TargetRecvDataSegmentLength, RFC 7145 §6.3) are negotiated: LIO
+/// receives into 8192-byte buffers whatever MaxRecvDataSegmentLength it
+/// declares, so all write data is fetched by RDMA Read instead.
+pub fn adjust_proposal(p: &mut InitiatorProposal) {
+    p.header_digest = vec![DigestType::None];
+    p.data_digest = vec![DigestType::None];
+    p.max_recv_data_segment_length = p.max_recv_data_segment_length.min(MAX_RECV_DATA);
+    p.immediate_data = false;
+    p.initial_r2t = true;
+}
+
+/// The largest data segment the target may send us in one PDU: what one
+/// receive buffer holds after the iSER header, BHS and AHS.
+pub const MAX_RECV_DATA: u32 = 8192;
 
 /// Resolve `host:port` to the socket address the RDMA CM connects to.
 pub async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketAddr, IserError> {
@@ -190,13 +196,112 @@ pub async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<SocketA
 }
 
 #[cfg(feature = "rdma")]
-mod discovery;
-#[cfg(feature = "rdma")]
-pub use discovery::discover;
+mod transport_impl {
+    //! [`IserTransport`] behind the session driver's [`Transport`] trait.
+    use std::io;
+    use std::time::Duration;
 
-/// Discovery over iSER (`SendTargets=All` in a discovery session on the
-/// iSER portal). Not available without the `rdma` feature.
-#[cfg(not(feature = "rdma"))]
-pub async fn discover(_cfg: &SessionConfig) -> Result<Vec<DiscoveredTarget>, IserError> {
-    Err(IserError::NotBuilt)
+    use super::conn::{IserFrame, IserReader, IserTransport, IserWriter};
+    use super::{resolve, IserError};
+    use crate::proto::pdu::{Digests, FrameLimits, Pdu};
+    use crate::transport::{
+        DataMovement, FrameWriter, PduReader, Transmit, Transport, TransportError, TransportKind,
+    };
+
+    impl From<IserError> for TransportError {
+        fn from(e: IserError) -> Self {
+            match e {
+                IserError::Disconnected { .. } => TransportError::Closed,
+                IserError::Pdu(p) => TransportError::Pdu(p),
+                other => TransportError::Iser(Box::new(other)),
+            }
+        }
+    }
+
+    impl Transport for IserTransport {
+        const KIND: TransportKind = TransportKind::Iser;
+        const DATA_MOVEMENT: DataMovement = DataMovement::Direct;
+        type Reader = IserReader;
+        type Writer = IserWriter;
+
+        async fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self, TransportError> {
+            let addr = resolve(host, port, timeout).await?;
+            Ok(IserTransport::connect_addr(addr, timeout).await?)
+        }
+
+        fn split(self, limits: FrameLimits) -> (IserReader, IserWriter) {
+            self.into_halves(limits)
+        }
+    }
+
+    impl PduReader for IserReader {
+        fn set_limits(&mut self, limits: FrameLimits) {
+            IserReader::set_limits(self, limits)
+        }
+
+        async fn read_pdu(&mut self) -> Result<Pdu, TransportError> {
+            Ok(IserReader::read_pdu(self).await?)
+        }
+
+        fn try_next(&mut self) -> Result<Option<Pdu>, TransportError> {
+            Ok(IserReader::try_next(self)?)
+        }
+    }
+
+    impl FrameWriter for IserWriter {
+        type Frame = IserFrame;
+
+        fn encode(tx: Transmit, _digests: Digests) -> IserFrame {
+            // No digests on iSER (RFC 7145 §7.2); the header is added when
+            // the frame is posted, after its buffers are registered.
+            IserFrame::new(tx)
+        }
+
+        async fn write_frames(&mut self, frames: &[IserFrame]) -> io::Result<()> {
+            IserWriter::write_frames(self, frames)
+                .await
+                .map_err(io::Error::other)
+        }
+
+        async fn shutdown(&mut self) {
+            IserWriter::shutdown(self)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iser_proposal_drops_digests_and_immediate_data_and_fits_receive_buffers() {
+        let mut p = InitiatorProposal::default();
+        assert!(p.max_recv_data_segment_length > MAX_RECV_DATA);
+
+        adjust_proposal(&mut p);
+
+        assert_eq!(p.header_digest, vec![DigestType::None]);
+        assert_eq!(p.data_digest, vec![DigestType::None]);
+        assert_eq!(p.max_recv_data_segment_length, MAX_RECV_DATA);
+        assert!(!p.immediate_data);
+        assert!(p.initial_r2t);
+    }
+
+    #[test]
+    fn unavailable_rdma_messages_name_the_checks() {
+        for e in [
+            IserError::NoDevice { detail: "x".into() },
+            IserError::Unavailable {
+                library: "libibverbs.so.1",
+                detail: "x".into(),
+            },
+        ] {
+            let m = e.to_string();
+            assert!(
+                m.contains("`rdma link`") && m.contains("`ibv_devices`"),
+                "{m}"
+            );
+            assert!(e.is_unreachable());
+        }
+    }
 }

@@ -180,6 +180,8 @@ pub const IBV_SEND_SIGNALED: u32 = 1 << 1;
 pub const IBV_WC_SUCCESS: c_int = 0;
 pub const IBV_WC_WR_FLUSH_ERR: c_int = 5;
 pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
+pub const IBV_ACCESS_REMOTE_WRITE: c_int = 1 << 1;
+pub const IBV_ACCESS_REMOTE_READ: c_int = 1 << 2;
 
 // ---- librdmacm types --------------------------------------------------------
 
@@ -550,6 +552,8 @@ mod tests {
             ("IBV_SEND_SIGNALED", IBV_SEND_SIGNALED as usize),
             ("IBV_WC_WR_FLUSH_ERR", IBV_WC_WR_FLUSH_ERR as usize),
             ("IBV_ACCESS_LOCAL_WRITE", IBV_ACCESS_LOCAL_WRITE as usize),
+            ("IBV_ACCESS_REMOTE_WRITE", IBV_ACCESS_REMOTE_WRITE as usize),
+            ("IBV_ACCESS_REMOTE_READ", IBV_ACCESS_REMOTE_READ as usize),
             ("RDMA_PS_TCP", RDMA_PS_TCP as usize),
             (
                 "RDMA_CM_EVENT_ADDR_RESOLVED",
