@@ -353,17 +353,29 @@ fn sym(h: *mut c_void, lib: &'static CStr, name: &CStr) -> Result<*mut c_void, L
     Ok(p)
 }
 
+/// Reinterpret a symbol address as the function pointer type `F`.
+///
+/// # Safety
+/// `F` must be an `unsafe extern "C" fn` type whose signature is the C
+/// prototype of the function at `p`.
+unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    // SAFETY: same size (checked at compile time); validity is the caller's
+    // promise above.
+    unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) }
+}
+
 macro_rules! load_api {
     ($ibv:ident, $cm:ident; ibv: $($i:ident),*; cm: $($c:ident),* $(,)?) => {
         Api {
             $(
                 // SAFETY: the symbol is rdma-core's exported function of that
                 // name, whose C prototype the field's type reproduces.
-                $i: unsafe { std::mem::transmute::<*mut c_void, _>(sym($ibv, LIBIBVERBS, &cstr(stringify!($i)))?) },
+                $i: unsafe { as_fn(sym($ibv, LIBIBVERBS, &cstr(stringify!($i)))?) },
             )*
             $(
                 // SAFETY: as above, for librdmacm.
-                $c: unsafe { std::mem::transmute::<*mut c_void, _>(sym($cm, LIBRDMACM, &cstr(stringify!($c)))?) },
+                $c: unsafe { as_fn(sym($cm, LIBRDMACM, &cstr(stringify!($c)))?) },
             )*
         }
     };

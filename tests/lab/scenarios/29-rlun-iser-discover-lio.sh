@@ -1,4 +1,4 @@
-# about: rlun over iSER (soft-RoCE) to LIO: RDMA CM connect, login as Sends, SendTargets discovery; a port with no iSER listener and an address no RDMA device reaches fail with exit code 3 and say why
+# about: rlun over iSER (soft-RoCE) to LIO and to tgtd: RDMA CM connect, login as Sends, SendTargets discovery; a port with no iSER listener and an address no RDMA device reaches fail with exit code 3 and say why
 # default: yes
 # timeout: 240
 
@@ -35,4 +35,14 @@ scenario() {
 
     rlun_iser_refused "no iSER listener on the port (RDMA CM rejects)" "rejected" "iser://$LAB_IP_T:3999"
     rlun_iser_refused "an address no RDMA device reaches" "RDMA" "iser://192.0.2.1:3260"
+
+    # A second iSER target: tgtd (it lists only targets whose ACL names us).
+    if ! (need tgtd_iser); then
+        fail "tgtd iSER could not start: $(cat "$LAB_REASON")"
+    fi
+    capture "rlun discover over iSER (tgtd)" 60 "$W/targets-tgt.txt" \
+        "$RLUN" discover --initiator-name "$RLUN_LAB_IQN" "iser://$LAB_IP_T:$TGT_ISER_PORT"
+    grep -q "^$TGT_ISER_IQN " "$W/targets-tgt.txt" ||
+        fail "discovery over iSER at tgtd does not list $TGT_ISER_IQN: $(tr '\n' ' ' <"$W/targets-tgt.txt")"
+    log "ok: $TGT_ISER_IQN listed by discovery over iSER at tgtd"
 }
