@@ -43,7 +43,7 @@ use crate::proto::session::{
 use crate::proto::text::{encode_text, parse_text};
 use crate::transport::tcp::TcpTransport;
 use crate::transport::{
-    FrameWriter, PduReader, Transmit, Transport, TransportError, TransportKind,
+    DataMovement, FrameWriter, PduReader, Transmit, Transport, TransportError, TransportKind,
 };
 
 /// How to reach and log in to a target (or a portal, for discovery).
@@ -401,7 +401,11 @@ async fn run_login<T: Transport>(
         cid: 0,
         cmd_sn: 1,
         chap: cfg.chap.clone(),
-        proposal: cfg.proposal.clone(),
+        proposal: InitiatorProposal {
+            // A transport that moves data itself needs iSER-assisted mode.
+            rdma_extensions: T::DATA_MOVEMENT == DataMovement::Direct,
+            ..cfg.proposal.clone()
+        },
     };
     let transport_err = |source| SessionError::LoginTransport {
         portal: portal.to_string(),
@@ -571,15 +575,15 @@ impl<T: Transport> Driver<T> {
         };
         reader.set_limits(FrameLimits {
             digests,
-            max_data_segment: p.max_recv_data_segment_length,
+            max_data_segment: p.recv_data_segment_limit(),
         });
         let feature = FeatureParams {
             immediate_data: p.immediate_data,
             initial_r2t: p.initial_r2t,
             first_burst_length: p.first_burst_length,
             max_burst_length: p.max_burst_length,
-            max_xmit_data_segment_length: p.max_xmit_data_segment_length,
-            max_recv_data_segment_length: p.max_recv_data_segment_length,
+            max_xmit_data_segment_length: p.xmit_data_segment_limit(),
+            max_recv_data_segment_length: p.recv_data_segment_limit(),
             queue_depth: self.cfg.queue_depth.max(1),
             nop_interval: self.cfg.nop_interval,
             nop_timeout: self.cfg.nop_timeout,
