@@ -151,11 +151,6 @@ fn session_code(e: &SessionError) -> i32 {
     }
 }
 
-/// What the commands other than `discover` answer to `iser://` for now.
-const ISER_COMMANDS_MISSING: &str = "iser:// supports only `rlun discover` in this build: \
-     LUN access over iSER (RDMA data placement) is not implemented yet; use iscsi:// \
-     (the target's TCP portal) for ls, info, cp, bench and mount";
-
 /// Shared state of one invocation: the config file and what it implies.
 pub struct Ctx {
     pub config: Config,
@@ -183,7 +178,6 @@ impl Ctx {
         if url.transport == TransportKind::Iser {
             // Say at once when this machine cannot do RDMA at all.
             crate::transport::iser::check_available()?;
-            return Err(CliError::Other(ISER_COMMANDS_MISSING.into()));
         }
         let entry = entry_name.and_then(|n| self.config.target(n)).or_else(|| {
             // A URL that matches a configured target picks up its settings too.
@@ -309,20 +303,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 lun: None,
                 ..url
             };
-            let targets = if portal_url.transport == TransportKind::Iser {
-                crate::transport::iser::check_available()?;
-                // Credentials and timeouts as for TCP; the transport differs.
-                let tcp_url = TargetUrl {
-                    transport: TransportKind::Tcp,
-                    ..portal_url.clone()
-                };
-                let mut cfg = ctx.session_config(&tcp_url, entry.as_deref(), &conn)?;
-                cfg.transport = TransportKind::Iser;
-                discover(cfg).await?
-            } else {
-                let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
-                discover(cfg).await?
-            };
+            let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
+            let targets = discover(cfg).await?;
             if targets.is_empty() {
                 eprintln!(
                     "portal {} offers no targets to this initiator",

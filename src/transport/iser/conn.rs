@@ -38,9 +38,11 @@ use super::{IserError, MAX_RECV_DATA};
 use crate::proto::pdu::{self, Bhs, FrameLimits, Pdu, WireFrame};
 use crate::proto::session::{DirectBuffers, Transmit};
 
-/// Receive buffers posted at all times. LIO keeps 128 commands' worth of its
-/// own; we post what the window and unsolicited PDUs (NOP-In, Async) need.
-const RECV_SLOTS: usize = 64;
+/// Receive buffers posted at all times: a response for every command the
+/// session keeps in flight (queue depth 128 by default; LIO's CmdSN window
+/// is 64) plus unsolicited PDUs (NOP-In, Async Message), with margin. A
+/// target that outruns them waits on RNR retries, it does not fail.
+const RECV_SLOTS: usize = 160;
 /// One receive buffer: iSER header, BHS, the largest AHS, and a data segment
 /// of up to [`MAX_RECV_DATA`] bytes plus padding.
 const RECV_SLOT_LEN: usize = 16 * 1024;

@@ -158,18 +158,18 @@ pub fn check_available() -> Result<(), IserError> {
     }
 }
 
-/// What rlun proposes at login over iSER, from the TCP proposal: no digests
-/// (RFC 7145 §7.2: the RDMA transport checks the data), every PDU the target
-/// sends must fit one receive buffer, and no immediate data until the iSER
-/// keys (TargetRecvDataSegmentLength, RFC 7145 §6.3) are negotiated: LIO
-/// receives into 8192-byte buffers whatever MaxRecvDataSegmentLength it
-/// declares, so all write data is fetched by RDMA Read instead.
+/// What rlun proposes at login over iSER, from the TCP proposal (the driver
+/// adds RDMAExtensions=Yes itself for a direct transport): no digests (RFC
+/// 7145 §7.2; discovery sessions still send the digest keys), and every PDU
+/// the target sends must fit one receive buffer: InitiatorRecvDataSegmentLength
+/// (normal sessions) and MaxRecvDataSegmentLength (discovery) at most
+/// [`MAX_RECV_DATA`]. Immediate data stays on: TargetRecvDataSegmentLength
+/// (default 8192, what LIO receives into) bounds it.
 pub fn adjust_proposal(p: &mut InitiatorProposal) {
     p.header_digest = vec![DigestType::None];
     p.data_digest = vec![DigestType::None];
     p.max_recv_data_segment_length = p.max_recv_data_segment_length.min(MAX_RECV_DATA);
-    p.immediate_data = false;
-    p.initial_r2t = true;
+    p.initiator_recv_data_segment_length = p.initiator_recv_data_segment_length.min(MAX_RECV_DATA);
 }
 
 /// The largest data segment the target may send us in one PDU: what one
@@ -274,17 +274,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn iser_proposal_drops_digests_and_immediate_data_and_fits_receive_buffers() {
+    fn iser_proposal_drops_digests_and_fits_receive_buffers() {
         let mut p = InitiatorProposal::default();
         assert!(p.max_recv_data_segment_length > MAX_RECV_DATA);
+        assert!(p.initiator_recv_data_segment_length > MAX_RECV_DATA);
 
         adjust_proposal(&mut p);
 
         assert_eq!(p.header_digest, vec![DigestType::None]);
         assert_eq!(p.data_digest, vec![DigestType::None]);
         assert_eq!(p.max_recv_data_segment_length, MAX_RECV_DATA);
-        assert!(!p.immediate_data);
-        assert!(p.initial_r2t);
+        assert_eq!(p.initiator_recv_data_segment_length, MAX_RECV_DATA);
+        assert!(
+            p.immediate_data,
+            "immediate data stays, bounded by TargetRecvDataSegmentLength"
+        );
     }
 
     #[test]
