@@ -1,4 +1,4 @@
-//! rlun: a userspace iSCSI initiator.
+//! rlun: a userspace iSCSI and iSER initiator.
 //!
 //! The layers, top to bottom (see ARCHITECTURE.md for the full picture):
 //!

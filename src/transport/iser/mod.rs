@@ -23,10 +23,10 @@
 //! When the receive half goes, the queue pair is moved to the error state at
 //! once, so no buffer the core frees afterwards is reachable by the target.
 //!
-//! What works in this build: connection, login and discovery (`rlun discover
-//! iser://host[:port]`). LUN access needs the core's direct data movement,
-//! which is not in this build yet; until then the commands that access LUNs
-//! refuse `iser://` with a message instead of silently falling back to TCP.
+//! Not yet: a registered buffer pool (buffers are registered per command,
+//! one `ibv_reg_mr` each, on the data path), Send with Invalidate, and
+//! sending immediate data from registered memory without a copy into the
+//! send buffer.
 //!
 //! Discovery over iSER: the same SendTargets text exchange as over TCP, in a
 //! discovery session on the iSER portal (LIO treats the iSER keys as
