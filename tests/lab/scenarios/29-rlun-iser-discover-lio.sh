@@ -1,4 +1,4 @@
-# about: rlun over iSER (soft-RoCE) to LIO and to tgtd: RDMA CM connect, login as Sends, SendTargets discovery; a port with no iSER listener and an address no RDMA device reaches fail with exit code 3 and say why
+# about: rlun over iSER (soft-RoCE) to LIO and to tgtd: RDMA CM connect, login as Sends, SendTargets discovery; a port with no iSER listener, an address no RDMA device reaches and a too small RLIMIT_MEMLOCK fail with exit code 3 and say why
 # default: yes
 # timeout: 240
 
@@ -35,6 +35,19 @@ scenario() {
 
     rlun_iser_refused "no iSER listener on the port (RDMA CM rejects)" "rejected" "iser://$LAB_IP_T:3999"
     rlun_iser_refused "an address no RDMA device reaches" "RDMA" "iser://192.0.2.1:3260"
+
+    # Pinned memory over the limit: an unprivileged rlun with a 64 KiB
+    # RLIMIT_MEMLOCK (soft and hard) cannot register its buffers.
+    # (udev's 0666 for the RDMA device nodes, which the VM's devtmpfs lacks.)
+    run "let unprivileged users open the RDMA devices" 10 chmod a+rw /dev/infiniband/uverbs0 /dev/infiniband/uverbs1 /dev/infiniband/rdma_cm
+    rc=0
+    log "+ rlun discover as nobody with ulimit -l 64 (must fail)"
+    timeout -k 5 60 bash -c "ulimit -l 64 && exec setpriv --reuid=65534 --regid=65534 --clear-groups \
+        '$RLUN' discover 'iser://$LAB_IP_T:$LIO_ISER_PORT'" >"$W/memlock.out" 2>&1 || rc=$?
+    sed 's/^/  | /' "$W/memlock.out"
+    [ "$rc" -eq 3 ] || fail "expected exit code 3 with RLIMIT_MEMLOCK 64 KiB, got $rc: $(tail -n 1 "$W/memlock.out")"
+    grep -q "ulimit -l" "$W/memlock.out" || fail "the memlock failure does not say what to raise: $(tail -n 1 "$W/memlock.out")"
+    log "ok: RLIMIT_MEMLOCK too small: $(tail -n 1 "$W/memlock.out")"
 
     # A second iSER target: tgtd (it lists only targets whose ACL names us).
     if ! (need tgtd_iser); then
