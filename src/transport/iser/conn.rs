@@ -580,10 +580,12 @@ impl Drop for Shared {
 /// A connected iSER queue pair (RFC 7145 §5.1), before it is split into
 /// its receive and send halves.
 pub struct IserTransport {
-    shared: Arc<Shared>,
+    // Fields drop in order: the tokio registrations of the channel fds
+    // before `shared`, whose Drop closes those fds.
     cm_fd: AsyncFd<Fd>,
     recv_fd: AsyncFd<Fd>,
     send_fd: AsyncFd<Fd>,
+    shared: Arc<Shared>,
     /// What the target said in its REP private data (None: it sent none).
     pub peer_private_data: Option<CmPrivateData>,
 }
