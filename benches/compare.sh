@@ -13,6 +13,9 @@
 #                           when it is the default and missing)
 #   BENCH_FILE_MIB=1024     size of the file LUN
 #   BENCH_SKIP_RLUN=1       measure iscsi-perf only
+#   RLUN_BASELINE=path      also run this (older) rlun binary on every case and
+#                           add the ratios new / baseline: a before/after check
+#                           of a change in the same run
 #
 # The file LUN lives on tmpfs (/dev/shm) when it has room, else /var/tmp: on
 # tmpfs every run reads RAM, so the figures compare initiator + target
@@ -32,6 +35,11 @@ QD=32
 RLUN_DEFAULT=target/release/rlun
 RLUN=${RLUN:-$RLUN_DEFAULT}
 SKIP_RLUN=${BENCH_SKIP_RLUN:-0}
+BASELINE=${RLUN_BASELINE:-}
+if [ -n "$BASELINE" ]; then
+    BASELINE=$(realpath -m -- "$BASELINE")
+    [ -x "$BASELINE" ] || die "RLUN_BASELINE=$BASELINE is not an executable"
+fi
 IQN=iqn.2026-11.org.example:bench
 
 die() {
@@ -94,12 +102,12 @@ PY
 }
 
 # --- one rlun bench run: prints "iops mib_per_s cpu_s_per_gib" ---------------
-run_rlun() { # url pattern bs_name
-    local url=$1 pattern=$2 bs=$3 rc=0
-    timeout -k 5 $((SECS + 60)) "$RLUN" bench "$url" --pattern "$pattern" --bs "$bs" \
+run_rlun() { # url pattern bs_name [binary]
+    local url=$1 pattern=$2 bs=$3 bin=${4:-$RLUN} rc=0
+    timeout -k 5 $((SECS + 60)) "$bin" bench "$url" --pattern "$pattern" --bs "$bs" \
         --qd "$QD" --duration "${SECS}s" --json >"$work/rlun.json" 2>"$work/rlun.err" || rc=$?
     if [ "$rc" != 0 ]; then
-        echo "compare.sh: '$RLUN bench $url --pattern $pattern --bs $bs --qd $QD --duration ${SECS}s --json' failed (exit $rc):" >&2
+        echo "compare.sh: '$bin bench $url --pattern $pattern --bs $bs --qd $QD --duration ${SECS}s --json' failed (exit $rc):" >&2
         cat "$work/rlun.err" "$work/rlun.json" >&2
         exit 1
     fi
@@ -122,6 +130,7 @@ printf '\ntgtd %s on 127.0.0.1:%s, QD %s, %ss per run, file LUN %s MiB at %s\n\n
     "$(tgtd -V 2>/dev/null || echo '?')" "$port" "$QD" "$SECS" "$FILE_MIB" "$lun_file"
 header=$(printf '%-22s | %10s %9s %9s | %10s %9s %9s | %8s %8s' \
     case "perf MiB/s" "IOPS" "cpu s/GiB" "rlun MiB/s" "IOPS" "cpu s/GiB" "thr x" "cpu x")
+[ -z "$BASELINE" ] || header+=$(printf ' | %10s %9s | %8s %8s' "base MiB/s" "cpu s/GiB" "thr/base" "cpu/base")
 rows=()
 for spec in "read 131072 128k" "randread 4096 4k"; do
     read -r pattern bs bs_name <<<"$spec"
@@ -138,8 +147,15 @@ for spec in "read 131072 128k" "randread 4096 4k"; do
             thr=$(ratio "$r_mib" "$p_mib")
             cpu=$(ratio "$r_cpu" "$p_cpu")
         fi
-        rows+=("$(printf '%-22s | %10s %9s %9s | %10s %9s %9s | %8s %8s' \
-            "$name" "$p_mib" "$p_iops" "$p_cpu" "$r_mib" "$r_iops" "$r_cpu" "$thr" "$cpu")")
+        row=$(printf '%-22s | %10s %9s %9s | %10s %9s %9s | %8s %8s' \
+            "$name" "$p_mib" "$p_iops" "$p_cpu" "$r_mib" "$r_iops" "$r_cpu" "$thr" "$cpu")
+        if [ -n "$BASELINE" ] && [ "$SKIP_RLUN" != 1 ]; then
+            result=$(run_rlun "$(url "$lun")" "$pattern" "$bs_name" "$BASELINE")
+            read -r _ b_mib b_cpu <<<"$result"
+            row+=$(printf ' | %10s %9s | %8s %8s' "$b_mib" "$b_cpu" \
+                "$(ratio "$r_mib" "$b_mib")" "$(ratio "$r_cpu" "$b_cpu")")
+        fi
+        rows+=("$row")
     done
 done
 
@@ -149,3 +165,4 @@ printf '%s\n' "${rows[@]}"
 echo
 echo "thr x = rlun MiB/s / iscsi-perf MiB/s (higher is better for rlun);"
 echo "cpu x = rlun CPU s per GiB / iscsi-perf CPU s per GiB (lower is better for rlun)."
+[ -z "$BASELINE" ] || echo "thr/base, cpu/base = this rlun / the baseline rlun ($BASELINE)."

@@ -123,7 +123,10 @@ pub enum Command {
     ///
     /// Either side may be a LUN URL or a local file path (`-` is standard
     /// output as destination). Copying a file to a LUN requires the file to
-    /// fit; a shorter file leaves the rest of the LUN untouched.
+    /// fit; a shorter file leaves the rest of the LUN untouched. A LUN or a
+    /// regular file is synced at the end; a pipe, FIFO or character device
+    /// is written in order and not synced. When a copy into a regular file
+    /// fails, the file is cut back to the bytes copied before the error.
     Cp {
         /// Source: LUN URL or file.
         src: String,
@@ -220,12 +223,29 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// Print a shell completion script (bash, zsh or fish) to standard output.
+    ///
+    /// bash: `rlun completions bash > /etc/bash_completion.d/rlun`;
+    /// zsh: into a directory of `$fpath` as `_rlun`;
+    /// fish: `~/.config/fish/completions/rlun.fish`. Packages install them.
+    Completions {
+        /// The shell.
+        shell: Shell,
+    },
     /// Write the man pages into a directory.
     #[command(hide = true)]
     GenerateMan {
         /// Output directory.
         dir: PathBuf,
     },
+}
+
+/// Shells `rlun completions` writes scripts for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 /// Benchmark access patterns.

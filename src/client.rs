@@ -389,7 +389,7 @@ impl Lun {
             return Err(ClientError::ReadOnly(self.number));
         }
         let bs = self.block_size as usize;
-        debug_assert!(data.len() % bs == 0, "write of partial blocks");
+        debug_assert!(data.len().is_multiple_of(bs), "write of partial blocks");
         let blocks = (data.len() / bs) as u32;
         self.check_range(lba, blocks as u64)?;
         let c = cdb::write(lba, blocks, self.block_size, fua)?;

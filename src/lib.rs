@@ -11,12 +11,21 @@
 //!   negotiation, CHAP, login state machine, full-feature command window and
 //!   Data-In/R2T/Data-Out sequencing). It never touches a socket or a clock.
 //! - [`scsi`]: CDB builders and response/sense parsers (SPC-5, SBC-4).
-//! - [`transport`]: TCP framing on tokio; iSER (RDMA CM + verbs).
+//! - [`transport`]: the `Transport` trait the driver is generic over; TCP
+//!   (in-band data movement) and iSER (direct: RDMA CM + verbs).
 //! - [`device`]: `LunDevice`, byte-addressed cached I/O on a LUN.
 //! - [`fuse`]: the FUSE front end (`rlun mount`): each LUN as a file.
 //! - [`url`] and [`config`]: `iscsi://` URLs and credentials.
-// `unsafe` is allowed only in the RDMA module (`transport::iser`), each block
-// with a `// SAFETY:` comment; `deny` (not `forbid`) so that module can opt in.
+//!
+//! # Where `unsafe` may appear
+//!
+//! Nowhere but the modules that talk to the kernel or the RDMA stack through
+//! C interfaces: the RDMA verbs/CM module of the iSER transport
+//! (`transport::iser::{sys, conn}`) and the nbd kernel-attach module
+//! (planned). The crate denies `unsafe_code`; only
+//! those modules say `#[allow(unsafe_code)]`, and every `unsafe` block there
+//! carries a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks` is
+//! denied).
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -25,6 +34,8 @@ pub mod client;
 pub mod cmd;
 pub mod config;
 pub mod device;
+pub mod entropy;
+pub mod error;
 pub mod fuse;
 pub mod proto;
 pub mod scsi;

@@ -1,10 +1,12 @@
 //! The session driver: one tokio task per connection that owns the sans-IO
-//! protocol core ([`crate::proto::session::Session`]) and reads the socket,
-//! plus a small writer task that owns the socket's write half.
+//! protocol core ([`crate::proto::session::Session`]) and the receive half
+//! of a [`Transport`], plus a small writer task that owns its send half
+//! ([`FrameWriter::run`]). The driver is generic over the transport
+//! (`Driver<T>`); [`SessionConfig::transport`] picks it.
 //!
 //! ```text
 //!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
-//!     ▲                   │  ▲ reads and frames PDUs itself
+//!     ▲                   │  ▲ reads PDUs itself (PduReader)
 //!     └──oneshot result───┘  └──────────────────────────────────────── socket
 //! ```
 //!
@@ -233,7 +235,7 @@ impl SessionHandle {
     pub async fn connect_over<T: Transport>(
         cfg: SessionConfig,
     ) -> Result<SessionHandle, SessionError> {
-        let isid = crate::proto::login::random_isid();
+        let isid = crate::entropy::random_isid();
         let conn = establish::<T>(&cfg, isid).await?;
         Ok(start_driver(cfg, isid, conn))
     }
@@ -401,6 +403,7 @@ async fn run_login<T: Transport>(
         cid: 0,
         cmd_sn: 1,
         chap: cfg.chap.clone(),
+        chap_nonce: crate::entropy::chap_nonce(),
         proposal: InitiatorProposal {
             // A transport that moves data itself needs iSER-assisted mode.
             rdma_extensions: T::DATA_MOVEMENT == DataMovement::Direct,
@@ -517,9 +520,10 @@ enum TmfPurpose {
 }
 
 /// The live part: transport and core of the current connection. The
-/// transport's halves come first so they drop before the core: a direct
-/// transport stops remote access to the tasks' buffers before the core
-/// frees them.
+/// receive half comes first so it drops before the core: a direct
+/// transport revokes remote access to the tasks' buffers there, before the
+/// core frees them (the send half lives on in the writer task until it
+/// sees `frames` closed).
 struct Live<T: Transport> {
     reader: T::Reader,
     /// To the writer task ([`FrameWriter::run`]), which owns `T::Writer`;

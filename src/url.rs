@@ -58,7 +58,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use crate::config::DigestPref;
+use crate::proto::digest::DigestPref;
 use crate::secret::Secret;
 
 /// The well-known iSCSI TCP port (RFC 7143 §13.2, IANA "iscsi-target").

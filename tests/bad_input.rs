@@ -514,3 +514,120 @@ fn iser_url_without_rdma_core_libraries_names_what_to_install() {
         &["libibverbs.so.1", "install rdma-core", "`ibv_devices`"],
     );
 }
+
+// ------------------------------------------------ copies to odd destinations
+
+#[test]
+fn cp_of_a_lun_to_dev_null_succeeds_without_a_sync_error() {
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), 2 * MIB, 11);
+
+    let out = run_rlun(["cp", "--no-progress", &tgtd.url(IQN, 1), "/dev/null"], &[]);
+
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("sync"), "{err}");
+    assert_untouched(&img, 2 * MIB, 11);
+}
+
+#[test]
+fn cp_of_a_lun_into_a_fifo_delivers_every_byte_in_order() {
+    let dir = tempdir();
+    let (tgtd, _img) = one_lun(dir.path(), 2 * MIB, 12);
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || fs::read(&fifo).expect("read the fifo"))
+    };
+
+    let out = run_rlun(
+        [
+            "cp",
+            "--no-progress",
+            "--bs",
+            "64k",
+            "--qd",
+            "8",
+            &tgtd.url(IQN, 1),
+            fifo.to_str().unwrap(),
+        ],
+        &[],
+    );
+
+    let got = reader.join().expect("fifo reader");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        got == pattern_bytes(12, 0, (2 * MIB) as usize),
+        "the fifo did not receive the LUN's bytes in order ({} bytes)",
+        got.len()
+    );
+}
+
+/// A tmpfs of `size` bytes mounted on a fresh directory, unmounted on drop.
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    fn mount(parent: &Path, size: u64) -> SmallFs {
+        let dir = parent.join("smallfs");
+        fs::create_dir(&dir).expect("mount point");
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .expect("run mount");
+        assert!(ok.success(), "cannot mount a tmpfs (the tests run as root)");
+        SmallFs(dir)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn cp_into_a_full_filesystem_fails_and_leaves_only_what_was_copied() {
+    let dir = tempdir();
+    let (tgtd, _img) = one_lun(dir.path(), 8 * MIB, 13);
+    let fs_small = SmallFs::mount(dir.path(), 2 * MIB);
+    let dst = fs_small.0.join("backup.img");
+
+    let out = run_rlun(
+        [
+            "cp",
+            "--no-progress",
+            &tgtd.url(IQN, 1),
+            dst.to_str().unwrap(),
+        ],
+        &[],
+    );
+
+    assert_failure(&out, EXIT_LOCAL_FILE, &["No space left"]);
+    let left = fs::read(&dst).expect("the partial destination is kept");
+    assert!(
+        (left.len() as u64) < 8 * MIB,
+        "the destination claims the whole LUN ({} bytes) although the copy failed",
+        left.len()
+    );
+    assert!(
+        left == pattern_bytes(13, 0, left.len()),
+        "the {} bytes left are not the LUN's first bytes",
+        left.len()
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("holds the {} bytes copied", left.len())),
+        "{err}"
+    );
+}

@@ -7,11 +7,13 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use common::cli::{assert_same_bytes, assert_success, both, field, json, stdout};
-use common::{make_backing_file, pattern_bytes, rlun_bin, run_rlun, run_with_timeout, Tgtd};
+use common::cli::{assert_same_bytes, assert_success, field, json};
+use common::{
+    make_backing_file, pattern_bytes, rlun_bin, run_rlun, run_with_timeout, ChildGuard, Tgtd,
+};
 
 const MIB: u64 = 1 << 20;
 const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -645,20 +647,42 @@ fn output_into_a_closed_pipe_ends_quietly_without_a_panic() {
         .create()
         .expect("target");
     let url = tgtd.url(iqn, 1);
-    let script = format!(
-        "'{}' info '{}' | head -c 1 >/dev/null; echo \"rlun exit ${{PIPESTATUS[0]}}\"",
-        rlun_bin().display(),
-        url
-    );
+    // A pipe whose reading end is closed before rlun starts: its first
+    // write fails with EPIPE every time (no race with a reader that exits).
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
 
-    let out = run_with_timeout(
-        Command::new("bash").args(["-c", &script]),
-        Duration::from_secs(60),
+    let mut child = ChildGuard(
+        Command::new(rlun_bin())
+            .args(["info", &url])
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rlun"),
     );
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll rlun") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "rlun still running after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read stderr");
 
-    let text = both(&out);
-    assert!(!text.contains("panicked"), "{text}");
-    assert!(stdout(&out).contains("rlun exit 0"), "{text}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(status.code(), Some(0), "{err}");
 }
 
 #[test]

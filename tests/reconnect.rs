@@ -226,14 +226,29 @@ fn write_to_a_target_gone_for_good_fails_cleanly_after_the_replacement_timeout()
         took < Duration::from_secs(30),
         "ended {took:?} after the kill"
     );
-    // What reached the LUN before the kill is the source's prefix; nothing
-    // after it was invented.
+    // What reached the LUN before the kill is a prefix of the source, block
+    // by block; every block after that prefix is exactly what it was before.
     let after = std::fs::read(&backing).unwrap();
-    let changed = after
-        .iter()
-        .zip(&before)
-        .take_while(|(a, b)| a != b)
-        .count();
     let src_bytes = std::fs::read(&src).unwrap();
-    assert_eq!(&after[..changed], &src_bytes[..changed]);
+    assert_eq!(after.len(), before.len(), "the backing file changed size");
+    const BLOCK: usize = 512;
+    let blocks = after.len() / BLOCK;
+    let block = |buf: &[u8], i: usize| buf[i * BLOCK..(i + 1) * BLOCK].to_vec();
+    let written = (0..blocks)
+        .find(|&i| block(&after, i) != block(&src_bytes, i))
+        .unwrap_or(blocks);
+    assert!(
+        written > 0,
+        "nothing reached the LUN before the kill; the test proves nothing"
+    );
+    assert!(
+        written < blocks,
+        "the whole source arrived despite the kill"
+    );
+    for i in written..blocks {
+        assert!(
+            block(&after, i) == block(&before, i),
+            "block {i} changed, past the {written}-block prefix the copy wrote"
+        );
+    }
 }

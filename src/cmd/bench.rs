@@ -107,7 +107,7 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
     }
     let (target, lun) = ctx.open_lun(arg, conn).await?;
     let bs_block = lun.block_size() as u64;
-    if o.bs == 0 || o.bs % bs_block != 0 {
+    if o.bs == 0 || !o.bs.is_multiple_of(bs_block) {
         return Err(CliError::Usage(format!(
             "--bs {} is not a multiple of the LUN's {}-byte blocks",
             o.bs, bs_block

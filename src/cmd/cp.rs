@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -36,8 +36,17 @@ enum Source {
 
 enum Dest {
     Lun(Box<(Target, Lun)>),
-    File(Arc<File>, PathBuf),
-    Stdout,
+    /// A regular file or a block device: chunks are written in place
+    /// (`pwrite`) and the file is synced at the end. `regular` files are cut
+    /// back to what was copied when the copy fails.
+    File {
+        file: Arc<File>,
+        path: PathBuf,
+        regular: bool,
+    },
+    /// Standard output, a pipe, a FIFO, a socket or a character device:
+    /// chunks are written in order; there is nothing to sync.
+    Stream(PathBuf),
 }
 
 fn is_lun_arg(ctx: &Ctx, arg: &str) -> bool {
@@ -78,8 +87,9 @@ pub async fn run(
         Source::Lun(b) => b.1.capacity_bytes(),
         Source::File(f, p) => f.metadata().map_err(local("cannot stat", p))?.len(),
     };
+    let mut stream: Option<Box<dyn Write>> = None;
     let dest = if dst == "-" {
-        Dest::Stdout
+        Dest::Stream(PathBuf::from("standard output"))
     } else if is_lun_arg(ctx, dst) {
         let (t, l) = ctx.open_lun(dst, conn).await?;
         if l.write_protected() {
@@ -102,13 +112,27 @@ pub async fn run(
             .truncate(false)
             .open(&p)
             .map_err(local("cannot open destination file", &p))?;
-        let meta = f.metadata().map_err(local("cannot stat", &p))?;
-        if meta.is_file() {
+        let kind = f.metadata().map_err(local("cannot stat", &p))?.file_type();
+        if kind.is_file() {
             // A regular file gets exactly the LUN's size (sparse where unwritten).
             f.set_len(size).map_err(local("cannot size", &p))?;
         }
-        Dest::File(Arc::new(f), p)
+        if kind.is_file() || kind.is_block_device() {
+            Dest::File {
+                file: Arc::new(f),
+                path: p,
+                regular: kind.is_file(),
+            }
+        } else {
+            stream = Some(Box::new(f));
+            Dest::Stream(p)
+        }
     };
+    if let Dest::Stream(_) = dest {
+        if stream.is_none() {
+            stream = Some(Box::new(std::io::stdout().lock()));
+        }
+    }
     // Chunks are whole blocks on both sides and within each LUN's transfer limit.
     let mut align = 1u64;
     let mut limit = u64::MAX;
@@ -135,7 +159,8 @@ pub async fn run(
     let dst_arc = Arc::new(dest);
     let mut inflight: VecDeque<JoinHandle<Result<Option<Bytes>, CliError>>> = VecDeque::new();
     let mut offset = 0u64;
-    let mut stdout = std::io::stdout().lock();
+    // Bytes of the source that reached the destination, in order.
+    let mut done = 0u64;
     let result: Result<(), CliError> = async {
         while offset < size || !inflight.is_empty() {
             while offset < size && inflight.len() < o.qd.max(1) as usize {
@@ -151,15 +176,14 @@ pub async fn run(
             let out = h
                 .await
                 .map_err(|e| CliError::Other(format!("copy task failed: {e}")))??;
-            let n = match out {
-                Some(data) => {
-                    stdout
-                        .write_all(&data)
-                        .map_err(local("cannot write to", Path::new("standard output")))?;
+            let n = match (out, &mut stream, &*dst_arc) {
+                (Some(data), Some(w), Dest::Stream(p)) => {
+                    w.write_all(&data).map_err(local("cannot write to", p))?;
                     data.len() as u64
                 }
-                None => chunk.min(size - bar.position()),
+                _ => chunk.min(size - done),
             };
+            done += n;
             bar.inc(n);
         }
         Ok(())
@@ -169,15 +193,41 @@ pub async fn run(
         h.abort();
     }
     bar.finish_and_clear();
-    if result.is_ok() {
-        match &*dst_arc {
-            Dest::Lun(b) => b.1.sync().await?,
-            Dest::File(f, p) => f.sync_all().map_err(local("cannot sync", p))?,
-            Dest::Stdout => stdout
-                .flush()
-                .map_err(local("cannot write to", Path::new("standard output")))?,
+    let result = match result {
+        Ok(()) => match (&*dst_arc, &mut stream) {
+            (Dest::Lun(b), _) => b.1.sync().await.map_err(CliError::from),
+            (Dest::File { file, path, .. }, _) => {
+                file.sync_all().map_err(local("cannot sync", path))
+            }
+            (Dest::Stream(p), Some(w)) => w.flush().map_err(local("cannot write to", p)),
+            (Dest::Stream(_), None) => Ok(()),
+        },
+        Err(e) => {
+            if let Dest::File {
+                file,
+                path,
+                regular: true,
+            } = &*dst_arc
+            {
+                // Leave a file that holds exactly what was copied: a prefix
+                // of the source, not a full-size file with a hole or stale
+                // bytes where the copy stopped.
+                match file.set_len(done) {
+                    Ok(()) => tracing::warn!(
+                        path = %path.display(),
+                        bytes = done,
+                        "copy failed; the destination file holds the {done} bytes copied before the error"
+                    ),
+                    Err(te) => tracing::warn!(
+                        path = %path.display(),
+                        error = %te,
+                        "copy failed and the destination file could not be cut back to the copied bytes"
+                    ),
+                }
+            }
+            Err(e)
         }
-    }
+    };
     if let Source::Lun(b) = &*src {
         let _ = b.0.logout().await;
     }
@@ -236,9 +286,9 @@ async fn copy_chunk(
         }
     };
     match dst {
-        Dest::Stdout => Ok(Some(data)),
-        Dest::File(f, p) => {
-            let (f, p) = (f.clone(), p.clone());
+        Dest::Stream(_) => Ok(Some(data)),
+        Dest::File { file, path, .. } => {
+            let (f, p) = (file.clone(), path.clone());
             tokio::task::spawn_blocking(move || {
                 f.write_all_at(&data, at).map_err(local("cannot write", &p))
             })

@@ -22,11 +22,10 @@ use thiserror::Error;
 
 use crate::cli::{exit, Cli, Command, ConnectOpts, DigestChoice};
 use crate::client::{ClientError, Lun, Target};
-use crate::config::{
-    resolve_initiator_name, CliCreds, Config, ConfigError, Credentials, DigestPref,
-};
-use crate::proto::digest::DigestType;
-use crate::proto::login::{ChapSettings, LoginError};
+use crate::config::{resolve_initiator_name, CliCreds, Config, ConfigError, Credentials};
+use crate::error::ErrorKind;
+use crate::proto::digest::{DigestPref, DigestType};
+use crate::proto::login::ChapSettings;
 use crate::session::{discover, SessionConfig, SessionError};
 use crate::url::{TargetUrl, TransportKind, UrlError};
 
@@ -80,74 +79,38 @@ pub(crate) fn stdout_error(source: std::io::Error) -> CliError {
 impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            CliError::Usage(_) | CliError::Url(_) => exit::USAGE,
-            CliError::Config(_) => exit::USAGE,
-            CliError::LocalFile { .. } => exit::LOCAL_FILE,
-            CliError::Other(_) => exit::FAILURE,
             CliError::BrokenPipe => exit::OK,
             CliError::Child { code, .. } => *code,
-            CliError::Session(e) => session_code(e),
-            CliError::Iser(e) => iser_code(e),
-            CliError::Client(e) => match e {
-                ClientError::Session(s) => session_code(s),
-                ClientError::LunNotFound(_) | ClientError::NotADisk { .. } => exit::NOT_FOUND,
-                ClientError::ReadOnly(_)
-                | ClientError::OutOfRange { .. }
-                | ClientError::TooLarge { .. }
-                | ClientError::Scsi { .. } => exit::IO,
-                ClientError::Parse { .. } | ClientError::ShortTransfer { .. } => exit::PROTOCOL,
-                ClientError::Cdb(_) => exit::USAGE,
-            },
+            other => kind_exit_code(other.kind()),
+        }
+    }
+
+    /// How this failure is classified ([`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CliError::Usage(_) | CliError::Url(_) | CliError::Config(_) => ErrorKind::Usage,
+            CliError::LocalFile { .. } => ErrorKind::LocalFile,
+            CliError::Other(_) | CliError::BrokenPipe | CliError::Child { .. } => {
+                ErrorKind::Failure
+            }
+            CliError::Session(e) => e.kind(),
+            CliError::Iser(e) => e.kind(),
+            CliError::Client(e) => e.kind(),
         }
     }
 }
 
-fn iser_code(e: &crate::transport::iser::IserError) -> i32 {
-    use crate::transport::iser::IserError;
-    match e {
-        e if e.is_unreachable() => exit::UNREACHABLE,
-        IserError::Header(_) | IserError::Pdu(_) | IserError::ShortPdu { .. } => exit::PROTOCOL,
-        _ => exit::FAILURE,
-    }
-}
-
-fn login_code(e: &LoginError) -> i32 {
-    match e {
-        LoginError::AuthenticationFailed
-        | LoginError::NotAuthorized
-        | LoginError::AuthRequired { .. }
-        | LoginError::Chap(_) => exit::AUTH,
-        LoginError::TargetNotFound | LoginError::TargetRemoved => exit::NOT_FOUND,
-        LoginError::Protocol(_)
-        | LoginError::Text(_)
-        | LoginError::Negotiation(_)
-        | LoginError::BadAuthMethod(_) => exit::PROTOCOL,
-        _ => exit::FAILURE,
-    }
-}
-
-fn session_code(e: &SessionError) -> i32 {
-    match e {
-        SessionError::Connect { .. }
-        | SessionError::LoginTimeout { .. }
-        | SessionError::ConnectionLost(_)
-        | SessionError::Closed
-        | SessionError::TooManyRedirects(_)
-        | SessionError::ReplacementTimeout { .. }
-        | SessionError::TaskManagementTimeout(_)
-        | SessionError::LogoutRequested
-        | SessionError::NotResponding(_) => exit::UNREACHABLE,
-        SessionError::LoginTransport { source, .. } => match source {
-            crate::transport::tcp::TransportError::Pdu(_) => exit::PROTOCOL,
-            crate::transport::tcp::TransportError::Truncated { .. } => exit::PROTOCOL,
-            _ => exit::UNREACHABLE,
-        },
-        SessionError::Login { source, .. } => login_code(source),
-        SessionError::Protocol(_) | SessionError::BadDiscovery(_) => exit::PROTOCOL,
-        SessionError::Task(crate::proto::session::TaskError::ConnectionLost(_)) => {
-            exit::UNREACHABLE
-        }
-        SessionError::Task(_) => exit::IO,
+/// The documented exit code (`cli::exit`) of each kind of failure.
+pub fn kind_exit_code(kind: ErrorKind) -> i32 {
+    match kind {
+        ErrorKind::Usage => exit::USAGE,
+        ErrorKind::Unreachable => exit::UNREACHABLE,
+        ErrorKind::Auth => exit::AUTH,
+        ErrorKind::NotFound => exit::NOT_FOUND,
+        ErrorKind::Io => exit::IO,
+        ErrorKind::Protocol => exit::PROTOCOL,
+        ErrorKind::LocalFile => exit::LOCAL_FILE,
+        ErrorKind::Failure => exit::FAILURE,
     }
 }
 
@@ -389,7 +352,37 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             timeout,
         } => mount::umount(&mountpoint, lazy, timeout).await,
         Command::GenerateMan { dir } => generate_man(&dir),
+        Command::Completions { shell } => {
+            let mut out = std::io::stdout().lock();
+            write_completions(shell, &mut out).map_err(|source| CliError::LocalFile {
+                what: "cannot write to",
+                path: "standard output".into(),
+                source,
+            })
+        }
     }
+}
+
+/// The completion script for `shell`, generated from the clap definitions.
+pub fn write_completions(
+    shell: crate::cli::Shell,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    use clap_complete::shells;
+    let mut cmd = Cli::command();
+    let mut buf = Vec::new();
+    match shell {
+        crate::cli::Shell::Bash => {
+            clap_complete::generate(shells::Bash, &mut cmd, "rlun", &mut buf)
+        }
+        crate::cli::Shell::Zsh => clap_complete::generate(shells::Zsh, &mut cmd, "rlun", &mut buf),
+        crate::cli::Shell::Fish => {
+            clap_complete::generate(shells::Fish, &mut cmd, "rlun", &mut buf)
+        }
+    }
+    out.write_all(&buf)?;
+    out.flush()
 }
 
 fn generate_man(dir: &std::path::Path) -> Result<(), CliError> {
@@ -440,6 +433,7 @@ fn config_man_page() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::login::LoginError;
 
     #[test]
     fn human_sizes() {

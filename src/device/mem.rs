@@ -284,7 +284,7 @@ impl BlockBackend for MemBackend {
         let bs = self.block_size as u64;
         let blocks = data.len() as u64 / bs;
         let _g = self.begin(MemOp::Write, lba, blocks, fua).await?;
-        if data.len() as u64 % bs != 0 {
+        if !(data.len() as u64).is_multiple_of(bs) {
             return Err(BackendError::Injected {
                 op: "WRITE of a partial block",
                 errno: crate::scsi::sense::errno::EINVAL,

@@ -469,7 +469,7 @@ impl<B: BlockBackend> LunDevice<B> {
             None => {
                 let mut p = bs.max(4096);
                 let g = backend.optimal_granularity_bytes();
-                if g.is_power_of_two() && g % bs == 0 && g <= 64 << 10 {
+                if g.is_power_of_two() && g.is_multiple_of(bs) && g <= 64 << 10 {
                     p = p.max(g);
                 }
                 p.min(bs * 128)
@@ -1123,7 +1123,7 @@ impl<B: BlockBackend> Inner<B> {
         let (b0, b1) = (offset / g.bs, end.div_ceil(g.bs));
         let _excl = self.locks.acquire(b0, b1, true).await;
         let head = (offset % g.bs) as usize;
-        let buf = if head == 0 && end % g.bs == 0 {
+        let buf = if head == 0 && end.is_multiple_of(g.bs) {
             data
         } else {
             let bs = g.bs as usize;
@@ -1131,7 +1131,9 @@ impl<B: BlockBackend> Inner<B> {
             if head != 0 {
                 v[..bs].copy_from_slice(&self.block_for_rmw(b0).await?);
             }
-            if end % g.bs != 0 && !(b1 - 1 == b0 && head != 0) {
+            // The last block is partial, and is not the first block already read.
+            let last_already_read = b1 - 1 == b0 && head != 0;
+            if !end.is_multiple_of(g.bs) && !last_already_read {
                 let at = v.len() - bs;
                 v[at..].copy_from_slice(&self.block_for_rmw(b1 - 1).await?);
             }

@@ -21,7 +21,8 @@
 //!   [`MIN_CHALLENGE_LEN`] to [`MAX_CHALLENGE_LEN`] bytes. RFC 7143 §12.1.3
 //!   caps it at 1024 bytes; the 16-byte floor is our policy (the MD5 output
 //!   size; LIO, tgtd and FreeBSD's ctld all send at least that).
-//! - Our mutual challenge is 16 fresh bytes from the OS (getrandom) and
+//! - Our mutual challenge is 16 fresh bytes from the OS (drawn by the caller,
+//!   [`crate::entropy::chap_nonce`], and given with [`ChapInitiator::with_nonce`]) and
 //!   never equals the target's (RFC 7143 §9.2.1). The initiator and target
 //!   secrets must differ (§9.2.1: a secret used to authenticate initiators
 //!   must not be used to authenticate targets), which defeats reflecting our
@@ -132,7 +133,7 @@ pub enum ChapError {
     MutualAuthFailed { reason: &'static str },
     #[error("CHAP step out of order: {0}")]
     OutOfOrder(&'static str),
-    #[error("could not get random bytes for our CHAP challenge: {0}")]
+    #[error("no random bytes for our CHAP challenge: {0}")]
     Random(String),
 }
 
@@ -153,7 +154,17 @@ pub struct ChapInitiator {
     user: String,
     secret: Secret,
     mutual: Option<(String, Secret)>,
+    nonce: Option<ChapNonce>,
     state: State,
+}
+
+/// Our side's random identifier and challenge for mutual CHAP (RFC 1994
+/// §4.1: the challenge must be fresh and unpredictable). Drawn by the caller
+/// from the OS, so the protocol core stays free of I/O and testable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChapNonce {
+    pub id: u8,
+    pub challenge: [u8; OUR_CHALLENGE_LEN],
 }
 
 impl ChapInitiator {
@@ -187,6 +198,7 @@ impl ChapInitiator {
             user,
             secret,
             mutual,
+            nonce: None,
             state: State::AwaitingChallenge,
         })
     }
@@ -208,18 +220,32 @@ impl ChapInitiator {
     }
 
     /// Answers the target's `CHAP_A`, `CHAP_I` and `CHAP_C` with `CHAP_N` and
-    /// `CHAP_R`, plus our own `CHAP_I` and `CHAP_C` for mutual CHAP.
+    /// `CHAP_R`, plus our own `CHAP_I` and `CHAP_C` (the [`ChapNonce`] given
+    /// with [`with_nonce`](Self::with_nonce)) for mutual CHAP.
     pub fn handle_challenge(
         &mut self,
         keys: &[(String, String)],
     ) -> Result<Vec<(String, String)>, ChapError> {
-        let mut id = [0u8; 1];
-        let mut challenge = [0u8; OUR_CHALLENGE_LEN];
-        if self.is_mutual() {
-            getrandom::fill(&mut id).map_err(|e| ChapError::Random(e.to_string()))?;
-            getrandom::fill(&mut challenge).map_err(|e| ChapError::Random(e.to_string()))?;
-        }
-        self.respond(keys, id[0], challenge)
+        let nonce = match (self.is_mutual(), self.nonce) {
+            (true, None) => {
+                return Err(ChapError::Random(
+                    "no fresh challenge was given for mutual CHAP".into(),
+                ))
+            }
+            (_, Some(n)) => n,
+            (false, None) => ChapNonce {
+                id: 0,
+                challenge: [0; OUR_CHALLENGE_LEN],
+            },
+        };
+        self.respond(keys, nonce.id, nonce.challenge)
+    }
+
+    /// Our identifier and challenge for mutual CHAP: fresh random bytes the
+    /// caller draws (this module reads no randomness itself).
+    pub fn with_nonce(mut self, nonce: ChapNonce) -> Self {
+        self.nonce = Some(nonce);
+        self
     }
 
     /// [`handle_challenge`](Self::handle_challenge) with our mutual
@@ -379,6 +405,10 @@ mod tests {
             Some(("target-user".into(), Secret::new("target-secret"))),
         )
         .unwrap()
+        .with_nonce(ChapNonce {
+            id: 9,
+            challenge: [0x5a; OUR_CHALLENGE_LEN],
+        })
     }
 
     // Expected values computed independently with coreutils:
@@ -602,19 +632,35 @@ mod tests {
     }
 
     #[test]
-    fn real_random_mutual_challenge_is_fresh() {
+    fn mutual_chap_sends_the_nonce_it_was_given() {
         let challenge = kv(&[
             ("CHAP_A", "5"),
             ("CHAP_I", "7"),
             ("CHAP_C", CHALLENGE_00_0F),
         ]);
-        let mut a = mutual();
-        let mut b = mutual();
-        let ra = a.handle_challenge(&challenge).unwrap();
-        let rb = b.handle_challenge(&challenge).unwrap();
-        assert_eq!(ra[3].0, "CHAP_C");
-        assert_eq!(ra[3].1.len(), 2 + 2 * OUR_CHALLENGE_LEN);
-        assert_ne!(ra[3].1, rb[3].1);
+        let reply = mutual().handle_challenge(&challenge).unwrap();
+        assert_eq!(reply[2], ("CHAP_I".to_string(), "9".to_string()));
+        assert_eq!(reply[3].0, "CHAP_C");
+        assert_eq!(reply[3].1, format!("0x{}", "5a".repeat(OUR_CHALLENGE_LEN)));
+    }
+
+    #[test]
+    fn mutual_chap_without_a_nonce_is_refused_not_answered_with_zeros() {
+        let mut chap = ChapInitiator::new(
+            "init-user",
+            Secret::new("initiator-secret"),
+            Some(("target-user".into(), Secret::new("target-secret"))),
+        )
+        .unwrap();
+        let challenge = kv(&[
+            ("CHAP_A", "5"),
+            ("CHAP_I", "7"),
+            ("CHAP_C", CHALLENGE_00_0F),
+        ]);
+        assert!(matches!(
+            chap.handle_challenge(&challenge),
+            Err(ChapError::Random(_))
+        ));
     }
 
     #[test]

@@ -163,6 +163,57 @@ fn check(kind: DigestKind, computed: u32, received: [u8; 4]) -> Result<(), Diges
     }
 }
 
+/// What to offer for `HeaderDigest`/`DataDigest` (RFC 7143 §13.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DigestPref {
+    /// Offer `None` only.
+    #[default]
+    None,
+    /// Offer `CRC32C` only: the login fails if the target will not.
+    Crc32c,
+    /// Offer `CRC32C,None`: CRC32C when the target agrees.
+    PreferCrc32c,
+}
+
+impl DigestPref {
+    /// The value to send in the login key (RFC 7143 §13.1).
+    pub fn offer(self) -> &'static str {
+        match self {
+            DigestPref::None => "None",
+            DigestPref::Crc32c => "CRC32C",
+            DigestPref::PreferCrc32c => "CRC32C,None",
+        }
+    }
+}
+
+impl std::fmt::Display for DigestPref {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DigestPref::None => "none",
+            DigestPref::Crc32c => "crc32c",
+            DigestPref::PreferCrc32c => "prefer-crc32c",
+        })
+    }
+}
+
+/// Error for a digest name that is none of the three.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown digest '{0}'; expected none, crc32c or prefer-crc32c")]
+pub struct BadDigest(pub String);
+
+impl std::str::FromStr for DigestPref {
+    type Err = BadDigest;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" => Ok(DigestPref::None),
+            "crc32c" => Ok(DigestPref::Crc32c),
+            "prefer-crc32c" => Ok(DigestPref::PreferCrc32c),
+            _ => Err(BadDigest(s.chars().take(64).collect())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

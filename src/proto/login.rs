@@ -18,7 +18,7 @@
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
-use super::chap::{ChapError, ChapInitiator};
+use super::chap::{ChapError, ChapInitiator, ChapNonce};
 use super::negotiate::{
     InitiatorProposal, NegotiationError, Negotiator, OperationalParams, SessionType,
 };
@@ -51,15 +51,11 @@ pub struct LoginConfig {
     /// CmdSN of the login request (and of the first command after it).
     pub cmd_sn: u32,
     pub chap: Option<ChapSettings>,
+    /// Fresh random identifier and challenge for mutual CHAP, drawn by the
+    /// caller (see [`crate::entropy`]): the core reads no randomness. Mutual
+    /// CHAP fails without one.
+    pub chap_nonce: Option<ChapNonce>,
     pub proposal: InitiatorProposal,
-}
-
-/// A random-type ISID (§11.12.5): T=10b, then 22 random bits, qualifier 0.
-pub fn random_isid() -> [u8; 6] {
-    let mut r = [0u8; 3];
-    // Without randomness the ISID is still valid, merely less unique.
-    let _ = getrandom::fill(&mut r);
-    [0x80, r[0], r[1], r[2], 0, 0]
 }
 
 /// Result of a successful login.
@@ -388,9 +384,12 @@ impl Login {
             .map(|(_, v)| v.as_str());
         match (&self.cfg.chap, method) {
             (Some(chap), Some("CHAP")) => {
-                let initiator =
+                let mut initiator =
                     ChapInitiator::new(chap.user.clone(), chap.secret.clone(), chap.mutual.clone())
                         .map_err(LoginError::Chap)?;
+                if let Some(nonce) = self.cfg.chap_nonce {
+                    initiator = initiator.with_nonce(nonce);
+                }
                 self.state = State::ExpectChapChallenge(initiator);
                 let pdu = self.request(
                     Stage::Security,
@@ -544,6 +543,10 @@ mod tests {
             cid: 0,
             cmd_sn: 1,
             chap,
+            chap_nonce: Some(ChapNonce {
+                id: 3,
+                challenge: [0x11; 16],
+            }),
             proposal: InitiatorProposal::default(),
         }
     }

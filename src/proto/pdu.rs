@@ -1083,7 +1083,7 @@ impl Pdu {
     /// Encode for sending. The data segment is not copied: the returned
     /// frame references it.
     pub fn encode(&self, digests: Digests) -> WireFrame {
-        debug_assert!(self.ahs.len() % 4 == 0 && self.ahs.len() <= 1020);
+        debug_assert!(self.ahs.len().is_multiple_of(4) && self.ahs.len() <= 1020);
         debug_assert!(self.data.len() <= MAX_DATA_SEGMENT as usize);
         let bhs = self.bhs.encode(self.ahs.len(), self.data.len() as u32);
         let mut head = Vec::with_capacity(BHS_LEN + self.ahs.len() + 4);

@@ -398,7 +398,7 @@ fn decode_base64(body: &str) -> Result<Vec<u8>, &'static str> {
     if data.len() % 4 == 1 {
         return Err("base64 length leaves a lone digit");
     }
-    if padded && bytes.len() % 4 != 0 {
+    if padded && !bytes.len().is_multiple_of(4) {
         return Err("base64 padding does not complete a group");
     }
     let mut out = Vec::with_capacity(data.len() / 4 * 3 + 2);

@@ -29,10 +29,13 @@
 //! Contract for direct transports: the memory named in a
 //! [`DirectBuffers`] stays valid until the core completes the task (its
 //! SCSI Response, an abort, or `fail_all`) or until the core is dropped.
-//! The driver drops both transport halves before the core of a
-//! connection, and a direct transport must revoke remote access to every
-//! registration it made (destroy the queue pair or invalidate the keys)
-//! before its halves' `Drop` returns.
+//! When a connection ends, the driver drops the receive half first, then
+//! the core; the send half lives on in the writer task until that task
+//! sees its channel close, i.e. possibly after the core is gone. So a
+//! direct transport must revoke the target's access to every registration
+//! it made (destroy the queue pair, or invalidate the keys) by the time
+//! its **receive half**'s `Drop` returns, and its send half must then fail
+//! cleanly instead of touching that memory.
 
 use std::future::Future;
 use std::io;

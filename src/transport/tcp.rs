@@ -292,6 +292,55 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn tcp_transport_halves_carry_pdus_both_ways_and_the_writer_task_closes_on_drop() {
+        use crate::transport::{FrameWriter, PduReader, Transport};
+        use tokio::sync::{mpsc, oneshot};
+
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (t, accepted) = tokio::join!(
+            TcpTransport::connect("127.0.0.1", port, Duration::from_secs(2)),
+            l.accept()
+        );
+        let (mut reader, writer) = t.unwrap().split(FrameLimits::default());
+        let (peer, _) = accepted.unwrap();
+        let (peer_rd, mut peer_wr) = peer.into_split();
+
+        // Receive half: what the peer writes comes out whole, in order.
+        let frames = [nop(b"in-1"), nop(b"")].map(|p| p.encode(Digests::default()));
+        write_frames(&mut peer_wr, &frames).await.unwrap();
+        assert_eq!(
+            PduReader::read_pdu(&mut reader).await.unwrap(),
+            nop(b"in-1")
+        );
+        let second = match PduReader::try_next(&mut reader).unwrap() {
+            Some(p) => p,
+            None => PduReader::read_pdu(&mut reader).await.unwrap(),
+        };
+        assert_eq!(second, nop(b""));
+
+        // Send half: batches through the writer task, then the end.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (err_tx, err_rx) = oneshot::channel();
+        let task = tokio::spawn(writer.run(rx, err_tx));
+        let enc = |p: Pdu| TcpWriter::encode(p.into(), Digests::default());
+        tx.send(vec![enc(nop(b"out-1"))]).unwrap();
+        tx.send(vec![enc(nop(b"out-2")), enc(nop(b"out-3"))])
+            .unwrap();
+        drop(tx);
+        let mut peer_reader = FrameReader::new(peer_rd, FrameLimits::default());
+        for want in [&b"out-1"[..], b"out-2", b"out-3"] {
+            assert_eq!(peer_reader.read_pdu().await.unwrap().data, want);
+        }
+        assert!(matches!(
+            peer_reader.read_pdu().await,
+            Err(TransportError::Closed)
+        ));
+        task.await.unwrap();
+        assert!(err_rx.await.is_err(), "no write error was reported");
+    }
+
+    #[tokio::test]
     async fn connect_to_closed_port_fails_fast() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();

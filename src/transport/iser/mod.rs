@@ -145,6 +145,20 @@ impl IserError {
     }
 }
 
+impl IserError {
+    /// How this failure is classified (exit codes, errno).
+    pub fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            e if e.is_unreachable() => ErrorKind::Unreachable,
+            IserError::Header(_) | IserError::Pdu(_) | IserError::ShortPdu { .. } => {
+                ErrorKind::Protocol
+            }
+            _ => ErrorKind::Failure,
+        }
+    }
+}
+
 /// Fail at once, with the checks to run, when this machine cannot do iSER
 /// (rdma-core missing, no RDMA device, or RDMA support not built).
 pub fn check_available() -> Result<(), IserError> {
