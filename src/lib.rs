@@ -5,16 +5,23 @@
 //! - [`cli`]: the `rlun` command line (clap), also the source of the man page.
 //! - [`client`]: a logged-in session to one target plus typed SCSI helpers
 //!   (INQUIRY, READ CAPACITY, READ/WRITE…), with UNIT ATTENTION retry.
-//! - [`session`]: the driver task: owns the sans-IO protocol core and a
-//!   transport, runs timers and NOP keepalives, turns requests into PDUs.
+//! - [`session`]: the driver task: a thin tokio loop that does the I/O and
+//!   the timers around the sans-IO recovery machine and a transport.
 //! - [`proto`]: the sans-IO RFC 7143 core (PDU codec, digests, text keys,
 //!   negotiation, CHAP, login state machine, full-feature command window and
-//!   Data-In/R2T/Data-Out sequencing). It never touches a socket or a clock.
+//!   Data-In/R2T/Data-Out sequencing, and the recovery policy: retries,
+//!   aborts, reconnects, logout). It never touches a socket or a clock.
 //! - [`scsi`]: CDB builders and response/sense parsers (SPC-5, SBC-4).
 //! - [`transport`]: the `Transport` trait the driver is generic over; TCP
 //!   (in-band data movement) and iSER (direct: RDMA CM + verbs).
 //! - [`device`]: `LunDevice`, byte-addressed cached I/O on a LUN.
-//! - [`fuse`]: the FUSE front end (`rlun mount`): each LUN as a file.
+//! - [`export`]: the export layer every front end stands on: a target's
+//!   LUNs as exports, clipping, ENOSPC, unmap-or-zero, FUA, flush, capacity
+//!   changes, shutdown and lost-data reports; typed errors with one errno
+//!   mapping.
+//! - [`fuse`]: the FUSE front end (`rlun mount`): each export as a file.
+//! - [`daemon`]: the process machinery of serving commands: `--daemon`,
+//!   readiness (pipe and systemd), pid files, signals, flush and logout.
 //! - [`url`] and [`config`]: `iscsi://` URLs and credentials.
 //!
 //! # Where `unsafe` may appear
@@ -33,9 +40,11 @@ pub mod cli;
 pub mod client;
 pub mod cmd;
 pub mod config;
+pub mod daemon;
 pub mod device;
 pub mod entropy;
 pub mod error;
+pub mod export;
 pub mod fuse;
 pub mod proto;
 pub mod scsi;

@@ -1,8 +1,10 @@
-//! The session driver: one tokio task per connection that owns the sans-IO
-//! protocol core ([`crate::proto::session::Session`]) and the receive half
-//! of a [`Transport`], plus a small writer task that owns its send half
-//! ([`FrameWriter::run`]). The driver is generic over the transport
-//! (`Driver<T>`); [`SessionConfig::transport`] picks it.
+//! The session driver: one tokio task per session that does the I/O and
+//! the timers around two sans-IO state machines — the recovery policy
+//! ([`crate::proto::recovery::Recovery`]) and, inside it, the current
+//! connection's protocol core ([`crate::proto::session::Session`]) — and
+//! the receive half of a [`Transport`], plus a small writer task that owns
+//! its send half ([`FrameWriter::run`]). The driver is generic over the
+//! transport (`Driver<T>`); [`SessionConfig::transport`] picks it.
 //!
 //! ```text
 //!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
@@ -13,15 +15,19 @@
 //! Reading in the driver task keeps the hot path (Data-In → core → caller)
 //! free of channel hops; writing in its own task means a target that is
 //! busy sending us Data-In can never deadlock against us while we push
-//! Data-Out. The driver turns requests into core calls, hands whatever the
-//! core wants sent to the writer in batches, arms the core's timer (NOP
-//! keepalive) and delivers completions.
+//! Data-Out. The driver turns requests into machine inputs, hands whatever
+//! the core wants sent to the writer in batches, sleeps until the machine's
+//! next deadline, connects and logs in when the machine asks for it, and
+//! delivers the machine's answers to their callers. Every decision about
+//! retries, aborts, reconnects and logout is the machine's.
 //!
-//! Buffers belong to the core's task table until their completion arrives:
-//! a caller that drops its future early leaves the command running
-//! harmlessly; its result is discarded.
+//! Buffers belong to the machine's command records until their final
+//! answer arrives: a caller that drops its future early leaves the command
+//! running harmlessly; its result is discarded.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,10 +43,10 @@ use crate::proto::negotiate::{
     parse_send_targets, DiscoveredTarget, InitiatorProposal, OperationalParams, SessionType,
     TargetAddress,
 };
-use crate::proto::pdu::{self, async_event, Digests, FrameLimits};
+use crate::proto::pdu::{self, Digests, FrameLimits};
+use crate::proto::recovery::{Failure, Loss, Notice, Output, Recovery, RecoveryConfig, RequestId};
 use crate::proto::session::{
-    CommandRequest, CommandResult, Event, FeatureParams, ProtocolError, Session, TaskError, TaskId,
-    TmfOutcome,
+    CommandRequest, CommandResult, FeatureParams, ProtocolError, Session, TaskError, TmfOutcome,
 };
 use crate::proto::text::{encode_text, parse_text};
 use crate::transport::tcp::TcpTransport;
@@ -466,62 +472,43 @@ fn start_driver<T: Transport>(
         capacity_changes: AtomicU64::new(0),
     });
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut driver = Driver::<T> {
+    let policy = RecoveryConfig::new(
+        cfg.command_timeout,
+        cfg.replacement_timeout,
+        cfg.target_name.is_some(),
+    );
+    let (live, core, time2wait) = go_live::<T>(&cfg, isid, &shared, conn);
+    let driver = Driver::<T> {
         cfg,
         isid,
         shared: shared.clone(),
-        live: None,
-        cmds: HashMap::new(),
-        next_rid: 0,
-        core_ids: HashMap::new(),
-        others: HashMap::new(),
-        tmfs: HashMap::new(),
-        logout: None,
-        logout_requested: false,
-        target_logout: false,
+        machine: Recovery::new(policy, core, time2wait, Instant::now()),
+        live: Some(live),
+        attempt: None,
+        waiters: HashMap::new(),
+        // Replaced by the cause of the first loss before anyone sees it.
+        last: Arc::new(SessionError::Closed),
         requests_open: true,
     };
-    driver.go_live(conn);
     tokio::spawn(driver.run(rx));
     SessionHandle { tx, shared }
 }
 
-/// Waiters whose requests live only as long as one connection.
+/// Callers waiting for an answer, by the id the recovery machine gave
+/// their request.
 enum Waiter {
+    Command(oneshot::Sender<Result<CommandResult, SessionError>>),
     Text(oneshot::Sender<Result<Bytes, SessionError>>),
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
     Tmf(oneshot::Sender<Result<TmfOutcome, SessionError>>),
     Logout(oneshot::Sender<Result<(), SessionError>>),
 }
 
-/// A SCSI command the driver keeps until it has a final answer, so it can
-/// be re-issued after an abort or on a new connection.
-struct Cmd {
-    req: CommandRequest,
-    tx: oneshot::Sender<Result<CommandResult, SessionError>>,
-    /// Task in the current connection's core, if submitted there.
-    core_id: Option<TaskId>,
-    deadline: Instant,
-    /// Times this command was aborted because it timed out.
-    timeouts: u32,
-    aborting: bool,
-}
-
-/// Why the driver sent a task management request.
-enum TmfPurpose {
-    /// ABORT TASK for a timed-out command.
-    Abort {
-        rid: u64,
-        lun: [u8; 8],
-        sent: Instant,
-    },
-    /// LOGICAL UNIT RESET after an abort failed.
-    Reset { sent: Instant },
-}
-
-/// The live part: transport and core of the current connection. The
-/// receive half comes first so it drops before the core: a direct
-/// transport revokes remote access to the tasks' buffers there, before the
+/// The I/O of the current connection: the transport's receive half and
+/// the channel to the writer task that owns its send half. The recovery
+/// machine hands a connection's core back for dropping only after this is
+/// gone ([`Recovery::take_retired`]): a direct transport revokes remote
+/// access to the tasks' buffers when the receive half drops, before the
 /// core frees them (the send half lives on in the writer task until it
 /// sees `frames` closed).
 struct Live<T: Transport> {
@@ -531,191 +518,51 @@ struct Live<T: Transport> {
     frames: mpsc::UnboundedSender<Vec<<T::Writer as FrameWriter>::Frame>>,
     write_error: oneshot::Receiver<std::io::Error>,
     digests: Digests,
-    core: Session,
 }
 
-/// Timed-out commands are retried this many times before failing.
-const MAX_TIMEOUT_RETRIES: u32 = 3;
-/// Task management requests must answer within this long.
-const TMF_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection attempt (connect and log in) under way.
+type Attempt<T> = Pin<Box<dyn Future<Output = Result<Connection<T>, SessionError>> + Send>>;
 
+/// The thin tokio loop around [`Recovery`]: it does the I/O, sleeps until
+/// the machine's next deadline, turns requests into machine inputs and
+/// hands the machine's answers to their callers.
 struct Driver<T: Transport> {
     cfg: SessionConfig,
     isid: [u8; 6],
     shared: Arc<Shared>,
+    machine: Recovery,
     live: Option<Live<T>>,
-    cmds: HashMap<u64, Cmd>,
-    next_rid: u64,
-    core_ids: HashMap<TaskId, u64>,
-    others: HashMap<TaskId, Waiter>,
-    tmfs: HashMap<TaskId, TmfPurpose>,
-    /// Logout asked for; sent once in-flight commands have drained.
-    logout: Option<oneshot::Sender<Result<(), SessionError>>>,
-    logout_requested: bool,
-    /// The target asked for a logout: log out, then log in again.
-    target_logout: bool,
+    attempt: Option<Attempt<T>>,
+    waiters: HashMap<RequestId, Waiter>,
+    /// Why the last connection (or connection attempt) failed: the cause
+    /// reported to callers whose requests fail because of it.
+    last: Arc<SessionError>,
     requests_open: bool,
 }
 
-enum End {
-    /// Logged out or every handle gone: the driver stops.
-    Done,
-    /// The connection failed.
-    Lost(SessionError),
-}
-
 impl<T: Transport> Driver<T> {
-    fn go_live(&mut self, conn: Connection<T>) {
-        let Connection {
-            portal,
-            mut reader,
-            wr,
-            result,
-        } = conn;
-        let p = &result.params;
-        let digests = Digests {
-            header: p.header_digest == DigestType::Crc32c,
-            data: p.data_digest == DigestType::Crc32c,
-        };
-        reader.set_limits(FrameLimits {
-            digests,
-            max_data_segment: p.recv_data_segment_limit(),
-        });
-        let feature = FeatureParams {
-            immediate_data: p.immediate_data,
-            initial_r2t: p.initial_r2t,
-            first_burst_length: p.first_burst_length,
-            max_burst_length: p.max_burst_length,
-            max_xmit_data_segment_length: p.xmit_data_segment_limit(),
-            max_recv_data_segment_length: p.recv_data_segment_limit(),
-            queue_depth: self.cfg.queue_depth.max(1),
-            nop_interval: self.cfg.nop_interval,
-            nop_timeout: self.cfg.nop_timeout,
-            data_movement: T::DATA_MOVEMENT,
-        };
-        info!(
-            %portal,
-            target = self.cfg.target_name.as_deref().unwrap_or("(discovery)"),
-            tsih = result.tsih,
-            header_digest = digests.header,
-            data_digest = digests.data,
-            max_burst = p.max_burst_length,
-            "logged in"
-        );
-        let info = SessionInfo {
-            portal,
-            target_name: self.cfg.target_name.clone(),
-            isid: self.isid,
-            tsih: result.tsih,
-            params: result.params.clone(),
-            target_alias: result.target_alias.clone(),
-            target_portal_group_tag: result.target_portal_group_tag,
-        };
-        *self.shared.info.write().unwrap_or_else(|e| e.into_inner()) = info;
-        let mut core = Session::new(feature, result.numbers);
-        core.start(Instant::now());
-        let (frames_tx, frames_rx) = mpsc::unbounded_channel();
-        let (werr_tx, werr_rx) = oneshot::channel();
-        tokio::spawn(wr.run(frames_rx, werr_tx));
-        self.live = Some(Live {
-            reader,
-            frames: frames_tx,
-            write_error: werr_rx,
-            digests,
-            core,
-        });
-        // Re-issue what the old connection left unfinished, oldest first.
-        let mut rids: Vec<u64> = self
-            .cmds
-            .iter()
-            .filter(|(_, c)| c.core_id.is_none())
-            .map(|(r, _)| *r)
-            .collect();
-        rids.sort_unstable();
-        if !rids.is_empty() {
-            info!(commands = rids.len(), "re-issuing commands after reconnect");
-        }
-        for rid in rids {
-            self.submit_cmd(rid);
-        }
-    }
-
-    fn reconnect_enabled(&self) -> bool {
-        self.cfg.target_name.is_some() && !self.cfg.replacement_timeout.is_zero()
+    /// Take a logged-in connection into use (see [`go_live`]).
+    fn go_live(&mut self, conn: Connection<T>) -> (Session, Duration) {
+        let (live, core, time2wait) = go_live::<T>(&self.cfg, self.isid, &self.shared, conn);
+        self.live = Some(live);
+        (core, time2wait)
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Request>) {
         loop {
-            let end = self.run_live(&mut rx).await;
-            let err = match end {
-                End::Done => break,
-                End::Lost(e) => e,
+            self.flush();
+            if self.deliver() {
+                break;
+            }
+            let deadline = self.machine.poll_timeout();
+            let (reader, write_error) = match self.live.as_mut() {
+                Some(l) => (Some(&mut l.reader), Some(&mut l.write_error)),
+                None => (None, None),
             };
-            self.drop_connection(&err);
-            let wanted = self.logout.is_some() || self.logout_requested;
-            if !self.reconnect_enabled() || wanted && !self.target_logout {
-                if !(self.logout_requested && self.cmds.is_empty()) {
-                    warn!(error = %error_chain(&err), "session ended");
-                }
-                self.fail_all_cmds(|| clone_error(&err));
-                break;
-            }
-            if !self.reconnect(&mut rx, err).await {
-                break;
-            }
-        }
-        // Whatever still waits gets a clean error; later requests find the
-        // channel closed.
-        self.fail_all_cmds(|| SessionError::Closed);
-        if let Some(tx) = self.logout.take() {
-            let _ = tx.send(Ok(()));
-        }
-        rx.close();
-        while let Ok(req) = rx.try_recv() {
-            drop(req);
-        }
-    }
-
-    /// Serve the current connection until it ends.
-    async fn run_live(&mut self, rx: &mut mpsc::UnboundedReceiver<Request>) -> End {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            if self.flush().is_err() {
-                return End::Lost(SessionError::ConnectionLost(Arc::new(
-                    TransportError::Closed,
-                )));
-            }
-            if let Some(end) = self.deliver() {
-                return end;
-            }
-            let live = self.live.as_mut().expect("live connection");
-            if self.logout.is_some() && !self.logout_requested && live.core.outstanding() == 0 {
-                let id = live.core.logout();
-                let tx = self.logout.take().expect("checked");
-                self.others.insert(id, Waiter::Logout(tx));
-                self.logout_requested = true;
-                continue;
-            }
-            if self.logout_requested && !self.target_logout && self.others.is_empty() {
-                return End::Done;
-            }
-            if !self.requests_open
-                && self.cmds.is_empty()
-                && self.others.is_empty()
-                && self.logout.is_none()
-                && !self.logout_requested
-            {
-                // Every handle dropped and nothing pending: log out politely.
-                let (tx, _rx) = oneshot::channel();
-                self.logout = Some(tx);
-                continue;
-            }
-            let deadline = live.core.poll_timeout();
             let mut processed = false;
             tokio::select! {
                 biased;
-                pdu = live.reader.read_pdu() => {
+                pdu = read_pdu(reader) => {
                     processed = true;
                     let now = Instant::now();
                     let mut next = pdu.map(Some);
@@ -724,22 +571,17 @@ impl<T: Transport> Driver<T> {
                         match next {
                             Ok(Some(pdu)) => {
                                 trace!(opcode = %pdu.bhs.opcode(), data = pdu.data.len(), "received");
-                                if let Err(e) = live.core.handle_pdu(pdu, now) {
-                                    return End::Lost(SessionError::Protocol(e));
-                                }
+                                self.machine.handle_pdu(pdu, now);
                             }
                             Ok(None) => break,
                             Err(e) => {
-                                // The target closes the connection right after
-                                // its Logout Response: that is the clean end.
-                                if let Some(end) = self.deliver() {
-                                    return end;
-                                }
-                                if self.logout_requested && !self.target_logout && self.others.is_empty() {
-                                    return End::Done;
-                                }
-                                return End::Lost(SessionError::ConnectionLost(Arc::new(e)));
+                                self.connection_failed(e);
+                                break;
                             }
+                        }
+                        let Some(live) = self.live.as_mut() else { break };
+                        if !self.machine.is_live() {
+                            break;
                         }
                         next = live.reader.try_next();
                     }
@@ -751,24 +593,35 @@ impl<T: Transport> Driver<T> {
                             self.request(req);
                         }
                     }
-                    None => self.requests_open = false,
+                    None => {
+                        self.requests_open = false;
+                        self.machine.handle_requests_closed();
+                    }
                 },
-                e = &mut live.write_error => {
+                e = write_failed(write_error) => {
                     let e = e.unwrap_or_else(|_| std::io::Error::other("writer stopped"));
-                    return End::Lost(SessionError::ConnectionLost(Arc::new(TransportError::Io(e))));
+                    self.connection_failed(TransportError::Io(e));
                 }
-                _ = sleep_until(deadline) => {
-                    match live.core.handle_timeout(Instant::now()) {
-                        Ok(()) => {}
-                        Err(ProtocolError::PingTimeout(d)) => return End::Lost(SessionError::NotResponding(d)),
-                        Err(e) => return End::Lost(SessionError::Protocol(e)),
+                r = attempt_done(self.attempt.as_mut()) => {
+                    self.attempt = None;
+                    let now = Instant::now();
+                    match r {
+                        Ok(conn) => {
+                            let (core, time2wait) = self.go_live(conn);
+                            self.machine.handle_connected(core, time2wait, Instant::now());
+                            if !self.machine.is_live() {
+                                self.live = None;
+                                drop(self.machine.take_retired());
+                            }
+                        }
+                        Err(e) => {
+                            debug!(error = %error_chain(&e), "reconnect attempt failed");
+                            self.last = Arc::new(e);
+                            self.machine.handle_connect_failed(now);
+                        }
                     }
                 }
-                _ = tick.tick() => {
-                    if let Some(end) = self.check_timeouts() {
-                        return end;
-                    }
-                }
+                _ = sleep_until(deadline) => self.machine.handle_timeout(Instant::now()),
             }
             if processed {
                 // Hand out completions and queue what the core wants sent,
@@ -776,486 +629,328 @@ impl<T: Transport> Driver<T> {
                 // more: on a one-thread runtime a target streaming Data-In
                 // would otherwise keep this task busy and starve them,
                 // collapsing the queue depth.
-                if self.flush().is_err() {
-                    return End::Lost(SessionError::ConnectionLost(Arc::new(
-                        TransportError::Closed,
-                    )));
-                }
-                if let Some(end) = self.deliver() {
-                    return end;
+                self.flush();
+                if self.deliver() {
+                    break;
                 }
                 tokio::task::yield_now().await;
             }
         }
+        // Whatever still waits finds its sender dropped and reports Closed;
+        // later requests find the channel closed.
+        self.live = None;
+        self.waiters.clear();
+        rx.close();
+        while let Ok(req) = rx.try_recv() {
+            drop(req);
+        }
     }
 
-    /// Abort commands past their deadline; escalate task management that
-    /// does not answer: ABORT TASK → LOGICAL UNIT RESET → new connection.
-    fn check_timeouts(&mut self) -> Option<End> {
-        let now = Instant::now();
-        let live = self.live.as_mut()?;
-        let mut escalate = Vec::new();
-        for (id, purpose) in &self.tmfs {
-            match purpose {
-                TmfPurpose::Abort { lun, sent, .. } if now >= *sent + TMF_TIMEOUT => {
-                    escalate.push((*id, Some(*lun)));
-                }
-                TmfPurpose::Reset { sent } if now >= *sent + TMF_TIMEOUT => {
-                    return Some(End::Lost(SessionError::TaskManagementTimeout(TMF_TIMEOUT)));
-                }
-                _ => {}
-            }
+    /// The transport of the current connection failed.
+    fn connection_failed(&mut self, e: TransportError) {
+        if self.machine.is_live() {
+            self.last = Arc::new(SessionError::ConnectionLost(Arc::new(e)));
         }
-        for (id, lun) in escalate {
-            self.tmfs.remove(&id);
-            if let Some(lun) = lun {
-                warn!("ABORT TASK unanswered; resetting the logical unit");
-                let reset = live.core.lun_reset(lun);
-                self.tmfs.insert(reset, TmfPurpose::Reset { sent: now });
-            }
-        }
-        let mut timed_out: Vec<u64> = self
-            .cmds
-            .iter()
-            .filter(|(_, c)| c.core_id.is_some() && !c.aborting && now >= c.deadline)
-            .map(|(r, _)| *r)
-            .collect();
-        timed_out.sort_unstable();
-        for rid in timed_out {
-            let cmd = self.cmds.get_mut(&rid).expect("listed");
-            cmd.aborting = true;
-            cmd.timeouts += 1;
-            warn!(
-                opcode = cmd.req.cdb[0],
-                timeout = ?self.cfg.command_timeout,
-                "command timed out; aborting it"
-            );
-            let tmf = live.core.abort_task(cmd.core_id.expect("filtered"));
-            self.tmfs.insert(
-                tmf,
-                TmfPurpose::Abort {
-                    rid,
-                    lun: cmd.req.lun,
-                    sent: now,
-                },
-            );
-        }
-        None
-    }
-
-    fn submit_cmd(&mut self, rid: u64) {
-        let Some(live) = self.live.as_mut() else {
-            return;
-        };
-        let cmd = self.cmds.get_mut(&rid).expect("known command");
-        let id = live.core.submit(cmd.req.clone());
-        cmd.core_id = Some(id);
-        cmd.aborting = false;
-        cmd.deadline = Instant::now() + self.cfg.command_timeout;
-        self.core_ids.insert(id, rid);
-    }
-
-    fn new_cmd(
-        &mut self,
-        req: CommandRequest,
-        tx: oneshot::Sender<Result<CommandResult, SessionError>>,
-    ) -> u64 {
-        let rid = self.next_rid;
-        self.next_rid += 1;
-        self.cmds.insert(
-            rid,
-            Cmd {
-                req,
-                tx,
-                core_id: None,
-                deadline: Instant::now() + self.cfg.command_timeout,
-                timeouts: 0,
-                aborting: false,
-            },
-        );
-        rid
+        self.machine.handle_connection_lost(Instant::now());
+        // The machine always says Disconnect; drop the I/O now in case it
+        // had already let go of the connection.
+        self.live = None;
     }
 
     fn request(&mut self, req: Request) {
-        let Some(live) = self.live.as_mut() else {
-            return;
-        };
-        match req {
-            Request::Command(c, tx) => {
-                if self.logout.is_some() || self.logout_requested && !self.target_logout {
-                    let _ = tx.send(Err(SessionError::Closed));
-                    return;
-                }
-                let rid = self.new_cmd(c, tx);
-                if !self.target_logout {
-                    self.submit_cmd(rid);
-                }
-            }
-            Request::Text(data, tx) => {
-                let id = live.core.submit_text(data);
-                self.others.insert(id, Waiter::Text(tx));
-            }
-            Request::Ping(tx) => {
-                let id = live.core.ping(Instant::now());
-                self.others.insert(id, Waiter::Ping(tx));
-            }
+        let now = Instant::now();
+        let (id, waiter) = match req {
+            Request::Command(c, tx) => (self.machine.handle_command(c, now), Waiter::Command(tx)),
+            Request::Text(data, tx) => (self.machine.handle_text(data, now), Waiter::Text(tx)),
+            Request::Ping(tx) => (self.machine.handle_ping(now), Waiter::Ping(tx)),
             Request::LunReset(lun, tx) => {
-                let id = live.core.lun_reset(lun);
-                self.others.insert(id, Waiter::Tmf(tx));
+                (self.machine.handle_lun_reset(lun, now), Waiter::Tmf(tx))
             }
-            Request::Logout(tx) => {
-                if self.logout.is_none() && !self.logout_requested {
-                    self.logout = Some(tx);
-                } else {
-                    let _ = tx.send(Ok(()));
-                }
-            }
-        }
+            Request::Logout(tx) => (self.machine.handle_logout(), Waiter::Logout(tx)),
+        };
+        self.waiters.insert(id, waiter);
     }
 
     /// Hand everything the core wants sent to the writer task.
-    fn flush(&mut self) -> Result<(), ()> {
+    fn flush(&mut self) {
         let Some(live) = self.live.as_mut() else {
-            return Ok(());
+            return;
         };
         let mut frames = Vec::new();
-        while let Some(tx) = live.core.poll_transmit() {
+        while let Some(tx) = self.machine.poll_transmit() {
             frames.push(T::Writer::encode(tx, live.digests));
         }
         if frames.is_empty() {
-            return Ok(());
-        }
-        live.frames.send(frames).map_err(|_| ())
-    }
-
-    /// Hand completions to their callers; returns `Some` when an event ends
-    /// the connection.
-    fn deliver(&mut self) -> Option<End> {
-        let mut end = None;
-        loop {
-            let Some(ev) = self.live.as_mut().and_then(|l| l.core.poll_event()) else {
-                break;
-            };
-            match ev {
-                Event::Command { id, result } => self.command_done(id, result),
-                Event::Text { id, result } => {
-                    if let Some(Waiter::Text(tx)) = self.others.remove(&id) {
-                        let _ = tx.send(result.map_err(SessionError::Task));
-                    }
-                }
-                Event::TaskMgmt { id, result } => {
-                    if let Some(purpose) = self.tmfs.remove(&id) {
-                        let ok = matches!(
-                            result,
-                            Ok(TmfOutcome::Complete) | Ok(TmfOutcome::TaskDoesNotExist)
-                        );
-                        match purpose {
-                            TmfPurpose::Abort { lun, rid, .. } if !ok => {
-                                warn!(?result, "ABORT TASK failed; resetting the logical unit");
-                                if let Some(live) = self.live.as_mut() {
-                                    let reset = live.core.lun_reset(lun);
-                                    self.tmfs.insert(
-                                        reset,
-                                        TmfPurpose::Reset {
-                                            sent: Instant::now(),
-                                        },
-                                    );
-                                }
-                                let _ = rid;
-                            }
-                            TmfPurpose::Reset { .. } if result != Ok(TmfOutcome::Complete) => {
-                                end = Some(End::Lost(SessionError::Task(TaskError::Rejected(
-                                    "LOGICAL UNIT RESET failed",
-                                ))));
-                            }
-                            _ => debug!(?result, "task management done"),
-                        }
-                    } else if let Some(Waiter::Tmf(tx)) = self.others.remove(&id) {
-                        let _ = tx.send(result.map_err(SessionError::Task));
-                    }
-                }
-                Event::Pong { id, rtt } => {
-                    debug!(?rtt, "NOP-In");
-                    if let Some(Waiter::Ping(tx)) = self.others.remove(&id) {
-                        let _ = tx.send(Ok(rtt));
-                    }
-                }
-                Event::Logout { id, result } => {
-                    if let Some(Waiter::Logout(tx)) = self.others.remove(&id) {
-                        if let Ok(code) = result {
-                            if code != 0 {
-                                warn!(code, "target answered logout with an error code");
-                            }
-                        }
-                        let _ = tx.send(result.map(|_| ()).map_err(SessionError::Task));
-                    }
-                    if self.target_logout {
-                        end = Some(End::Lost(SessionError::LogoutRequested));
-                    }
-                }
-                Event::Async {
-                    event,
-                    vcode,
-                    parameters,
-                    data,
-                } => {
-                    if let Some(e) = self.async_event(event, vcode, parameters, &data) {
-                        end = Some(e);
-                    }
-                }
-                Event::Reject { reason } => warn!(reason, "target rejected a PDU"),
-            }
-        }
-        end
-    }
-
-    fn command_done(&mut self, id: TaskId, result: Result<CommandResult, TaskError>) {
-        let Some(rid) = self.core_ids.remove(&id) else {
             return;
-        };
-        match result {
-            Err(TaskError::Aborted) => {
-                let cmd = self.cmds.get_mut(&rid).expect("known command");
-                cmd.core_id = None;
-                if cmd.timeouts > MAX_TIMEOUT_RETRIES {
-                    let cmd = self.cmds.remove(&rid).expect("known");
-                    let _ = cmd.tx.send(Err(SessionError::Task(TaskError::Aborted)));
-                } else {
-                    debug!(rid, "re-issuing aborted command");
-                    self.submit_cmd(rid);
-                }
-            }
-            other => {
-                if let Some(cmd) = self.cmds.remove(&rid) {
-                    let _ = cmd.tx.send(other.map_err(SessionError::Task));
-                }
-            }
+        }
+        if live.frames.send(frames).is_err() {
+            self.connection_failed(TransportError::Closed);
         }
     }
 
-    fn async_event(
-        &mut self,
-        event: u8,
-        vcode: u8,
-        parameters: [u16; 3],
-        data: &[u8],
-    ) -> Option<End> {
-        match event {
-            async_event::SCSI_ASYNC_EVENT => {
-                // Sense data: SenseLength (2 bytes) then the sense bytes.
-                let sense = crate::scsi::Sense::from_iscsi_data_segment(data)
-                    .ok()
-                    .flatten();
-                if let Some(s) = &sense {
-                    if s.asc == 0x2a && s.ascq == 0x09 {
-                        info!("target reports a capacity change");
-                        self.shared.capacity_changes.fetch_add(1, Ordering::Relaxed);
+    /// Act on everything the machine has to say; true when the session is over.
+    fn deliver(&mut self) -> bool {
+        while let Some(out) = self.machine.poll_output() {
+            match out {
+                Output::Command { id, result } => {
+                    let result = result.map_err(|f| self.failure(f));
+                    if let Some(Waiter::Command(tx)) = self.waiters.remove(&id) {
+                        let _ = tx.send(result);
                     }
                 }
-                info!(?sense, "SCSI asynchronous event");
-                None
-            }
-            async_event::LOGOUT_REQUESTED => {
-                warn!(
-                    within_secs = parameters[2],
-                    "target requests logout; logging out and in again"
-                );
-                if let Some(live) = self.live.as_mut() {
-                    if !self.logout_requested {
-                        self.target_logout = true;
-                        self.logout_requested = true;
-                        let id = live.core.logout();
-                        let (tx, _rx) = oneshot::channel();
-                        self.others.insert(id, Waiter::Logout(tx));
+                Output::Text { id, result } => {
+                    let result = result.map_err(|f| self.failure(f));
+                    if let Some(Waiter::Text(tx)) = self.waiters.remove(&id) {
+                        let _ = tx.send(result);
                     }
                 }
-                None
-            }
-            async_event::CONNECTION_DROP | async_event::SESSION_DROP => {
-                warn!(
-                    event,
-                    time2wait = parameters[1],
-                    "target is dropping the connection"
-                );
-                Some(End::Lost(SessionError::ConnectionLost(Arc::new(
-                    TransportError::Closed,
-                ))))
-            }
-            async_event::NEGOTIATION_REQUEST => {
-                warn!("target requests renegotiation; reconnecting to renegotiate");
-                Some(End::Lost(SessionError::LogoutRequested))
-            }
-            _ => {
-                warn!(event, vcode, ?parameters, "asynchronous message");
-                None
-            }
-        }
-    }
-
-    /// Forget the current connection: connection-scoped waiters fail, commands
-    /// stay to be re-issued (or failed by the caller of this).
-    fn drop_connection(&mut self, err: &SessionError) {
-        self.live = None;
-        self.core_ids.clear();
-        self.tmfs.clear();
-        for cmd in self.cmds.values_mut() {
-            cmd.core_id = None;
-            cmd.aborting = false;
-        }
-        let keep_logout = self.logout_requested && !self.target_logout;
-        for (_, w) in self.others.drain() {
-            let e = SessionError::Task(TaskError::ConnectionLost(error_chain(err)));
-            match w {
-                Waiter::Text(tx) => drop(tx.send(Err(e))),
-                Waiter::Ping(tx) => drop(tx.send(Err(e))),
-                Waiter::Tmf(tx) => drop(tx.send(Err(e))),
-                Waiter::Logout(tx) => drop(tx.send(if keep_logout { Ok(()) } else { Err(e) })),
-            }
-        }
-        self.logout_requested = false;
-        self.target_logout = false;
-    }
-
-    fn fail_all_cmds(&mut self, err: impl Fn() -> SessionError) {
-        let mut rids: Vec<u64> = self.cmds.keys().copied().collect();
-        rids.sort_unstable();
-        for rid in rids {
-            if let Some(cmd) = self.cmds.remove(&rid) {
-                let _ = cmd.tx.send(Err(err()));
-            }
-        }
-    }
-
-    /// Log in again with the same ISID until it works. Requests keep being
-    /// accepted meanwhile; past the replacement timeout they fail at once.
-    /// Returns false when there is nothing left to reconnect for.
-    async fn reconnect(
-        &mut self,
-        rx: &mut mpsc::UnboundedReceiver<Request>,
-        cause: SessionError,
-    ) -> bool {
-        let started = Instant::now();
-        let timeout = self.cfg.replacement_timeout;
-        let time2wait = self
-            .shared
-            .info
-            .read()
-            .map(|i| i.params.default_time2wait)
-            .unwrap_or(2);
-        warn!(
-            error = %error_chain(&cause),
-            replacement_timeout = ?timeout,
-            pending = self.cmds.len(),
-            "connection lost; reconnecting"
-        );
-        let mut last = Arc::new(cause);
-        let mut delay = Duration::from_secs(u64::from(time2wait.min(3600)));
-        let mut gave_up = false;
-        loop {
-            let wake = Instant::now() + delay;
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(wake.into()) => break,
-                    req = rx.recv(), if self.requests_open => match req {
-                        Some(req) => {
-                            if !self.request_while_down(req, gave_up, &last) {
-                                return false;
-                            }
-                        }
-                        None => self.requests_open = false,
-                    },
+                Output::Pong { id, result } => {
+                    if let Ok(rtt) = &result {
+                        debug!(?rtt, "NOP-In");
+                    }
+                    let result = result.map_err(|f| self.failure(f));
+                    if let Some(Waiter::Ping(tx)) = self.waiters.remove(&id) {
+                        let _ = tx.send(result);
+                    }
                 }
-                if !self.requests_open && self.cmds.is_empty() {
-                    return false;
+                Output::TaskMgmt { id, result } => {
+                    let result = result.map_err(|f| self.failure(f));
+                    if let Some(Waiter::Tmf(tx)) = self.waiters.remove(&id) {
+                        let _ = tx.send(result);
+                    }
                 }
-            }
-            let cfg = self.cfg.clone();
-            let attempt = establish::<T>(&cfg, self.isid);
-            tokio::pin!(attempt);
-            let result = loop {
-                tokio::select! {
-                    r = &mut attempt => break r,
-                    req = rx.recv(), if self.requests_open => match req {
-                        Some(req) => {
-                            if !self.request_while_down(req, gave_up, &last) {
-                                return false;
-                            }
-                        }
-                        None => self.requests_open = false,
-                    },
+                Output::Logout { id, result } => {
+                    let result = result.map_err(|f| self.failure(f));
+                    if let Some(Waiter::Logout(tx)) = self.waiters.remove(&id) {
+                        let _ = tx.send(result);
+                    }
                 }
-            };
-            match result {
-                Ok(conn) => {
+                Output::Disconnect {
+                    cause,
+                    reconnect,
+                    pending,
+                    quiet,
+                } => {
+                    // The transport goes first, then the core (see `Live`).
+                    self.live = None;
+                    drop(self.machine.take_retired());
+                    if let Some(e) = loss_error(&cause) {
+                        self.last = Arc::new(e);
+                    }
+                    if reconnect && quiet {
+                        debug!(
+                            error = %error_chain(&*self.last),
+                            pending,
+                            "connection lost again right after login; reconnecting"
+                        );
+                    } else if reconnect {
+                        warn!(
+                            error = %error_chain(&*self.last),
+                            replacement_timeout = ?self.cfg.replacement_timeout,
+                            pending,
+                            "connection lost; reconnecting"
+                        );
+                    } else if !quiet {
+                        warn!(error = %error_chain(&*self.last), "session ended");
+                    }
+                }
+                Output::Connect => {
+                    let cfg = self.cfg.clone();
+                    let isid = self.isid;
+                    self.attempt = Some(Box::pin(async move { establish::<T>(&cfg, isid).await }));
+                }
+                Output::Reconnected { after, reissued } => {
                     self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
-                    info!(after = ?started.elapsed(), "session re-established");
-                    self.go_live(conn);
+                    info!(?after, "session re-established");
+                    if reissued > 0 {
+                        info!(commands = reissued, "re-issuing commands after reconnect");
+                    }
+                }
+                Output::CapacityChanged => {
+                    info!("target reports a capacity change");
+                    self.shared.capacity_changes.fetch_add(1, Ordering::Relaxed);
+                }
+                Output::Notice(n) => self.log_notice(n),
+                Output::Finished => {
+                    self.live = None;
+                    drop(self.machine.take_retired());
                     return true;
                 }
-                Err(e) => {
-                    debug!(error = %error_chain(&e), "reconnect attempt failed");
-                    last = Arc::new(e);
-                    if !gave_up && started.elapsed() >= timeout {
-                        warn!(
-                            error = %error_chain(&*last),
-                            "target unreachable past the replacement timeout; failing I/O"
-                        );
-                        gave_up = true;
-                        let last = last.clone();
-                        self.fail_all_cmds(|| SessionError::ReplacementTimeout {
-                            timeout,
-                            last: last.clone(),
-                        });
-                    }
-                    if !self.requests_open && self.cmds.is_empty() {
-                        return false;
-                    }
-                    delay = Duration::from_secs(1)
-                        .max(delay.min(Duration::from_secs(2)) * 2)
-                        .min(Duration::from_secs(5));
-                }
             }
+        }
+        false
+    }
+
+    /// The error a caller gets for a machine [`Failure`].
+    fn failure(&self, f: Failure) -> SessionError {
+        match f {
+            Failure::Task(e) => SessionError::Task(e),
+            Failure::ConnectionLost => {
+                SessionError::Task(TaskError::ConnectionLost(error_chain(&*self.last)))
+            }
+            Failure::ReplacementTimeout => SessionError::ReplacementTimeout {
+                timeout: self.cfg.replacement_timeout,
+                last: self.last.clone(),
+            },
+            Failure::Closed => SessionError::Closed,
         }
     }
 
-    /// A request that arrives while there is no connection. Returns false
-    /// when the caller asked to log out (stop reconnecting).
-    fn request_while_down(
-        &mut self,
-        req: Request,
-        gave_up: bool,
-        last: &Arc<SessionError>,
-    ) -> bool {
-        let down = || SessionError::Task(TaskError::ConnectionLost("reconnecting".into()));
-        match req {
-            Request::Command(c, tx) => {
-                if gave_up {
-                    let _ = tx.send(Err(SessionError::ReplacementTimeout {
-                        timeout: self.cfg.replacement_timeout,
-                        last: last.clone(),
-                    }));
-                } else {
-                    self.new_cmd(c, tx);
-                }
+    fn log_notice(&self, n: Notice) {
+        match n {
+            Notice::CommandTimedOut { opcode, timeout } => {
+                warn!(opcode, ?timeout, "command timed out; aborting it")
             }
-            Request::Text(_, tx) => drop(tx.send(Err(down()))),
-            Request::Ping(tx) => drop(tx.send(Err(down()))),
-            Request::LunReset(_, tx) => drop(tx.send(Err(down()))),
-            Request::Logout(tx) => {
-                // Nothing to log out of: stop reconnecting.
-                self.fail_all_cmds(|| SessionError::Closed);
-                let _ = tx.send(Ok(()));
-                return false;
+            Notice::ReissuingAborted { id } => debug!(id = id.0, "re-issuing aborted command"),
+            Notice::AbortFailed { result } => {
+                warn!(?result, "ABORT TASK failed; resetting the logical unit")
             }
+            Notice::AbortUnanswered => warn!("ABORT TASK unanswered; resetting the logical unit"),
+            Notice::TaskMgmtDone { result } => debug!(?result, "task management done"),
+            Notice::ScsiEvent { sense } => info!(?sense, "SCSI asynchronous event"),
+            Notice::TargetRequestsLogout { within_secs } => warn!(
+                within_secs,
+                "target requests logout; logging out and in again"
+            ),
+            Notice::TargetDropping { event, time2wait } => {
+                warn!(event, time2wait, "target is dropping the connection")
+            }
+            Notice::RenegotiationRequested => {
+                warn!("target requests renegotiation; reconnecting to renegotiate")
+            }
+            Notice::AsyncMessage {
+                event,
+                vcode,
+                parameters,
+            } => warn!(event, vcode, ?parameters, "asynchronous message"),
+            Notice::Reject { reason } => warn!(reason, "target rejected a PDU"),
+            Notice::LogoutResponse { code } => {
+                warn!(code, "target answered logout with an error code")
+            }
+            Notice::AttemptFailed => {}
+            Notice::RepeatedLoginFailures { count, cause: _ } => warn!(
+                "{count} reconnects in a row failed right after login: {}; backing off",
+                error_chain(&*self.last)
+            ),
+            Notice::GaveUp { failed } => warn!(
+                error = %error_chain(&*self.last),
+                failed,
+                "target unreachable past the replacement timeout; failing I/O"
+            ),
         }
-        true
     }
 }
 
-/// SessionError is not Clone (it holds sources); make an equivalent value
-/// for each waiter.
-fn clone_error(e: &SessionError) -> SessionError {
-    SessionError::Task(TaskError::ConnectionLost(error_chain(e)))
+/// The session error that stands for a loss the machine decided on
+/// (`None` for a transport failure: the driver recorded that one itself).
+fn loss_error(cause: &Loss) -> Option<SessionError> {
+    Some(match cause {
+        Loss::Transport => return None,
+        Loss::Protocol(e) => SessionError::Protocol(e.clone()),
+        Loss::NotResponding(d) => SessionError::NotResponding(*d),
+        Loss::TaskManagementTimeout(d) => SessionError::TaskManagementTimeout(*d),
+        Loss::LunResetFailed => {
+            SessionError::Task(TaskError::Rejected("LOGICAL UNIT RESET failed"))
+        }
+        Loss::TargetDropping { .. } => {
+            SessionError::ConnectionLost(Arc::new(TransportError::Closed))
+        }
+        Loss::Renegotiation | Loss::TargetLogout => SessionError::LogoutRequested,
+    })
+}
+
+/// Take a logged-in connection into use: reader limits, writer task, the
+/// facts handles see; returns its I/O, its protocol core and its
+/// DefaultTime2Wait.
+fn go_live<T: Transport>(
+    cfg: &SessionConfig,
+    isid: [u8; 6],
+    shared: &Shared,
+    conn: Connection<T>,
+) -> (Live<T>, Session, Duration) {
+    let Connection {
+        portal,
+        mut reader,
+        wr,
+        result,
+    } = conn;
+    let p = &result.params;
+    let digests = Digests {
+        header: p.header_digest == DigestType::Crc32c,
+        data: p.data_digest == DigestType::Crc32c,
+    };
+    reader.set_limits(FrameLimits {
+        digests,
+        max_data_segment: p.recv_data_segment_limit(),
+    });
+    let feature = FeatureParams {
+        immediate_data: p.immediate_data,
+        initial_r2t: p.initial_r2t,
+        first_burst_length: p.first_burst_length,
+        max_burst_length: p.max_burst_length,
+        max_xmit_data_segment_length: p.xmit_data_segment_limit(),
+        max_recv_data_segment_length: p.recv_data_segment_limit(),
+        queue_depth: cfg.queue_depth.max(1),
+        nop_interval: cfg.nop_interval,
+        nop_timeout: cfg.nop_timeout,
+        data_movement: T::DATA_MOVEMENT,
+    };
+    info!(
+        %portal,
+        target = cfg.target_name.as_deref().unwrap_or("(discovery)"),
+        tsih = result.tsih,
+        header_digest = digests.header,
+        data_digest = digests.data,
+        max_burst = p.max_burst_length,
+        "logged in"
+    );
+    let time2wait = Duration::from_secs(u64::from(p.default_time2wait.min(3600)));
+    let info = SessionInfo {
+        portal,
+        target_name: cfg.target_name.clone(),
+        isid,
+        tsih: result.tsih,
+        params: result.params.clone(),
+        target_alias: result.target_alias.clone(),
+        target_portal_group_tag: result.target_portal_group_tag,
+    };
+    *shared.info.write().unwrap_or_else(|e| e.into_inner()) = info;
+    let core = Session::new(feature, result.numbers);
+    let (frames_tx, frames_rx) = mpsc::unbounded_channel();
+    let (werr_tx, werr_rx) = oneshot::channel();
+    tokio::spawn(wr.run(frames_rx, werr_tx));
+    let live = Live {
+        reader,
+        frames: frames_tx,
+        write_error: werr_rx,
+        digests,
+    };
+    (live, core, time2wait)
+}
+
+async fn read_pdu(reader: Option<&mut impl PduReader>) -> Result<pdu::Pdu, TransportError> {
+    match reader {
+        Some(r) => r.read_pdu().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn write_failed(
+    rx: Option<&mut oneshot::Receiver<std::io::Error>>,
+) -> Result<std::io::Error, oneshot::error::RecvError> {
+    match rx {
+        Some(rx) => rx.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn attempt_done<T: Transport>(
+    attempt: Option<&mut Attempt<T>>,
+) -> Result<Connection<T>, SessionError> {
+    match attempt {
+        Some(a) => a.await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

@@ -3,7 +3,9 @@
 //! rlun must end within its timeout with the documented exit code and one
 //! clear `rlun: ` line, never panic and never hang.
 //!
-//! The last test freezes a real tgtd in the middle of a session instead.
+//! The last tests use a real tgtd instead: one freezes it in the middle of a
+//! session, one puts a proxy in front of it that lets every login through
+//! and then breaks the connection (tests/common/proxy.rs).
 //!
 //! Each case runs both `rlun info` (a normal session) and `rlun discover`
 //! (a discovery session): both go through the same login code, but from
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::cli::{assert_failure, both, timed_rlun};
 use common::hostile::{self, Behaviour, HostileTarget};
-use common::{rlun_bin, ChildGuard, Tgtd};
+use common::{rlun_bin, ChildGuard, Fault, FaultProxy, Tgtd};
 
 const IQN: &str = "iqn.2026-11.org.example:hostile";
 /// Login timeout given to rlun in every case; a hostile target that keeps
@@ -230,4 +232,47 @@ fn target_frozen_for_good_ends_rlun_with_exit_3_after_the_replacement_timeout() 
         "{:?}",
         start.elapsed()
     );
+}
+
+#[test]
+fn target_breaking_every_connection_right_after_login_ends_rlun_with_exit_3_after_the_replacement_timeout(
+) {
+    // Each login succeeds, then the first PDU after it is garbage. Logins
+    // must not restart the replacement timeout: the command waits without
+    // the session making progress, so rlun gives up after 10 s. Before this
+    // rule it reconnected for ever (the harness would kill it at the limit).
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    tgtd.add_target(IQN).lun_null(1).create().expect("target");
+    let upstream = tgtd.portal().parse().expect("tgtd portal address");
+    let proxy = FaultProxy::start(upstream, Fault::CorruptAfterLogin);
+
+    let (out, took) = timed_rlun(
+        &["info", "--replacement-timeout", "10s", &proxy.url(IQN, 1)],
+        &[],
+        Duration::from_secs(120),
+    );
+
+    assert_failure(&out, EXIT_UNREACHABLE, &["replacement timeout"]);
+    assert!(
+        proxy.logins() >= 2 && proxy.corrupted() == proxy.logins(),
+        "logins {}, corrupted {}",
+        proxy.logins(),
+        proxy.corrupted()
+    );
+    // The clock runs from the first failure: logins at about 0 s, 2 s and
+    // 6 s (DefaultTime2Wait 2 s, then 4 s, 8 s… back-off), give-up at 10 s.
+    // Had each login restarted it, the fourth login (14 s) would come too.
+    assert!(
+        proxy.logins() <= 3,
+        "{} logins: a login restarted the replacement timeout",
+        proxy.logins()
+    );
+    let log = both(&out);
+    assert!(
+        log.contains("reconnects in a row failed right after login"),
+        "no summary of the repeated failure in:\n{log}"
+    );
+    // 10 s replacement timeout; the bound only catches a run that keeps
+    // going (slack for a loaded machine).
+    assert!(took < Duration::from_secs(60), "{took:?}");
 }

@@ -252,3 +252,67 @@ fn write_to_a_target_gone_for_good_fails_cleanly_after_the_replacement_timeout()
         );
     }
 }
+
+/// A copy through a [`FaultProxy`] in front of tgtd.
+fn setup_proxied(dir: &Path) -> (Tgtd, FaultProxy, std::path::PathBuf) {
+    let backing = make_backing_file(dir, LUN_SIZE, 1);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &backing, 512)
+        .create()
+        .expect("target");
+    let upstream = tgtd.portal().parse().expect("tgtd portal address");
+    let proxy = FaultProxy::start(upstream, Fault::None);
+    (tgtd, proxy, backing)
+}
+
+#[test]
+fn read_survives_every_connection_dropped_for_two_seconds_mid_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_tgtd, proxy, backing) = setup_proxied(dir.path());
+    let dst = dir.path().join("copy.img");
+    let dst_s = dst.to_str().unwrap().to_string();
+    let url = proxy.url(IQN, 1);
+
+    let out = run_with_fault(
+        &slow_copy_args(&url, &dst_s, "60s"),
+        Duration::from_millis(700),
+        || {
+            proxy.set_fault(Fault::Drop);
+            thread::sleep(Duration::from_secs(2));
+            proxy.set_fault(Fault::None);
+        },
+    );
+
+    assert_success(&out, "cp across dropped connections");
+    assert!(stderr(&out).contains("re-established"), "{}", stderr(&out));
+    assert!(proxy.logins() >= 2, "logins: {}", proxy.logins());
+    assert!(files_equal(&dst, &backing), "copy equals the LUN");
+}
+
+#[test]
+fn read_survives_target_traffic_delayed_past_the_nop_timeout_mid_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_tgtd, proxy, backing) = setup_proxied(dir.path());
+    let dst = dir.path().join("copy.img");
+    let dst_s = dst.to_str().unwrap().to_string();
+    let url = proxy.url(IQN, 1);
+
+    let out = run_with_fault(
+        &slow_copy_args(&url, &dst_s, "60s"),
+        Duration::from_millis(700),
+        || {
+            // 2.5 s per chunk is more than the 2 s NOP timeout: rlun gives
+            // up on the connection and logs in again once it is fast again.
+            proxy.set_fault(Fault::Delay(Duration::from_millis(2500)));
+            thread::sleep(Duration::from_secs(4));
+            proxy.set_fault(Fault::None);
+        },
+    );
+
+    assert_success(&out, "cp across a slow spell");
+    let err = stderr(&out);
+    assert!(err.contains("NOP-Out"), "{err}");
+    assert!(err.contains("re-established"), "{err}");
+    assert!(files_equal(&dst, &backing), "copy equals the LUN");
+}

@@ -105,7 +105,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__bench)
-            opts="-v -q -h -V --pattern --bs --qd --duration --size --json --allow-write --cache --cache-size --readahead --writeback-delay --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --pattern --bs --qd --duration --size --json --allow-write --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -128,22 +128,6 @@ _rlun() {
                     return 0
                     ;;
                 --size)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --cache)
-                    COMPREPLY=($(compgen -W "none write-through write-back" -- "${cur}"))
-                    return 0
-                    ;;
-                --cache-size)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --readahead)
-                    COMPREPLY=($(compgen -W "on off" -- "${cur}"))
-                    return 0
-                    ;;
-                --writeback-delay)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -192,6 +176,26 @@ _rlun() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cache)
+                    COMPREPLY=($(compgen -W "none write-through write-back" -- "${cur}"))
+                    return 0
+                    ;;
+                --cache-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --readahead)
+                    COMPREPLY=($(compgen -W "on off" -- "${cur}"))
+                    return 0
+                    ;;
+                --writeback-delay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stats-interval)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -697,7 +701,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__mount)
-            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --cache --cache-size --readahead --writeback-delay --stats-interval --daemon --log-file --no-auto-unmount --fuse-threads --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
+            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --no-auto-unmount --fuse-threads --daemon --log-file --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -715,31 +719,11 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --cache)
-                    COMPREPLY=($(compgen -W "none write-through write-back" -- "${cur}"))
-                    return 0
-                    ;;
-                --cache-size)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --readahead)
-                    COMPREPLY=($(compgen -W "on off" -- "${cur}"))
-                    return 0
-                    ;;
-                --writeback-delay)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --stats-interval)
+                --fuse-threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --log-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --fuse-threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -788,6 +772,26 @@ _rlun() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cache)
+                    COMPREPLY=($(compgen -W "none write-through write-back" -- "${cur}"))
+                    return 0
+                    ;;
+                --cache-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --readahead)
+                    COMPREPLY=($(compgen -W "on off" -- "${cur}"))
+                    return 0
+                    ;;
+                --writeback-delay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stats-interval)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

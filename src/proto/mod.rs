@@ -6,5 +6,6 @@ pub mod digest;
 pub mod login;
 pub mod negotiate;
 pub mod pdu;
+pub mod recovery;
 pub mod session;
 pub mod text;
