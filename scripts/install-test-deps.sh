@@ -16,6 +16,10 @@ set -euo pipefail
 #   openssl          throwaway TLS certificates for the `rlun serve` TLS tests
 #   iproute2, procps, util-linux (setpriv), time (/usr/bin/time), python3
 #   pkg-config       for -sys crates that look up system libraries
+#   libibverbs1 librdmacm1 ibverbs-providers   rdma-core at run time: rlun
+#                    dlopens them for iser:// (no RDMA headers needed to build)
+#   libibverbs-dev librdmacm-dev gcc   the test that checks rlun's RDMA struct
+#                    layouts against rdma-core's headers compiles a C program
 PACKAGES=(
     tgt
     libiscsi-bin
@@ -32,6 +36,12 @@ PACKAGES=(
     time
     python3
     pkg-config
+    libibverbs1
+    librdmacm1
+    ibverbs-providers
+    libibverbs-dev
+    librdmacm-dev
+    gcc
 )
 
 as_root() {

@@ -34,7 +34,7 @@ URLs:
   iscsi://[user[%password]@]host[:port]/<target-iqn>/<lun>   one LUN
   iscsi://host[:port]/<target-iqn>                            all LUNs of a target
   iscsi://host[:port]  or  host[:port]                        a portal (discovery)
-  iser://...                                                  iSER (RDMA): not available yet
+  iser://...   (same forms)                                   iSER: iSCSI over RDMA (needs an RDMA device)
   IPv6 hosts go in brackets: iscsi://[::1]:3260/...
 
 Credentials (CHAP) should not be given on the command line, where other users

@@ -49,6 +49,7 @@ impl TransportError {
             | TransportError::Closed
             | TransportError::Unavailable(_)
             | TransportError::Io(_) => ErrorKind::Unreachable,
+            TransportError::Iser(e) => e.kind(),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! rlun: a userspace iSCSI initiator.
+//! rlun: a userspace iSCSI and iSER initiator.
 //!
 //! The layers, top to bottom (see ARCHITECTURE.md for the full picture):
 //!
@@ -13,7 +13,7 @@
 //!   aborts, reconnects, logout). It never touches a socket or a clock.
 //! - [`scsi`]: CDB builders and response/sense parsers (SPC-5, SBC-4).
 //! - [`transport`]: the `Transport` trait the driver is generic over; TCP
-//!   today (in-band data movement), iSER (direct) planned.
+//!   (in-band data movement) and iSER (direct: RDMA CM + verbs).
 //! - [`device`]: `LunDevice`, byte-addressed cached I/O on a LUN.
 //! - [`export`]: the export layer every front end stands on: a target's
 //!   LUNs as exports, clipping, ENOSPC, unmap-or-zero, FUA, flush, capacity
@@ -27,8 +27,9 @@
 //! # Where `unsafe` may appear
 //!
 //! Nowhere but the modules that talk to the kernel or the RDMA stack through
-//! C interfaces: the RDMA verbs/CM module of the iSER transport and the nbd
-//! kernel-attach module (both planned). The crate denies `unsafe_code`; only
+//! C interfaces: the RDMA verbs/CM module of the iSER transport
+//! (`transport::iser::{sys, conn}`) and the nbd kernel-attach module
+//! (planned). The crate denies `unsafe_code`; only
 //! those modules say `#[allow(unsafe_code)]`, and every `unsafe` block there
 //! carries a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks` is
 //! denied).

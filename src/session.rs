@@ -222,6 +222,13 @@ impl SessionHandle {
     pub async fn connect(cfg: SessionConfig) -> Result<SessionHandle, SessionError> {
         match cfg.transport {
             TransportKind::Tcp => Self::connect_over::<TcpTransport>(cfg).await,
+            #[cfg(feature = "rdma")]
+            TransportKind::Iser => {
+                let mut cfg = cfg;
+                crate::transport::iser::adjust_proposal(&mut cfg.proposal);
+                Self::connect_over::<crate::transport::iser::IserTransport>(cfg).await
+            }
+            #[cfg(not(feature = "rdma"))]
             kind @ TransportKind::Iser => Err(SessionError::Connect {
                 portal: portal_string(&cfg.host, cfg.port),
                 source: TransportError::Unavailable(kind),

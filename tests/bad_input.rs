@@ -443,14 +443,76 @@ fn cp_between_two_local_files_exits_2() {
     assert!(!dst.exists(), "cp created {}", dst.display());
 }
 
-#[test]
-fn iser_url_is_understood_but_refused_until_the_transport_exists() {
-    let out = run_rlun(
-        ["info", "iser://127.0.0.1:3260/iqn.2026-11.org.example:x/1"],
-        &[],
-    );
+/// True when this machine has an RDMA device (then the no-device tests
+/// below cannot show their message).
+fn has_rdma_device() -> bool {
+    fs::read_dir("/sys/class/infiniband")
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
+}
 
-    assert_failure(&out, 1, &["iser", "not available"]);
+#[test]
+fn iser_url_without_an_rdma_device_exits_3_and_names_the_checks() {
+    if has_rdma_device() {
+        eprintln!("SKIP: this machine has an RDMA device");
+        return;
+    }
+    // An address nothing answers and a connect timeout of an hour: only a
+    // refusal before any connection attempt finishes within the deadline.
+    for args in [
+        vec![
+            "info",
+            "--connect-timeout",
+            "1h",
+            "iser://192.0.2.1/iqn.2026-11.org.example:x/1",
+        ],
+        vec!["discover", "--connect-timeout", "1h", "iser://192.0.2.1"],
+    ] {
+        let (out, _) = timed_rlun(&args, &[], Duration::from_secs(60));
+
+        assert_failure(
+            &out,
+            EXIT_UNREACHABLE,
+            &["no rdma device", "`rdma link`", "`ibv_devices`"],
+        );
+    }
+}
+
+#[test]
+fn iser_url_without_rdma_core_libraries_names_what_to_install() {
+    // Hide libibverbs in a private mount namespace (root only), as on a
+    // machine where rdma-core is not installed.
+    let lib = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ldconfig -p | awk '/libibverbs.so.1 /{print $NF; exit}'",
+        ])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let unshare_ok = std::process::Command::new("unshare")
+        .args(["-m", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if lib.is_empty() || !unshare_ok {
+        eprintln!("SKIP: needs libibverbs.so.1 installed and `unshare -m` (root)");
+        return;
+    }
+    let script = format!(
+        "mount --bind /dev/null '{lib}' && exec '{}' info iser://127.0.0.1/{IQN}/1",
+        common::rlun_bin().display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .expect("run rlun in a mount namespace");
+
+    assert_failure(
+        &out,
+        EXIT_UNREACHABLE,
+        &["libibverbs.so.1", "install rdma-core", "`ibv_devices`"],
+    );
 }
 
 // ------------------------------------------------ copies to odd destinations

@@ -44,6 +44,8 @@ pub enum CliError {
     Client(#[from] ClientError),
     #[error(transparent)]
     Session(#[from] SessionError),
+    #[error(transparent)]
+    Iser(#[from] crate::transport::iser::IserError),
     #[error("{what} {}", path.display())]
     LocalFile {
         what: &'static str,
@@ -93,6 +95,7 @@ impl CliError {
                 ErrorKind::Failure
             }
             CliError::Session(e) => e.kind(),
+            CliError::Iser(e) => e.kind(),
             CliError::Client(e) => e.kind(),
         }
     }
@@ -137,9 +140,8 @@ impl Ctx {
         opts: &ConnectOpts,
     ) -> Result<SessionConfig, CliError> {
         if url.transport == TransportKind::Iser {
-            return Err(CliError::Other(
-                "iser:// transport is not available yet in this build of rlun; use iscsi://".into(),
-            ));
+            // Say at once when this machine cannot do RDMA at all.
+            crate::transport::iser::check_available()?;
         }
         let entry = entry_name.and_then(|n| self.config.target(n)).or_else(|| {
             // A URL that matches a configured target picks up its settings too.

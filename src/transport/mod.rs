@@ -50,6 +50,7 @@ use crate::proto::pdu::{Digests, FrameLimits, Pdu, PduError};
 pub use crate::proto::session::{DataMovement, DirectBuffers, ReadRegion, Transmit, WriteRegion};
 pub use crate::url::TransportKind;
 
+pub mod iser;
 pub mod tcp;
 
 /// Errors of a transport: reaching the portal, and the byte or message
@@ -84,6 +85,8 @@ pub enum TransportError {
     Pdu(#[from] PduError),
     #[error("{}:// transport is not available yet in this build of rlun; use iscsi://", .0.scheme())]
     Unavailable(TransportKind),
+    #[error(transparent)]
+    Iser(Box<iser::IserError>),
 }
 
 /// One connection to a portal that carries iSCSI PDUs.
