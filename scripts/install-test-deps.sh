@@ -14,6 +14,8 @@ set -euo pipefail
 #   fio, fuse3, libfuse3-dev, libnbd-bin, e2fsprogs   FUSE and NBD front-end tests
 #   iproute2, procps, util-linux (setpriv), time (/usr/bin/time), python3
 #   pkg-config       for -sys crates that look up system libraries
+#   g++              libfuzzer-sys compiles libFuzzer (scripts/fuzz.sh; the
+#                    nightly toolchain it needs is never installed from here)
 PACKAGES=(
     tgt
     libiscsi-bin
@@ -28,6 +30,7 @@ PACKAGES=(
     time
     python3
     pkg-config
+    g++
 )
 
 as_root() {

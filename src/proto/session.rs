@@ -138,6 +138,8 @@ pub enum ProtocolError {
         len: u32,
         expected: u32,
     },
+    #[error("Data-In for task {itt:#010x} at offset {offset}, expected the next in-order offset {expected} (DataPDUInOrder=Yes)")]
+    DataOffset { itt: u32, offset: u32, expected: u32 },
     #[error("R2T for task {itt:#010x} asks for bytes {offset}+{len} of a {total}-byte write")]
     BadR2t {
         itt: u32,
@@ -716,20 +718,26 @@ impl Session {
                         expected: c.read_len,
                     });
                 }
+                // rlun always offers DataPDUInOrder=Yes and
+                // DataSequenceInOrder=Yes, which the OR rule makes the
+                // outcome whatever the target answers (§13.19, §13.20): the
+                // Data-In PDUs of a read cover it in order, each starting
+                // where the previous one ended. Anything else (a gap, an
+                // overlap, a resend) would leave holes or stale bytes in the
+                // result, so it ends the connection.
+                if h.buffer_offset != c.received {
+                    return Err(ProtocolError::DataOffset {
+                        itt: h.itt,
+                        offset: h.buffer_offset,
+                        expected: c.received,
+                    });
+                }
                 if len > 0 {
-                    let (start, end) = (h.buffer_offset as usize, end as usize);
                     if c.read_buf.capacity() == 0 {
+                        // At most the read length the command asked for.
                         c.read_buf.reserve(c.read_len as usize);
                     }
-                    if start == c.read_buf.len() {
-                        // In order (the usual case): one copy, no zero-fill.
-                        c.read_buf.extend_from_slice(&pdu.data);
-                    } else {
-                        if c.read_buf.len() < end {
-                            c.read_buf.resize(end, 0);
-                        }
-                        c.read_buf[start..end].copy_from_slice(&pdu.data);
-                    }
+                    c.read_buf.extend_from_slice(&pdu.data);
                     c.received += len;
                 }
                 if h.status_present {
@@ -1052,8 +1060,7 @@ impl Session {
         let TaskKind::Command(c) = task.kind else {
             return;
         };
-        let mut data = c.read_buf;
-        data.truncate(c.received as usize);
+        let data = c.read_buf;
         self.events.push_back(Event::Command {
             id: task.id,
             result: Ok(CommandResult {
@@ -1373,6 +1380,45 @@ mod tests {
             .handle_pdu(data_in(itt, 0, 2, b"abcd", true), Instant::now())
             .unwrap_err();
         assert!(matches!(err, ProtocolError::DataOverrun { .. }));
+    }
+
+    #[test]
+    fn data_in_out_of_order_or_with_a_gap_is_a_protocol_error() {
+        // A gap: the first Data-In starts at 4 instead of 0. Accepting it
+        // would complete the read with zeros where bytes 0..4 belong.
+        let mut s = session(params(), 10);
+        s.submit(read(8));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let err = s
+            .handle_pdu(data_in(itt, 0, 4, b"efgh", true), Instant::now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProtocolError::DataOffset {
+                itt,
+                offset: 4,
+                expected: 0
+            }
+        );
+
+        // An overlap: the second Data-In goes back to offset 0.
+        let mut s = session(params(), 10);
+        s.submit(read(8));
+        let itt = itt_of(&drain(&mut s)[0]);
+        s.handle_pdu(data_in(itt, 0, 0, b"abcd", false), Instant::now())
+            .unwrap();
+        let err = s
+            .handle_pdu(data_in(itt, 1, 0, b"abcd", true), Instant::now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProtocolError::DataOffset {
+                itt,
+                offset: 0,
+                expected: 4
+            }
+        );
+        assert!(s.poll_event().is_none(), "the read must not complete");
     }
 
     #[test]
