@@ -224,6 +224,8 @@ enum TaskKind {
     Command(CommandTask),
     Text {
         received: BytesMut,
+        /// Text Responses received so far for this exchange.
+        responses: u32,
     },
     TaskMgmt {
         function: u8,
@@ -284,6 +286,14 @@ pub struct Session {
     last_heard: Option<Instant>,
     ping_outstanding: Option<(u32, Instant)>,
 }
+
+/// Most text one Text exchange may return (a SendTargets answer from a big
+/// array is far smaller); more ends the connection.
+pub const MAX_TEXT_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// Most Text Responses one exchange may take. With the 256 KiB data
+/// segments rlun declares, 16 MiB takes 64; targets using 16 KiB segments
+/// still fit. A target that keeps asking to continue is cut off here.
+pub const MAX_TEXT_RESPONSES: u32 = 1024;
 
 /// RFC 1982 serial-number "less than" on 32-bit sequence numbers (§3.2.2.1).
 pub fn sn_lt(a: u32, b: u32) -> bool {
@@ -648,6 +658,7 @@ impl Session {
             cmd_sn,
             kind: TaskKind::Text {
                 received: BytesMut::new(),
+                responses: 0,
             },
         });
     }
@@ -865,7 +876,10 @@ impl Session {
                 let exp_stat_sn = self.exp_stat_sn;
                 let cmd_sn = self.cmd_sn;
                 let Some(Task {
-                    kind: TaskKind::Text { received, .. },
+                    kind: TaskKind::Text {
+                        received,
+                        responses,
+                    },
                     ..
                 }) = self.tasks.get_mut(&h.itt)
                 else {
@@ -874,9 +888,18 @@ impl Session {
                         itt: h.itt,
                     });
                 };
-                if received.len() + pdu.data.len() > 16 * 1024 * 1024 {
+                // Bounds against a target that never ends the exchange:
+                // the text kept, and the number of continuation rounds
+                // (empty continued responses would otherwise go on forever).
+                if received.len() + pdu.data.len() > MAX_TEXT_RESPONSE_BYTES {
                     return Err(ProtocolError::MalformedData {
                         what: "Text Response (over 16 MiB of text)",
+                    });
+                }
+                *responses += 1;
+                if !h.final_ && *responses >= MAX_TEXT_RESPONSES {
+                    return Err(ProtocolError::MalformedData {
+                        what: "Text Response (more than 1024 responses to one Text Request)",
                     });
                 }
                 received.extend_from_slice(&pdu.data);
@@ -1715,6 +1738,31 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn endless_text_continuation_is_a_protocol_error() {
+        let mut s = session(params(), 10);
+        s.submit_text(Bytes::from_static(b"SendTargets=All\0"));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let more = Pdu::new(Bhs::TextResponse(TextResponse {
+            final_: false,
+            continue_: false,
+            lun: [0; 8],
+            itt,
+            ttt: 0x77,
+            stat_sn: 1,
+            exp_cmd_sn: 2,
+            max_cmd_sn: 10,
+        }));
+        let now = Instant::now();
+        for _ in 1..MAX_TEXT_RESPONSES {
+            s.handle_pdu(more.clone(), now).unwrap();
+            assert_eq!(drain(&mut s).len(), 1, "one continuation request each");
+        }
+        let err = s.handle_pdu(more, now).unwrap_err();
+        assert!(matches!(err, ProtocolError::MalformedData { .. }), "{err}");
+        assert!(err.to_string().contains("more than 1024 responses"), "{err}");
     }
 
     #[test]
