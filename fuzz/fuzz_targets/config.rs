@@ -20,12 +20,21 @@ fuzz_target!(|data: &[u8]| {
     match Config::from_toml_str(text, Path::new("/etc/rlun/rlun.toml")) {
         Ok(config) => {
             for (name, t) in &config.targets {
-                assert!(t.url.target.is_some(), "target {name} loaded without a target name");
-                for f in [&t.chap_secret_file, &t.mutual_secret_file].into_iter().flatten() {
+                assert!(
+                    t.url.target.is_some(),
+                    "target {name} loaded without a target name"
+                );
+                for f in [&t.chap_secret_file, &t.mutual_secret_file]
+                    .into_iter()
+                    .flatten()
+                {
                     assert!(f.is_absolute(), "secret file {} left relative", f.display());
                 }
                 let _ = config.require_target(name);
-                let _ = (config.header_digest(Some(&t.url), Some(t)), config.data_digest(Some(t)));
+                let _ = (
+                    config.header_digest(Some(&t.url), Some(t)),
+                    config.data_digest(Some(t)),
+                );
             }
             let _ = (config.connect_timeout(), config.login_timeout());
         }

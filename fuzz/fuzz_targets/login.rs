@@ -56,7 +56,11 @@ fn response(input: &mut Input) -> Pdu {
             },
         }
     } else {
-        let class = if flags & 0x0c == 0x0c { input.u8() % 5 } else { 0 };
+        let class = if flags & 0x0c == 0x0c {
+            input.u8() % 5
+        } else {
+            0
+        };
         Bhs::LoginResponse(LoginResponse {
             transit: flags & 1 != 0,
             continue_: flags & 2 != 0,
@@ -121,8 +125,9 @@ fuzz_target!(|data: &[u8]| {
             }
             Ok(LoginStep::Complete(result)) => {
                 assert_eq!(result.isid, ISID);
-                assert!(result.params.first_burst_length <= result.params.max_burst_length
-                    || discovery);
+                assert!(
+                    result.params.first_burst_length <= result.params.max_burst_length || discovery
+                );
                 return;
             }
             Ok(LoginStep::Redirect { .. }) => return,

@@ -9,8 +9,7 @@
 use libfuzzer_sys::fuzz_target;
 use rlun::proto::digest::DigestType;
 use rlun::proto::negotiate::{
-    self, InitiatorProposal, Negotiator, SessionType, TargetAddress, TaskReporting,
-    MAX_SEGMENT_LEN,
+    self, InitiatorProposal, Negotiator, SessionType, TargetAddress, TaskReporting, MAX_SEGMENT_LEN,
 };
 use rlun::proto::text;
 use rlun_fuzz::Input;
@@ -66,7 +65,11 @@ fuzz_target!(|data: &[u8]| {
         for (_, v) in &pairs {
             if let Ok(a) = TargetAddress::parse(v) {
                 let again = TargetAddress::parse(&a.to_string());
-                assert_eq!(again.as_ref().ok(), Some(&a), "TargetAddress display round trip");
+                assert_eq!(
+                    again.as_ref().ok(),
+                    Some(&a),
+                    "TargetAddress display round trip"
+                );
             }
         }
         if !failed {
@@ -85,7 +88,12 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(targets) = negotiate::parse_send_targets(&all_pairs) {
         for t in targets {
-            assert!(!t.name.is_empty() || all_pairs.iter().any(|(k, v)| k == "TargetName" && v.is_empty()));
+            assert!(
+                !t.name.is_empty()
+                    || all_pairs
+                        .iter()
+                        .any(|(k, v)| k == "TargetName" && v.is_empty())
+            );
         }
     }
     let _ = neg.pending();

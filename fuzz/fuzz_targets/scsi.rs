@@ -28,7 +28,11 @@ fn check<T>(r: Result<T, ParseError>, len: usize) -> Option<T> {
 fn all_parsers(buf: &[u8]) {
     let n = buf.len();
     if let Some(i) = check(inquiry::StandardInquiry::parse(buf), n) {
-        let _ = (i.version_name(), i.is_connected_disk(), i.device_type.name());
+        let _ = (
+            i.version_name(),
+            i.is_connected_disk(),
+            i.device_type.name(),
+        );
     }
     if let Some(p) = check(vpd::SupportedPages::parse(buf), n) {
         let _ = p.supports(0x83);
@@ -51,7 +55,11 @@ fn all_parsers(buf: &[u8]) {
         let _ = (c.needs_16(), c.block_count(), c.capacity_bytes());
     }
     if let Some(c) = check(capacity::ReadCapacity16::parse(buf), n) {
-        let _ = (c.block_count(), c.capacity_bytes(), c.physical_block_length());
+        let _ = (
+            c.block_count(),
+            c.capacity_bytes(),
+            c.physical_block_length(),
+        );
     }
     if let Some(r) = check(luns::ReportLuns::parse(buf), n) {
         for number in r.numbers() {
@@ -65,13 +73,28 @@ fn all_parsers(buf: &[u8]) {
         }
     }
     if let Some(s) = check(sense::Sense::parse(buf), n) {
-        let _ = (s.to_string(), s.field_pointer(), s.progress(), s.description());
+        let _ = (
+            s.to_string(),
+            s.field_pointer(),
+            s.progress(),
+            s.description(),
+        );
     }
     let _ = sense::Sense::from_iscsi_data_segment(buf);
     for status in [0x00u8, 0x02, 0x08, 0x18, 0x28, 0x30, 0x40, 0x77] {
         let e = sense::ScsiError::from_status_and_sense_bytes(sense::Status::from(status), buf);
-        let _ = (e.to_string(), e.to_errno(), e.is_retryable(), e.sense_key(), e.asc_ascq());
-        let _ = (e.is_unit_attention(), e.is_write_protected(), e.is_lba_out_of_range());
+        let _ = (
+            e.to_string(),
+            e.to_errno(),
+            e.is_retryable(),
+            e.sense_key(),
+            e.asc_ascq(),
+        );
+        let _ = (
+            e.is_unit_attention(),
+            e.is_write_protected(),
+            e.is_lba_out_of_range(),
+        );
         let _ = sense::ScsiError::check(sense::Status::from(status), buf);
     }
 }

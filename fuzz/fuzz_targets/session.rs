@@ -57,28 +57,61 @@ impl Harness {
         let p = self.s.params().clone();
         while let Some(out) = self.s.poll_transmit() {
             let wire = out.encode(Digests::default()).to_vec();
-            let back = pdu::decode(Bytes::from(wire), &limits(Digests::default(), MAX_DATA_SEGMENT))
-                .expect("a PDU we send decodes");
+            let back = pdu::decode(
+                Bytes::from(wire),
+                &limits(Digests::default(), MAX_DATA_SEGMENT),
+            )
+            .expect("a PDU we send decodes");
             assert_eq!(back, out);
             match &out.bhs {
                 Bhs::ScsiCommand(c) => {
                     let immediate_max = p.first_burst_length.min(p.max_xmit_data_segment_length);
-                    assert!(out.data.len() as u32 <= immediate_max, "immediate data over the limits");
+                    assert!(
+                        out.data.len() as u32 <= immediate_max,
+                        "immediate data over the limits"
+                    );
                     assert!(p.immediate_data || out.data.is_empty());
-                    let write_len = if c.write { c.expected_data_transfer_length } else { 0 };
+                    let write_len = if c.write {
+                        c.expected_data_transfer_length
+                    } else {
+                        0
+                    };
                     self.write_len_by_itt.insert(c.itt, write_len);
-                    self.tag(Tag { itt: c.itt, write_len, ..Tag::default() });
+                    self.tag(Tag {
+                        itt: c.itt,
+                        write_len,
+                        ..Tag::default()
+                    });
                 }
                 Bhs::DataOut(d) => {
-                    let total = self.write_len_by_itt.get(&d.itt).copied().expect("Data-Out for a write we sent");
+                    let total = self
+                        .write_len_by_itt
+                        .get(&d.itt)
+                        .copied()
+                        .expect("Data-Out for a write we sent");
                     assert!(!out.data.is_empty(), "empty Data-Out");
                     assert!(out.data.len() as u32 <= p.max_xmit_data_segment_length.max(512));
-                    assert!(u64::from(d.buffer_offset) + out.data.len() as u64 <= u64::from(total), "Data-Out beyond the write");
+                    assert!(
+                        u64::from(d.buffer_offset) + out.data.len() as u64 <= u64::from(total),
+                        "Data-Out beyond the write"
+                    );
                 }
-                Bhs::TextRequest(t) => self.tag(Tag { itt: t.itt, ..Tag::default() }),
-                Bhs::NopOut(n) if n.itt != RESERVED_TAG => self.tag(Tag { itt: n.itt, ..Tag::default() }),
-                Bhs::TaskMgmtRequest(t) => self.tag(Tag { itt: t.itt, ..Tag::default() }),
-                Bhs::LogoutRequest(l) => self.tag(Tag { itt: l.itt, ..Tag::default() }),
+                Bhs::TextRequest(t) => self.tag(Tag {
+                    itt: t.itt,
+                    ..Tag::default()
+                }),
+                Bhs::NopOut(n) if n.itt != RESERVED_TAG => self.tag(Tag {
+                    itt: n.itt,
+                    ..Tag::default()
+                }),
+                Bhs::TaskMgmtRequest(t) => self.tag(Tag {
+                    itt: t.itt,
+                    ..Tag::default()
+                }),
+                Bhs::LogoutRequest(l) => self.tag(Tag {
+                    itt: l.itt,
+                    ..Tag::default()
+                }),
                 Bhs::NopOut(_) => {}
                 other => panic!("session sent a {:?}", other.opcode()),
             }
@@ -90,7 +123,10 @@ impl Harness {
                         let Some(Kind::Command { read_len }) = self.pending.get(id) else {
                             panic!("completion for {id:?}, which is no pending command: {ev:?}");
                         };
-                        assert!(r.data.len() as u64 <= u64::from(*read_len), "more data than asked for");
+                        assert!(
+                            r.data.len() as u64 <= u64::from(*read_len),
+                            "more data than asked for"
+                        );
                     }
                     (*id, "command")
                 }
@@ -104,7 +140,10 @@ impl Harness {
                 Event::Logout { id, .. } => (*id, "logout"),
                 Event::Async { .. } | Event::Reject { .. } => continue,
             };
-            assert!(self.pending.remove(&id).is_some(), "{kind} event for {id:?}, which is not pending (twice?)");
+            assert!(
+                self.pending.remove(&id).is_some(),
+                "{kind} event for {id:?}, which is not pending (twice?)"
+            );
         }
     }
 
@@ -124,7 +163,9 @@ impl Harness {
         if op & 0x0f < 14 {
             b[0] = opcode;
         }
-        let put = |b: &mut [u8; BHS_LEN], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+        let put = |b: &mut [u8; BHS_LEN], at: usize, v: u32| {
+            b[at..at + 4].copy_from_slice(&v.to_be_bytes())
+        };
         let numbers = self.s.numbers();
         if op & 0x10 != 0 && !self.tags.is_empty() {
             let i = usize::from(b[16]) % self.tags.len();
@@ -141,7 +182,8 @@ impl Harness {
                     0x31 if t.write_len > 0 => {
                         let off = u32::from(b[40]) * 512 % t.write_len;
                         put(&mut b, 40, off);
-                        put(&mut b, 44, (t.write_len - off).min(1 + u32::from(b[44]) * 512));
+                        let want = (t.write_len - off).min(1 + u32::from(b[44]) * 512);
+                        put(&mut b, 44, want);
                     }
                     _ => {}
                 }
@@ -149,13 +191,18 @@ impl Harness {
         }
         if op & 0x40 != 0 {
             put(&mut b, 28, numbers.cmd_sn);
-            put(&mut b, 32, numbers.cmd_sn.wrapping_add(u32::from(b[32] % 64)));
+            let max_cmd_sn = numbers.cmd_sn.wrapping_add(u32::from(b[32] % 64));
+            put(&mut b, 32, max_cmd_sn);
         }
         if op & 0x80 != 0 {
             put(&mut b, 24, numbers.exp_stat_sn);
         }
         let wire = frame(b, data, Digests::default());
-        pdu::decode(Bytes::from(wire), &limits(Digests::default(), MAX_DATA_SEGMENT)).ok()
+        pdu::decode(
+            Bytes::from(wire),
+            &limits(Digests::default(), MAX_DATA_SEGMENT),
+        )
+        .ok()
     }
 }
 
@@ -269,6 +316,10 @@ fuzz_target!(|data: &[u8]| {
     h.s.fail_all("fuzz input ended");
     h.drain();
     h.pending.retain(|_, k| *k != Kind::Ping);
-    assert!(h.pending.is_empty(), "tasks never completed: {:?}", h.pending);
+    assert!(
+        h.pending.is_empty(),
+        "tasks never completed: {:?}",
+        h.pending
+    );
     assert_eq!(h.s.outstanding(), 0);
 });

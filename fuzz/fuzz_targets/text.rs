@@ -24,8 +24,14 @@ fn values(v: &str) {
     match text::decode_binary(v, text::MAX_LARGE_BINARY_LEN) {
         Ok(bytes) => {
             let max = text::MAX_LARGE_BINARY_LEN;
-            assert_eq!(text::decode_binary(&text::encode_hex(&bytes), max), Ok(bytes.clone()));
-            assert_eq!(text::decode_binary(&text::encode_base64(&bytes), max), Ok(bytes));
+            assert_eq!(
+                text::decode_binary(&text::encode_hex(&bytes), max),
+                Ok(bytes.clone())
+            );
+            assert_eq!(
+                text::decode_binary(&text::encode_base64(&bytes), max),
+                Ok(bytes)
+            );
         }
         Err(e) => {
             let _ = e.to_string();

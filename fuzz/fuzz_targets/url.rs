@@ -14,8 +14,9 @@ fuzz_target!(|data: &[u8]| {
     match TargetUrl::parse(s) {
         Ok(url) => {
             let shown = url.to_string();
-            let again = TargetUrl::parse(&shown)
-                .unwrap_or_else(|e| panic!("{s:?} printed as {shown:?}, which does not parse: {e}"));
+            let again = TargetUrl::parse(&shown).unwrap_or_else(|e| {
+                panic!("{s:?} printed as {shown:?}, which does not parse: {e}")
+            });
             let mut expected = url.clone();
             expected.password = None;
             expected.mutual_password = None;
@@ -29,7 +30,11 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(p) = Portal::parse(s) {
         let shown = p.to_string();
-        assert_eq!(Portal::parse(&shown).as_ref().ok(), Some(&p), "portal {s:?} printed as {shown:?}");
+        assert_eq!(
+            Portal::parse(&shown).as_ref().ok(),
+            Some(&p),
+            "portal {s:?} printed as {shown:?}"
+        );
         let _ = p.host_port();
     }
     let _ = check_iscsi_name(s).map_err(|e| e.to_string());
