@@ -844,6 +844,23 @@ mod tests {
     }
 
     #[test]
+    fn login_text_over_64_kib_is_a_protocol_error() {
+        let (mut login, _) = Login::start(cfg(None)).unwrap();
+        let mut more = rsp(false, Stage::Security, Stage::Security, 0, &[]);
+        if let Bhs::LoginResponse(h) = &mut more.bhs {
+            h.continue_ = true;
+        }
+        more.data = Bytes::from(vec![b'a'; 8192]);
+        for _ in 0..MAX_LOGIN_TEXT / 8192 {
+            login = expect_send(login.handle_response(more.clone()).unwrap()).0;
+        }
+        match login.handle_response(more) {
+            Err(LoginError::Protocol(msg)) => assert!(msg.contains("64 KiB"), "{msg}"),
+            other => panic!("expected a protocol error, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn continued_login_text_is_gathered_before_parsing() {
         let (login, _) = Login::start(cfg(None)).unwrap();
         let mut part1 = rsp(false, Stage::Security, Stage::Security, 0, &[]);

@@ -1741,6 +1741,39 @@ mod tests {
     }
 
     #[test]
+    fn send_targets_reply_over_16_mib_is_a_protocol_error() {
+        let mut s = session(params(), 10);
+        s.submit_text(Bytes::from_static(b"SendTargets=All\0"));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let part = |final_: bool, data: Bytes| {
+            Pdu::with_data(
+                Bhs::TextResponse(TextResponse {
+                    final_,
+                    continue_: !final_,
+                    lun: [0; 8],
+                    itt,
+                    ttt: 0x77,
+                    stat_sn: 1,
+                    exp_cmd_sn: 2,
+                    max_cmd_sn: 10,
+                }),
+                data,
+            )
+        };
+        // 64 segments of 256 KiB: exactly the 16 MiB bound, still accepted.
+        let chunk = Bytes::from(vec![b'a'; 256 * 1024]);
+        let now = Instant::now();
+        for _ in 0..MAX_TEXT_RESPONSE_BYTES / chunk.len() {
+            s.handle_pdu(part(false, chunk.clone()), now).unwrap();
+        }
+        let err = s
+            .handle_pdu(part(true, Bytes::from_static(b"b")), now)
+            .unwrap_err();
+        assert!(err.to_string().contains("over 16 MiB"), "{err}");
+        assert!(s.poll_event().is_none(), "no text result from a refused reply");
+    }
+
+    #[test]
     fn endless_text_continuation_is_a_protocol_error() {
         let mut s = session(params(), 10);
         s.submit_text(Bytes::from_static(b"SendTargets=All\0"));
