@@ -223,12 +223,29 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// Print a shell completion script (bash, zsh or fish) to standard output.
+    ///
+    /// bash: `rlun completions bash > /etc/bash_completion.d/rlun`;
+    /// zsh: into a directory of `$fpath` as `_rlun`;
+    /// fish: `~/.config/fish/completions/rlun.fish`. Packages install them.
+    Completions {
+        /// The shell.
+        shell: Shell,
+    },
     /// Write the man pages into a directory.
     #[command(hide = true)]
     GenerateMan {
         /// Output directory.
         dir: PathBuf,
     },
+}
+
+/// Shells `rlun completions` writes scripts for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 /// Benchmark access patterns.

@@ -23,7 +23,9 @@
 //! response) and the same secret in both directions (RFC 7143 §12.1.3
 //! forbids it). A secret shorter than 12 bytes (96 bits, the minimum RFC
 //! 7143 §12.1.3 asks for without IPsec) gives a warning, as do secrets in
-//! process arguments and group- or world-readable secret files.
+//! process arguments. A secret file, credentials file or config file with
+//! an inline secret that its group or others can read is refused
+//! ([`ConfigError::SecretsReadable`]), with the `chmod 600` that fixes it.
 //!
 //! Warnings are returned, never printed: the caller decides how to show them.
 //! No function here reads the process environment directly; they take an
@@ -98,7 +100,10 @@ DESCRIPTION
     initiator_name = "iqn.2026-11.org.rlun:myhost"
         The iSCSI name rlun logs in with (RFC 7143 section 4.2.7). The
         RLUN_INITIATOR_NAME environment variable and --initiator-name take
-        precedence. Default: iqn.2026-11.org.rlun:<host name>.
+        precedence. Without any of them rlun uses the InitiatorName= of
+        open-iscsi's /etc/iscsi/initiatorname.iscsi when that file exists
+        (so target ACLs written for this host's kernel initiator admit rlun
+        too), else iqn.2026-11.org.rlun:<host name>, stable for the host.
     connect_timeout_secs = 10
         Seconds to wait for the TCP (or RDMA) connection. Must be above 0.
     login_timeout_secs = 15
@@ -125,8 +130,9 @@ DESCRIPTION
     header_digest, data_digest
         As in [defaults], for this target only.
 
-    Keep a file that holds secrets readable by its owner only (chmod 600);
-    rlun warns otherwise.
+    A file that holds secrets must be readable by its owner only (chmod 600):
+    rlun refuses a secret file, a credentials file, or this file when it
+    holds a secret inline, if its group or others can read it.
 
 EXAMPLE
     [defaults]
@@ -165,6 +171,18 @@ pub enum ConfigError {
         name: String,
         path: PathBuf,
         known: Vec<String>,
+    },
+
+    #[error(
+        "{what} {} holds secrets but is readable by {by} (mode {mode:04o}); rlun refuses it: run chmod 600 {}",
+        path.display(),
+        path.display()
+    )]
+    SecretsReadable {
+        what: &'static str,
+        path: PathBuf,
+        by: &'static str,
+        mode: u32,
     },
 
     #[error("cannot read credentials file {}", path.display())]
@@ -361,11 +379,9 @@ impl Config {
                 })
             }
         };
-        let mut config = Config::from_toml_str(&text, path)?;
+        let config = Config::from_toml_str(&text, path)?;
         if config.has_inline_secrets() {
-            if let Some(w) = readable_warning(path, "config file") {
-                config.warnings.push(w);
-            }
+            check_private(path, "config file")?;
         }
         Ok(config)
     }
@@ -503,13 +519,27 @@ impl Config {
     }
 }
 
+/// open-iscsi's initiator name file, used when nothing else names one.
+pub const OPEN_ISCSI_NAME_FILE: &str = "/etc/iscsi/initiatorname.iscsi";
+
 /// The initiator name: `cli`, else `RLUN_INITIATOR_NAME`, else
-/// `[defaults] initiator_name`, else [`default_initiator_name`]. Checked
+/// `[defaults] initiator_name`, else open-iscsi's
+/// [`OPEN_ISCSI_NAME_FILE`], else [`default_initiator_name`]. Checked
 /// against RFC 7143 §4.2.7.
 pub fn resolve_initiator_name(
     cli: Option<&str>,
     env: impl Fn(&str) -> Option<String>,
     config: &Config,
+) -> Result<String, ConfigError> {
+    resolve_initiator_name_with(cli, env, config, Path::new(OPEN_ISCSI_NAME_FILE))
+}
+
+/// [`resolve_initiator_name`] with open-iscsi's file at `open_iscsi_file`.
+pub fn resolve_initiator_name_with(
+    cli: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+    config: &Config,
+    open_iscsi_file: &Path,
 ) -> Result<String, ConfigError> {
     let (name, from) = if let Some(n) = cli {
         (n.to_string(), "the command line".to_string())
@@ -517,11 +547,28 @@ pub fn resolve_initiator_name(
         (n, "RLUN_INITIATOR_NAME".to_string())
     } else if let Some(n) = &config.defaults.initiator_name {
         (n.clone(), "[defaults] initiator_name".to_string())
+    } else if let Some(n) = fs::read_to_string(open_iscsi_file)
+        .ok()
+        .and_then(|t| parse_open_iscsi_name(&t))
+    {
+        (n, open_iscsi_file.display().to_string())
     } else {
         return Ok(default_initiator_name());
     };
     check_iscsi_name(&name).map_err(|source| ConfigError::BadInitiatorName { from, source })?;
     Ok(name)
+}
+
+/// The `InitiatorName=` of an open-iscsi `initiatorname.iscsi` file
+/// (comments start with `#`; the last assignment wins, as in iscsid).
+pub fn parse_open_iscsi_name(text: &str) -> Option<String> {
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.strip_prefix("InitiatorName="))
+        .map(|v| v.trim().to_string())
+        .find(|v| !v.is_empty())
 }
 
 /// `iqn.2026-11.org.rlun:<hostname>`, with the host name read from
@@ -618,7 +665,7 @@ impl Credentials {
             env_layer(&env),
         ];
         if let Some(path) = file {
-            layers.push(file_layer(path, &mut warnings)?);
+            layers.push(file_layer(path)?);
         }
         if let Some(entry) = config_entry {
             layers.push(Layer {
@@ -642,13 +689,13 @@ impl Credentials {
         if let Some(entry) = config_entry {
             if secret.is_none() {
                 if let Some(f) = &entry.chap_secret_file {
-                    let s = read_secret_file(f, "chap_secret_file", &mut warnings)?;
+                    let s = read_secret_file(f, "chap_secret_file")?;
                     secret = Some((Some(s), format!("secret file {}", f.display())));
                 }
             }
             if mutual_secret.is_none() {
                 if let Some(f) = &entry.mutual_secret_file {
-                    let s = read_secret_file(f, "mutual_secret_file", &mut warnings)?;
+                    let s = read_secret_file(f, "mutual_secret_file")?;
                     mutual_secret = Some((Some(s), format!("secret file {}", f.display())));
                 }
             }
@@ -716,14 +763,12 @@ fn env_layer(env: &dyn Fn(&str) -> Option<String>) -> Layer {
     }
 }
 
-fn file_layer(path: &Path, warnings: &mut Vec<String>) -> Result<Layer, ConfigError> {
+fn file_layer(path: &Path) -> Result<Layer, ConfigError> {
     let text = fs::read_to_string(path).map_err(|source| ConfigError::ReadCredentials {
         path: path.to_path_buf(),
         source,
     })?;
-    if let Some(w) = readable_warning(path, "credentials file") {
-        warnings.push(w);
-    }
+    check_private(path, "credentials file")?;
     let f: CredFile = toml::from_str(&text).map_err(|e| ConfigError::ParseCredentials {
         path: path.to_path_buf(),
         detail: describe_toml_error(&text, &e),
@@ -771,19 +816,13 @@ fn pair(
 }
 
 /// A secret file: its whole content, less one trailing newline.
-fn read_secret_file(
-    path: &Path,
-    key: &str,
-    warnings: &mut Vec<String>,
-) -> Result<Secret, ConfigError> {
+fn read_secret_file(path: &Path, key: &str) -> Result<Secret, ConfigError> {
     let text = fs::read_to_string(path).map_err(|source| ConfigError::ReadSecretFile {
         path: path.to_path_buf(),
         key: key.to_string(),
         source,
     })?;
-    if let Some(w) = readable_warning(path, "secret file") {
-        warnings.push(w);
-    }
+    check_private(path, "secret file")?;
     let s = text
         .strip_suffix("\r\n")
         .or_else(|| text.strip_suffix('\n'))
@@ -797,20 +836,24 @@ fn read_secret_file(
     Ok(Secret::new(s))
 }
 
-/// A warning when `path` can be read by its group or by others.
-fn readable_warning(path: &Path, what: &str) -> Option<String> {
-    let mode = fs::metadata(path).ok()?.permissions().mode();
-    (mode & 0o044 != 0).then(|| {
-        format!(
-            "{what} {} holds secrets but is readable by {} (mode {:04o}); run chmod 600 on it",
-            path.display(),
-            match (mode & 0o040 != 0, mode & 0o004 != 0) {
-                (true, true) => "its group and by others",
-                (true, false) => "its group",
-                _ => "others",
-            },
-            mode & 0o7777
-        )
+/// Refuses `path` when its group or others can read it: it holds secrets.
+fn check_private(path: &Path, what: &'static str) -> Result<(), ConfigError> {
+    let Ok(meta) = fs::metadata(path) else {
+        return Ok(()); // the read that follows reports a missing file
+    };
+    let mode = meta.permissions().mode();
+    if mode & 0o044 == 0 {
+        return Ok(());
+    }
+    Err(ConfigError::SecretsReadable {
+        what,
+        path: path.to_path_buf(),
+        by: match (mode & 0o040 != 0, mode & 0o004 != 0) {
+            (true, true) => "its group and by others",
+            (true, false) => "its group",
+            _ => "others",
+        },
+        mode: mode & 0o7777,
     })
 }
 
@@ -1204,7 +1247,7 @@ mod tests {
     // ---- credentials file ----
 
     #[test]
-    fn group_readable_credentials_file_gives_a_warning() {
+    fn group_readable_credentials_file_is_refused_with_the_chmod_fix() {
         let dir = tempfile::tempdir().unwrap();
         let f = write_file(
             dir.path(),
@@ -1212,15 +1255,22 @@ mod tests {
             "user = \"u\"\nsecret = \"long-enough-secret\"\n",
             0o640,
         );
-        let (c, w) =
+        let err =
+            Credentials::resolve(&CliCreds::default(), &plain_url(), no_env(), Some(&f), None)
+                .unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, ConfigError::SecretsReadable { .. }), "{msg}");
+        assert!(
+            msg.contains("readable by its group")
+                && msg.contains("0640")
+                && msg.contains(&format!("chmod 600 {}", f.display())),
+            "{msg}"
+        );
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        let (c, _) =
             Credentials::resolve(&CliCreds::default(), &plain_url(), no_env(), Some(&f), None)
                 .unwrap();
         assert_eq!(c.chap, chap("u", "long-enough-secret"));
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert!(
-            w[0].contains("readable by its group") && w[0].contains("0640"),
-            "{w:?}"
-        );
     }
 
     #[test]
@@ -1239,7 +1289,7 @@ mod tests {
     }
 
     #[test]
-    fn world_readable_secret_file_gives_a_warning() {
+    fn world_readable_secret_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         write_file(dir.path(), "s", "long-enough-secret", 0o644);
         let cfg = Config::from_toml_str(
@@ -1247,18 +1297,15 @@ mod tests {
             &dir.path().join("rlun.toml"),
         )
         .unwrap();
-        let (_, w) = Credentials::resolve(
+        let err = Credentials::resolve(
             &CliCreds::default(),
             &plain_url(),
             no_env(),
             None,
             cfg.target("s"),
         )
-        .unwrap();
-        assert!(
-            w.iter().any(|w| w.contains("its group and by others")),
-            "{w:?}"
-        );
+        .unwrap_err();
+        assert!(err.to_string().contains("its group and by others"), "{err}");
     }
 
     #[test]
@@ -1490,16 +1537,17 @@ url = "iscsi://10.0.0.6/iqn.2026-11.org.example:all"
     }
 
     #[test]
-    fn load_reads_file_and_warns_when_readable_with_inline_secrets() {
+    fn load_refuses_a_readable_config_with_inline_secrets() {
         let dir = tempfile::tempdir().unwrap();
         let p = write_file(dir.path(), "rlun.toml", FULL, 0o644);
-        let cfg = Config::load(Some(&p)).unwrap();
-        assert_eq!(cfg.path.as_deref(), Some(&*p));
-        assert_eq!(cfg.warnings.len(), 1, "{:?}", cfg.warnings);
-        assert!(cfg.warnings[0].contains("config file"));
+        let err = Config::load(Some(&p)).unwrap_err();
+        assert!(err.to_string().contains("config file"), "{err}");
+        assert!(err.to_string().contains("chmod 600"), "{err}");
 
         fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(Config::load(Some(&p)).unwrap().warnings.is_empty());
+        let cfg = Config::load(Some(&p)).unwrap();
+        assert_eq!(cfg.path.as_deref(), Some(&*p));
+        assert!(cfg.warnings.is_empty());
     }
 
     #[test]
@@ -1531,9 +1579,43 @@ url = "iscsi://10.0.0.6/iqn.2026-11.org.example:all"
             resolve_initiator_name(None, no_env(), &cfg).unwrap(),
             "iqn.2026-11.org.example:db1"
         );
-        let dflt = resolve_initiator_name(None, no_env(), &Config::default()).unwrap();
+        let no_file = Path::new("/nonexistent/initiatorname.iscsi");
+        let dflt =
+            resolve_initiator_name_with(None, no_env(), &Config::default(), no_file).unwrap();
         assert!(dflt.starts_with("iqn.2026-11.org.rlun:"), "{dflt}");
         assert_eq!(check_iscsi_name(&dflt), Ok(()));
+    }
+
+    #[test]
+    fn open_iscsi_name_file_is_used_after_the_config_and_before_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write_file(
+            dir.path(),
+            "initiatorname.iscsi",
+            "## DO NOT EDIT\n#InitiatorName=iqn.2026-11.org.example:old\nInitiatorName=iqn.1993-08.org.debian:01:abcdef\n",
+            0o644,
+        );
+        let cfg = Config::from_toml_str(FULL, Path::new("r.toml")).unwrap();
+        assert_eq!(
+            resolve_initiator_name_with(None, no_env(), &cfg, &f).unwrap(),
+            "iqn.2026-11.org.example:db1"
+        );
+        assert_eq!(
+            resolve_initiator_name_with(None, no_env(), &Config::default(), &f).unwrap(),
+            "iqn.1993-08.org.debian:01:abcdef"
+        );
+        let missing = dir.path().join("absent");
+        let dflt =
+            resolve_initiator_name_with(None, no_env(), &Config::default(), &missing).unwrap();
+        assert!(dflt.starts_with("iqn.2026-11.org.rlun:"), "{dflt}");
+    }
+
+    #[test]
+    fn bad_name_in_the_open_iscsi_file_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write_file(dir.path(), "n", "InitiatorName=not a name\n", 0o644);
+        let err = resolve_initiator_name_with(None, no_env(), &Config::default(), &f).unwrap_err();
+        assert!(err.to_string().contains(&f.display().to_string()), "{err}");
     }
 
     #[test]

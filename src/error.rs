@@ -35,7 +35,7 @@ use crate::client::ClientError;
 use crate::proto::login::LoginError;
 use crate::proto::session::TaskError;
 use crate::session::SessionError;
-use crate::transport::tcp::TransportError;
+use crate::transport::TransportError;
 
 impl TransportError {
     /// How this failure is classified.
@@ -47,6 +47,7 @@ impl TransportError {
             | TransportError::Connect { .. }
             | TransportError::ConnectTimeout { .. }
             | TransportError::Closed
+            | TransportError::Unavailable(_)
             | TransportError::Io(_) => ErrorKind::Unreachable,
         }
     }

@@ -11,7 +11,8 @@
 //!   negotiation, CHAP, login state machine, full-feature command window and
 //!   Data-In/R2T/Data-Out sequencing). It never touches a socket or a clock.
 //! - [`scsi`]: CDB builders and response/sense parsers (SPC-5, SBC-4).
-//! - [`transport`]: TCP framing on tokio.
+//! - [`transport`]: the `Transport` trait the driver is generic over; TCP
+//!   today (in-band data movement), iSER (direct) planned.
 //! - [`device`]: `LunDevice`, byte-addressed cached I/O on a LUN.
 //! - [`fuse`]: the FUSE front end (`rlun mount`): each LUN as a file.
 //! - [`url`] and [`config`]: `iscsi://` URLs and credentials.

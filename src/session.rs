@@ -1,10 +1,12 @@
 //! The session driver: one tokio task per connection that owns the sans-IO
-//! protocol core ([`crate::proto::session::Session`]) and reads the socket,
-//! plus a small writer task that owns the socket's write half.
+//! protocol core ([`crate::proto::session::Session`]) and the receive half
+//! of a [`Transport`], plus a small writer task that owns its send half
+//! ([`FrameWriter::run`]). The driver is generic over the transport
+//! (`Driver<T>`); [`SessionConfig::transport`] picks it.
 //!
 //! ```text
 //!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
-//!     ▲                   │  ▲ reads and frames PDUs itself
+//!     ▲                   │  ▲ reads PDUs itself (PduReader)
 //!     └──oneshot result───┘  └──────────────────────────────────────── socket
 //! ```
 //!
@@ -26,7 +28,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use thiserror::Error;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, trace, warn};
 
@@ -36,17 +37,23 @@ use crate::proto::negotiate::{
     parse_send_targets, DiscoveredTarget, InitiatorProposal, OperationalParams, SessionType,
     TargetAddress,
 };
-use crate::proto::pdu::{self, async_event, Digests, FrameLimits, WireFrame};
+use crate::proto::pdu::{self, async_event, Digests, FrameLimits};
 use crate::proto::session::{
     CommandRequest, CommandResult, Event, FeatureParams, ProtocolError, Session, TaskError, TaskId,
     TmfOutcome,
 };
 use crate::proto::text::{encode_text, parse_text};
-use crate::transport::tcp::{self, FrameReader, TransportError};
+use crate::transport::tcp::TcpTransport;
+use crate::transport::{
+    DataMovement, FrameWriter, PduReader, Transmit, Transport, TransportError, TransportKind,
+};
 
 /// How to reach and log in to a target (or a portal, for discovery).
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
+    /// Which transport carries the session (`iscsi://` is TCP, `iser://`
+    /// is iSER, which is not available yet).
+    pub transport: TransportKind,
     pub host: String,
     pub port: u16,
     pub initiator_name: String,
@@ -73,6 +80,7 @@ pub struct SessionConfig {
 impl SessionConfig {
     pub fn new(host: impl Into<String>, port: u16, initiator_name: impl Into<String>) -> Self {
         SessionConfig {
+            transport: TransportKind::Tcp,
             host: host.into(),
             port,
             initiator_name: initiator_name.into(),
@@ -206,8 +214,22 @@ impl PendingCommand {
 impl SessionHandle {
     /// Connect and log in (following login redirections), then start the driver task.
     pub async fn connect(cfg: SessionConfig) -> Result<SessionHandle, SessionError> {
+        match cfg.transport {
+            TransportKind::Tcp => Self::connect_over::<TcpTransport>(cfg).await,
+            kind @ TransportKind::Iser => Err(SessionError::Connect {
+                portal: portal_string(&cfg.host, cfg.port),
+                source: TransportError::Unavailable(kind),
+            }),
+        }
+    }
+
+    /// [`SessionHandle::connect`] over the transport `T` (whatever
+    /// `cfg.transport` says).
+    pub async fn connect_over<T: Transport>(
+        cfg: SessionConfig,
+    ) -> Result<SessionHandle, SessionError> {
         let isid = crate::entropy::random_isid();
-        let conn = establish(&cfg, isid).await?;
+        let conn = establish::<T>(&cfg, isid).await?;
         Ok(start_driver(cfg, isid, conn))
     }
 
@@ -296,32 +318,34 @@ fn portal_string(host: &str, port: u16) -> String {
 }
 
 /// A connected transport that has completed login.
-struct Connection {
+struct Connection<T: Transport> {
     portal: String,
-    reader: FrameReader<OwnedReadHalf>,
-    wr: tokio::net::tcp::OwnedWriteHalf,
+    reader: T::Reader,
+    wr: T::Writer,
     result: LoginResult,
 }
 
 /// Connect and log in with `isid`, following up to five redirections.
 /// Reusing the ISID of a lost session (with TSIH 0) makes the target
 /// reinstate it: the old session's tasks are cleaned up (RFC 7143 §6.3.5).
-async fn establish(cfg: &SessionConfig, isid: [u8; 6]) -> Result<Connection, SessionError> {
+async fn establish<T: Transport>(
+    cfg: &SessionConfig,
+    isid: [u8; 6],
+) -> Result<Connection<T>, SessionError> {
     let mut host = cfg.host.clone();
     let mut port = cfg.port;
     for _ in 0..5 {
         let portal = portal_string(&host, port);
-        let stream = tcp::connect(&host, port, cfg.connect_timeout)
+        let transport = T::connect(&host, port, cfg.connect_timeout)
             .await
             .map_err(|source| SessionError::Connect {
                 portal: portal.clone(),
                 source,
             })?;
-        let (rd, mut wr) = stream.into_split();
-        let mut reader = FrameReader::new(rd, FrameLimits::default());
+        let (mut reader, mut wr) = transport.split(FrameLimits::default());
         let outcome = tokio::time::timeout(
             cfg.login_timeout,
-            run_login(cfg, isid, &mut reader, &mut wr, &portal),
+            run_login::<T>(cfg, isid, &mut reader, &mut wr, &portal),
         )
         .await
         .map_err(|_| SessionError::LoginTimeout {
@@ -351,11 +375,11 @@ async fn establish(cfg: &SessionConfig, isid: [u8; 6]) -> Result<Connection, Ses
     Err(SessionError::TooManyRedirects(portal_string(&host, port)))
 }
 
-async fn run_login(
+async fn run_login<T: Transport>(
     cfg: &SessionConfig,
     isid: [u8; 6],
-    reader: &mut FrameReader<OwnedReadHalf>,
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    reader: &mut T::Reader,
+    wr: &mut T::Writer,
     portal: &str,
 ) -> Result<LoginStep, SessionError> {
     let login_cfg = LoginConfig {
@@ -373,7 +397,11 @@ async fn run_login(
         cmd_sn: 1,
         chap: cfg.chap.clone(),
         chap_nonce: crate::entropy::chap_nonce(),
-        proposal: cfg.proposal.clone(),
+        proposal: InitiatorProposal {
+            // A transport that moves data itself needs iSER-assisted mode.
+            rdma_extensions: T::DATA_MOVEMENT == DataMovement::Direct,
+            ..cfg.proposal.clone()
+        },
     };
     let transport_err = |source| SessionError::LoginTransport {
         portal: portal.to_string(),
@@ -384,8 +412,8 @@ async fn run_login(
         source,
     })?;
     loop {
-        let frame = pdu.encode(Digests::default());
-        tcp::write_frames(wr, std::slice::from_ref(&frame))
+        let frame = T::Writer::encode(Transmit::from(pdu), Digests::default());
+        wr.write_frames(std::slice::from_ref(&frame))
             .await
             .map_err(|e| transport_err(TransportError::Io(e)))?;
         let rsp = reader.read_pdu().await.map_err(transport_err)?;
@@ -404,7 +432,11 @@ async fn run_login(
     }
 }
 
-fn session_info(cfg: &SessionConfig, isid: [u8; 6], conn: &Connection) -> SessionInfo {
+fn session_info<T: Transport>(
+    cfg: &SessionConfig,
+    isid: [u8; 6],
+    conn: &Connection<T>,
+) -> SessionInfo {
     SessionInfo {
         portal: conn.portal.clone(),
         target_name: cfg.target_name.clone(),
@@ -416,14 +448,18 @@ fn session_info(cfg: &SessionConfig, isid: [u8; 6], conn: &Connection) -> Sessio
     }
 }
 
-fn start_driver(cfg: SessionConfig, isid: [u8; 6], conn: Connection) -> SessionHandle {
+fn start_driver<T: Transport>(
+    cfg: SessionConfig,
+    isid: [u8; 6],
+    conn: Connection<T>,
+) -> SessionHandle {
     let shared = Arc::new(Shared {
         info: std::sync::RwLock::new(session_info(&cfg, isid, &conn)),
         reconnects: AtomicU64::new(0),
         capacity_changes: AtomicU64::new(0),
     });
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut driver = Driver {
+    let mut driver = Driver::<T> {
         cfg,
         isid,
         shared: shared.clone(),
@@ -441,31 +477,6 @@ fn start_driver(cfg: SessionConfig, isid: [u8; 6], conn: Connection) -> SessionH
     driver.go_live(conn);
     tokio::spawn(driver.run(rx));
     SessionHandle { tx, shared }
-}
-
-/// Owns the write half: writes batches of frames, merging what is queued.
-async fn write_loop(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Vec<WireFrame>>,
-    err: oneshot::Sender<std::io::Error>,
-) {
-    let mut batch: Vec<WireFrame> = Vec::new();
-    while let Some(first) = rx.recv().await {
-        batch.extend(first);
-        while batch.len() < 4096 {
-            match rx.try_recv() {
-                Ok(more) => batch.extend(more),
-                Err(_) => break,
-            }
-        }
-        if let Err(e) = tcp::write_frames(&mut wr, &batch).await {
-            let _ = err.send(e);
-            return;
-        }
-        batch.clear();
-    }
-    // The driver dropped this connection: close our side so the target sees the end.
-    let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
 }
 
 /// Waiters whose requests live only as long as one connection.
@@ -501,13 +512,19 @@ enum TmfPurpose {
     Reset { sent: Instant },
 }
 
-/// The live part: core and socket of the current connection.
-struct Live {
-    core: Session,
-    reader: FrameReader<OwnedReadHalf>,
-    frames: mpsc::UnboundedSender<Vec<WireFrame>>,
+/// The live part: transport and core of the current connection. The
+/// receive half comes first so it drops before the core: a direct
+/// transport revokes remote access to the tasks' buffers there, before the
+/// core frees them (the send half lives on in the writer task until it
+/// sees `frames` closed).
+struct Live<T: Transport> {
+    reader: T::Reader,
+    /// To the writer task ([`FrameWriter::run`]), which owns `T::Writer`;
+    /// dropping it ends that task.
+    frames: mpsc::UnboundedSender<Vec<<T::Writer as FrameWriter>::Frame>>,
     write_error: oneshot::Receiver<std::io::Error>,
     digests: Digests,
+    core: Session,
 }
 
 /// Timed-out commands are retried this many times before failing.
@@ -515,11 +532,11 @@ const MAX_TIMEOUT_RETRIES: u32 = 3;
 /// Task management requests must answer within this long.
 const TMF_TIMEOUT: Duration = Duration::from_secs(10);
 
-struct Driver {
+struct Driver<T: Transport> {
     cfg: SessionConfig,
     isid: [u8; 6],
     shared: Arc<Shared>,
-    live: Option<Live>,
+    live: Option<Live<T>>,
     cmds: HashMap<u64, Cmd>,
     next_rid: u64,
     core_ids: HashMap<TaskId, u64>,
@@ -540,8 +557,8 @@ enum End {
     Lost(SessionError),
 }
 
-impl Driver {
-    fn go_live(&mut self, conn: Connection) {
+impl<T: Transport> Driver<T> {
+    fn go_live(&mut self, conn: Connection<T>) {
         let Connection {
             portal,
             mut reader,
@@ -555,18 +572,19 @@ impl Driver {
         };
         reader.set_limits(FrameLimits {
             digests,
-            max_data_segment: p.max_recv_data_segment_length,
+            max_data_segment: p.recv_data_segment_limit(),
         });
         let feature = FeatureParams {
             immediate_data: p.immediate_data,
             initial_r2t: p.initial_r2t,
             first_burst_length: p.first_burst_length,
             max_burst_length: p.max_burst_length,
-            max_xmit_data_segment_length: p.max_xmit_data_segment_length,
-            max_recv_data_segment_length: p.max_recv_data_segment_length,
+            max_xmit_data_segment_length: p.xmit_data_segment_limit(),
+            max_recv_data_segment_length: p.recv_data_segment_limit(),
             queue_depth: self.cfg.queue_depth.max(1),
             nop_interval: self.cfg.nop_interval,
             nop_timeout: self.cfg.nop_timeout,
+            data_movement: T::DATA_MOVEMENT,
         };
         info!(
             %portal,
@@ -591,13 +609,13 @@ impl Driver {
         core.start(Instant::now());
         let (frames_tx, frames_rx) = mpsc::unbounded_channel();
         let (werr_tx, werr_rx) = oneshot::channel();
-        tokio::spawn(write_loop(wr, frames_rx, werr_tx));
+        tokio::spawn(wr.run(frames_rx, werr_tx));
         self.live = Some(Live {
-            core,
             reader,
             frames: frames_tx,
             write_error: werr_rx,
             digests,
+            core,
         });
         // Re-issue what the old connection left unfinished, oldest first.
         let mut rids: Vec<u64> = self
@@ -894,8 +912,8 @@ impl Driver {
             return Ok(());
         };
         let mut frames = Vec::new();
-        while let Some(pdu) = live.core.poll_transmit() {
-            frames.push(pdu.encode(live.digests));
+        while let Some(tx) = live.core.poll_transmit() {
+            frames.push(T::Writer::encode(tx, live.digests));
         }
         if frames.is_empty() {
             return Ok(());
@@ -1145,7 +1163,7 @@ impl Driver {
                 }
             }
             let cfg = self.cfg.clone();
-            let attempt = establish(&cfg, self.isid);
+            let attempt = establish::<T>(&cfg, self.isid);
             tokio::pin!(attempt);
             let result = loop {
                 tokio::select! {

@@ -460,10 +460,7 @@ fn cp_of_a_lun_to_dev_null_succeeds_without_a_sync_error() {
     let dir = tempdir();
     let (tgtd, img) = one_lun(dir.path(), 2 * MIB, 11);
 
-    let out = run_rlun(
-        ["cp", "--no-progress", &tgtd.url(IQN, 1), "/dev/null"],
-        &[],
-    );
+    let out = run_rlun(["cp", "--no-progress", &tgtd.url(IQN, 1), "/dev/null"], &[]);
 
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");

@@ -31,3 +31,48 @@ fn committed_man_pages_match_the_cli_definitions() {
         );
     }
 }
+
+/// The committed completion scripts (packaging/completions/) must be what
+/// `rlun completions <shell>` prints for the current CLI definitions.
+#[test]
+fn committed_completion_scripts_match_the_cli_definitions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/completions");
+    for (shell, file) in [
+        ("bash", "rlun.bash"),
+        ("zsh", "_rlun"),
+        ("fish", "rlun.fish"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rlun"))
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "rlun completions {shell} failed");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("rlun"),
+            "the {shell} script does not mention rlun"
+        );
+        let have = std::fs::read(dir.join(file)).unwrap_or_default();
+        assert!(
+            out.stdout == have,
+            "packaging/completions/{file} is stale; run scripts/gen-docs.sh"
+        );
+    }
+}
+
+/// bash really loads the generated script and registers a completion for rlun.
+#[test]
+fn bash_completion_script_registers_a_completion_for_rlun() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/completions/rlun.bash");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source '{}' && complete -p rlun", script.display()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("rlun"), "complete -p rlun printed: {text}");
+}

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use rlun::proto::pdu::{self, Bhs, Digests, TaskAttr, BHS_LEN, MAX_DATA_SEGMENT, RESERVED_TAG};
-use rlun::proto::session::{CommandRequest, Event, FeatureParams, Session, SessionNumbers, TaskId};
+use rlun::proto::session::{
+    CommandRequest, DataMovement, Event, FeatureParams, Session, SessionNumbers, TaskId,
+};
 use rlun_fuzz::{frame, limits, Input};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,7 +57,8 @@ const OPCODES: [u8; 16] = [
 impl Harness {
     fn drain(&mut self) {
         let p = self.s.params().clone();
-        while let Some(out) = self.s.poll_transmit() {
+        while let Some(t) = self.s.poll_transmit() {
+            let out = t.pdu;
             let wire = out.encode(Digests::default()).to_vec();
             let back = pdu::decode(
                 Bytes::from(wire),
@@ -211,6 +214,7 @@ fuzz_target!(|data: &[u8]| {
     let cfg = input.u8();
     let seg = [512, 8192, 65536, 262_144][usize::from(cfg & 3)];
     let max_burst = [512, 65536, 262_144, 16_777_215][usize::from((cfg >> 2) & 3)];
+    let qd = input.u8();
     let params = FeatureParams {
         immediate_data: cfg & 0x10 != 0,
         initial_r2t: cfg & 0x20 != 0,
@@ -218,9 +222,15 @@ fuzz_target!(|data: &[u8]| {
         max_burst_length: max_burst,
         max_xmit_data_segment_length: seg,
         max_recv_data_segment_length: 262_144,
-        queue_depth: 1 + u32::from(input.u8() % 8),
+        queue_depth: 1 + u32::from(qd % 8),
         nop_interval: Some(Duration::from_secs(5)),
         nop_timeout: Duration::from_secs(10),
+        // The iSER mode: the target moves the data, no Data-In or R2T.
+        data_movement: if qd & 0x80 != 0 {
+            DataMovement::Direct
+        } else {
+            DataMovement::InBand
+        },
     };
     let start = input.u32();
     let numbers = SessionNumbers {

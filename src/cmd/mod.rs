@@ -159,6 +159,7 @@ impl Ctx {
         }
         let (host, port) = url.portal.host_port();
         let mut cfg = SessionConfig::new(host, port, initiator);
+        cfg.transport = url.transport;
         cfg.target_name = url.target.clone();
         cfg.connect_timeout = opts
             .connect_timeout
@@ -349,7 +350,37 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             timeout,
         } => mount::umount(&mountpoint, lazy, timeout).await,
         Command::GenerateMan { dir } => generate_man(&dir),
+        Command::Completions { shell } => {
+            let mut out = std::io::stdout().lock();
+            write_completions(shell, &mut out).map_err(|source| CliError::LocalFile {
+                what: "cannot write to",
+                path: "standard output".into(),
+                source,
+            })
+        }
     }
+}
+
+/// The completion script for `shell`, generated from the clap definitions.
+pub fn write_completions(
+    shell: crate::cli::Shell,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    use clap_complete::shells;
+    let mut cmd = Cli::command();
+    let mut buf = Vec::new();
+    match shell {
+        crate::cli::Shell::Bash => {
+            clap_complete::generate(shells::Bash, &mut cmd, "rlun", &mut buf)
+        }
+        crate::cli::Shell::Zsh => clap_complete::generate(shells::Zsh, &mut cmd, "rlun", &mut buf),
+        crate::cli::Shell::Fish => {
+            clap_complete::generate(shells::Fish, &mut cmd, "rlun", &mut buf)
+        }
+    }
+    out.write_all(&buf)?;
+    out.flush()
 }
 
 fn generate_man(dir: &std::path::Path) -> Result<(), CliError> {

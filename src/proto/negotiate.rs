@@ -156,6 +156,9 @@ pub enum KeyKind {
     /// §13), answered `Irrelevant` since markers are off (OFMarkInt,
     /// IFMarkInt). IFMarker/OFMarker are plain AND keys we answer `No`.
     ObsoleteIrrelevant,
+    /// Numerical, minimum rule, where 0 means "no limit" and so loses to
+    /// every other value (MaxOutstandingUnexpectedPDUs, RFC 7145 §6.3).
+    NumericMinZeroUnlimited,
 }
 
 /// When a key may be sent ("Use" in RFC 7143 §13).
@@ -229,6 +232,10 @@ pub enum Key {
     OfMarker,
     IfMarkInt,
     OfMarkInt,
+    RdmaExtensions,
+    TargetRecvDataSegmentLength,
+    InitiatorRecvDataSegmentLength,
+    MaxOutstandingUnexpectedPdus,
 }
 
 impl Key {
@@ -268,6 +275,10 @@ pub struct KeySpec {
     /// Every implementation must understand it: a `NotUnderstood` answer is
     /// an error (RFC 7143 §6.2: keys of the standard "MUST be supported").
     pub required: bool,
+    /// "Irrelevant when: RDMAExtensions=No" (the iSER keys of RFC 7145):
+    /// offered only over a direct (RDMA) transport, answered `Irrelevant`
+    /// otherwise.
+    pub needs_rdma: bool,
     /// Where the key is defined.
     pub reference: &'static str,
 }
@@ -303,16 +314,27 @@ macro_rules! row {
             scope: KeyScope::$scope,
             irrelevant_in_discovery: $irr,
             required: $req,
+            needs_rdma: false,
             reference: $reference,
+        }
+    };
+    ($key:ident, $name:literal, $kind:ident, $range:expr, $default:expr,
+     $usage:ident, $scope:ident, iser, $reference:literal) => {
+        KeySpec {
+            needs_rdma: true,
+            ..row!($key, $name, $kind, $range, &[], $default, $usage, Both, $scope,
+                   disc_irrelevant: true, required: false, $reference)
         }
     };
 }
 
 use KeyDefault::{Bool as B, None as NoDefault, Number as N, Text as T};
 
-/// The key table, indexed by [`Key`]. RFC 7143 §13 unless noted.
+/// The key table, indexed by [`Key`]. RFC 7143 §13 unless noted; the iSER
+/// keys from RFC 7145 §6 (what Linux and libiscsi do with them is in the
+/// comments of [`InitiatorProposal`]).
 #[rustfmt::skip]
-pub static KEYS: [KeySpec; 28] = [
+pub static KEYS: [KeySpec; 32] = [
     row!(HeaderDigest, "HeaderDigest", List, None, DIGESTS, T("None"),
          InitializeOnly, Both, Connection, disc_irrelevant: false, required: true, "RFC 7143 §13.1"),
     row!(DataDigest, "DataDigest", List, None, DIGESTS, T("None"),
@@ -369,6 +391,17 @@ pub static KEYS: [KeySpec; 28] = [
          InitializeOnly, Both, Connection, disc_irrelevant: false, required: false, "RFC 3720 App. A.3.2; obsoleted by RFC 7143"),
     row!(OfMarkInt, "OFMarkInt", ObsoleteIrrelevant, None, &[], NoDefault,
          InitializeOnly, Both, Connection, disc_irrelevant: false, required: false, "RFC 3720 App. A.3.2; obsoleted by RFC 7143"),
+    // iSER. RDMAExtensions itself is relevant on every normal session (a
+    // target may offer it on TCP; AND with our No keeps it off).
+    row!(RdmaExtensions, "RDMAExtensions", BoolAnd, None, &[], B(false),
+         LeadingOnly, Both, Session, disc_irrelevant: true, required: false, "RFC 7145 §6.3"),
+    row!(TargetRecvDataSegmentLength, "TargetRecvDataSegmentLength", NumericMin, SEG, N(8192),
+         InitializeOnly, Connection, iser, "RFC 7145 §6.4"),
+    row!(InitiatorRecvDataSegmentLength, "InitiatorRecvDataSegmentLength", NumericMin, SEG, N(8192),
+         InitializeOnly, Connection, iser, "RFC 7145 §6.5"),
+    row!(MaxOutstandingUnexpectedPdus, "MaxOutstandingUnexpectedPDUs", NumericMinZeroUnlimited,
+         Some((0, u32::MAX as u64)), N(0),
+         LeadingOnly, Session, iser, "RFC 7145 §6.6"),
 ];
 
 /// The table row for a wire key name, if the key is known.
@@ -420,6 +453,17 @@ pub struct OperationalParams {
     pub target_alias: Option<String>,
     /// The target's `TargetPortalGroupTag`, if it sent one.
     pub target_portal_group_tag: Option<u16>,
+    /// iSER-assisted mode (RFC 7145): the target moves SCSI data by RDMA.
+    pub rdma_extensions: bool,
+    /// iSER: the largest data segment the target may send us (replaces
+    /// MaxRecvDataSegmentLength in that direction).
+    pub initiator_recv_data_segment_length: u32,
+    /// iSER: the largest data segment we may send the target (replaces its
+    /// MaxRecvDataSegmentLength).
+    pub target_recv_data_segment_length: u32,
+    /// iSER: most unexpected PDUs (commands, NOP-Out, TMF, Text, Logout)
+    /// outstanding at once; 0 means no limit.
+    pub max_outstanding_unexpected_pdus: u32,
 }
 
 impl Default for OperationalParams {
@@ -445,6 +489,10 @@ impl Default for OperationalParams {
             protocol_level: 0,
             target_alias: None,
             target_portal_group_tag: None,
+            rdma_extensions: false,
+            initiator_recv_data_segment_length: 0,
+            target_recv_data_segment_length: 0,
+            max_outstanding_unexpected_pdus: 0,
         };
         for spec in &KEYS {
             match spec.default {
@@ -481,6 +529,28 @@ impl OperationalParams {
                 .min(self.max_xmit_data_segment_length)
         } else {
             0
+        }
+    }
+
+    /// The largest data segment the target may send us: with
+    /// RDMAExtensions=Yes InitiatorRecvDataSegmentLength (RFC 7145 §6.5),
+    /// else our MaxRecvDataSegmentLength.
+    pub fn recv_data_segment_limit(&self) -> u32 {
+        if self.rdma_extensions {
+            self.initiator_recv_data_segment_length
+        } else {
+            self.max_recv_data_segment_length
+        }
+    }
+
+    /// The largest data segment we may send: with RDMAExtensions=Yes
+    /// TargetRecvDataSegmentLength (RFC 7145 §6.4), else the target's
+    /// MaxRecvDataSegmentLength.
+    pub fn xmit_data_segment_limit(&self) -> u32 {
+        if self.rdma_extensions {
+            self.target_recv_data_segment_length
+        } else {
+            self.max_xmit_data_segment_length
         }
     }
 
@@ -526,6 +596,16 @@ impl OperationalParams {
             (Key::TargetAlias, Typed::Text(t)) => self.target_alias = Some(t.to_owned()),
             (Key::TargetPortalGroupTag, Typed::Num(n)) => {
                 self.target_portal_group_tag = u16::try_from(n).ok()
+            }
+            (Key::RdmaExtensions, Typed::Bool(b)) => self.rdma_extensions = b,
+            (Key::TargetRecvDataSegmentLength, Typed::Num(n)) => {
+                self.target_recv_data_segment_length = num(n)
+            }
+            (Key::InitiatorRecvDataSegmentLength, Typed::Num(n)) => {
+                self.initiator_recv_data_segment_length = num(n)
+            }
+            (Key::MaxOutstandingUnexpectedPdus, Typed::Num(n)) => {
+                self.max_outstanding_unexpected_pdus = num(n)
             }
             // Keys without a parameter: names, SendTargets, TargetAddress
             // (kept by the negotiator), markers.
@@ -594,6 +674,25 @@ pub struct InitiatorProposal {
     /// offer it (tgtd does not know the key) and answer a target's offer
     /// with at most [`RFC7143_PROTOCOL_LEVEL`].
     pub protocol_level: Option<u32>,
+    /// Offer RDMAExtensions=Yes (iSER, RFC 7145 §6.3). Default `false`; the
+    /// session driver sets it when its transport moves data directly.
+    /// Then, on a normal session, the iSER keys below are offered and
+    /// digests, markers and MaxRecvDataSegmentLength are not (iSER has no
+    /// digests and its own segment keys: Linux's initiator omits them, LIO
+    /// maps its limits from the iSER keys), and a target answering No
+    /// fails the login. Ignored in discovery sessions.
+    pub rdma_extensions: bool,
+    /// iSER: InitiatorRecvDataSegmentLength we offer, the data segment we
+    /// can receive (minimum rule). Default 262144, like Linux's initiator;
+    /// LIO's default is the same.
+    pub initiator_recv_data_segment_length: u32,
+    /// iSER: TargetRecvDataSegmentLength we offer (minimum rule). Default
+    /// 8192, like Linux's initiator: LIO posts 8192-byte receive buffers.
+    pub target_recv_data_segment_length: u32,
+    /// iSER: `Some(n)` offers MaxOutstandingUnexpectedPDUs=n (0 = no limit,
+    /// else at least 2). Default `None`: not offered (Linux, libiscsi and
+    /// LIO never send it).
+    pub max_outstanding_unexpected_pdus: Option<u32>,
 }
 
 impl Default for InitiatorProposal {
@@ -615,6 +714,10 @@ impl Default for InitiatorProposal {
             error_recovery_level: 0,
             task_reporting: None,
             protocol_level: None,
+            rdma_extensions: false,
+            initiator_recv_data_segment_length: 262_144,
+            target_recv_data_segment_length: 8192,
+            max_outstanding_unexpected_pdus: None,
         }
     }
 }
@@ -661,6 +764,13 @@ impl InitiatorProposal {
                 None => vec![TaskReporting::Rfc3720.key_value()],
             })),
             Key::IscsiProtocolLevel => n(self.protocol_level.unwrap_or(RFC7143_PROTOCOL_LEVEL)),
+            Key::RdmaExtensions => Some(Ours::Bool(self.rdma_extensions)),
+            Key::TargetRecvDataSegmentLength => n(self.target_recv_data_segment_length),
+            Key::InitiatorRecvDataSegmentLength => n(self.initiator_recv_data_segment_length),
+            // Not offering it means no limit of ours.
+            Key::MaxOutstandingUnexpectedPdus => {
+                n(self.max_outstanding_unexpected_pdus.unwrap_or(0))
+            }
             // We never want markers (RFC 7143 dropped them).
             Key::IfMarker | Key::OfMarker => Some(Ours::Bool(false)),
             _ => None,
@@ -712,6 +822,13 @@ impl InitiatorProposal {
                 "FirstBurstLength {} exceeds MaxBurstLength {} (RFC 7143 §13.14)",
                 self.first_burst_length, self.max_burst_length
             ));
+        }
+        if self.max_outstanding_unexpected_pdus == Some(1) {
+            return invalid(
+                "MaxOutstandingUnexpectedPDUs=1 is not allowed: 0 (no limit) or at least 2 \
+                 (RFC 7145 §6.6)"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -795,6 +912,13 @@ impl Negotiator {
         session_type: SessionType,
     ) -> Result<Self, NegotiationError> {
         proposal.validate()?;
+        let mut proposal = proposal;
+        if proposal.rdma_extensions {
+            // iSER carries no digests (RFC 7145 §6.1): answer a target's
+            // digest offer with None only.
+            proposal.header_digest = vec![DigestType::None];
+            proposal.data_digest = vec![DigestType::None];
+        }
         let params = OperationalParams {
             session_type,
             max_recv_data_segment_length: proposal.max_recv_data_segment_length,
@@ -826,12 +950,22 @@ impl Negotiator {
     /// pair and ErrorRecoveryLevel.
     pub fn initial_keys(&mut self) -> Vec<(String, String)> {
         let mut out = Vec::new();
+        let rdma = self.rdma();
         for spec in &KEYS {
             let key = spec.key;
             if self.state.contains_key(&key) || self.declared.contains(&key) {
                 continue;
             }
             if self.session_type == SessionType::Discovery && spec.irrelevant_in_discovery {
+                continue;
+            }
+            if rdma
+                && matches!(
+                    key,
+                    Key::HeaderDigest | Key::DataDigest | Key::MaxRecvDataSegmentLength
+                )
+            {
+                // Unused in iSER-assisted mode; the iSER keys take their place.
                 continue;
             }
             if key == Key::MaxRecvDataSegmentLength {
@@ -846,7 +980,11 @@ impl Negotiator {
                 Key::TaskReporting => self.proposal.task_reporting.is_some(),
                 Key::IscsiProtocolLevel => self.proposal.protocol_level.is_some(),
                 Key::IfMarker | Key::OfMarker => false,
-                _ => true,
+                Key::RdmaExtensions => rdma,
+                Key::MaxOutstandingUnexpectedPdus => {
+                    rdma && self.proposal.max_outstanding_unexpected_pdus.is_some()
+                }
+                _ => !spec.needs_rdma || rdma,
             };
             if !offered {
                 continue;
@@ -900,6 +1038,11 @@ impl Negotiator {
         Ok(reply)
     }
 
+    /// We ask for iSER-assisted mode (only normal sessions use it).
+    fn rdma(&self) -> bool {
+        self.proposal.rdma_extensions && self.session_type == SessionType::Normal
+    }
+
     /// True while an offer of ours waits for an answer the target must send.
     pub fn pending(&self) -> bool {
         !self.unanswered().is_empty()
@@ -943,6 +1086,14 @@ impl Negotiator {
             self.params.apply(key, Typed::Bool(b));
         }
         let p = &self.params;
+        if self.proposal.rdma_extensions
+            && p.session_type == SessionType::Normal
+            && !p.rdma_extensions
+        {
+            return Err(NegotiationError::Inconsistent(
+                "the target refused RDMAExtensions=Yes, which the iSER transport needs".into(),
+            ));
+        }
         if p.session_type == SessionType::Normal && p.first_burst_length > p.max_burst_length {
             return Err(NegotiationError::Inconsistent(format!(
                 "FirstBurstLength {} exceeds MaxBurstLength {}",
@@ -1054,6 +1205,16 @@ impl Negotiator {
                 }
                 self.params.apply(key, Typed::Num(n));
             }
+            KeyKind::NumericMinZeroUnlimited => {
+                let n = parse_zero_unlimited(spec, answer)?;
+                let ours = parse_number(offered).unwrap_or(0);
+                if ours != 0 && (n == 0 || n > ours) {
+                    return Err(breaks(
+                        "a minimum-rule answer may not exceed the offer (0 means no limit)",
+                    ));
+                }
+                self.params.apply(key, Typed::Num(n));
+            }
             KeyKind::BoolAnd | KeyKind::BoolOr => {
                 let b = parse_bool(answer).map_err(|e| bad_value(spec, e))?;
                 let ours = offered == "Yes";
@@ -1093,7 +1254,9 @@ impl Negotiator {
                 value: value.to_owned(),
             });
         }
-        if self.session_type == SessionType::Discovery && spec.irrelevant_in_discovery {
+        if self.session_type == SessionType::Discovery && spec.irrelevant_in_discovery
+            || spec.needs_rdma && !self.rdma()
+        {
             self.state.insert(key, KeyState::Done(None));
             return Ok(Some(IRRELEVANT.to_owned()));
         }
@@ -1123,6 +1286,21 @@ impl Negotiator {
                             n.min(ours)
                         } else {
                             n.max(ours)
+                        };
+                        self.params.apply(key, Typed::Num(result));
+                        result.to_string()
+                    }
+                }
+            }
+            (KeyKind::NumericMinZeroUnlimited, Some(Ours::Num(ours))) => {
+                match parse_zero_unlimited(spec, value) {
+                    Err(NegotiationError::OutOfRange { .. }) => REJECT.to_owned(),
+                    Err(e) => return Err(e),
+                    Ok(n) => {
+                        let result = match (n, ours) {
+                            (0, o) => o,
+                            (t, 0) => t,
+                            (t, o) => t.min(o),
                         };
                         self.params.apply(key, Typed::Num(result));
                         result.to_string()
@@ -1199,6 +1377,20 @@ fn bad_value(spec: &KeySpec, source: TextError) -> NegotiationError {
         key: spec.name.to_owned(),
         source,
     }
+}
+
+/// A MaxOutstandingUnexpectedPDUs value: 0 (no limit) or 2..=2^32-1.
+fn parse_zero_unlimited(spec: &KeySpec, value: &str) -> Result<u64, NegotiationError> {
+    let n = parse_in_range(spec, value)?;
+    if n == 1 {
+        return Err(NegotiationError::OutOfRange {
+            key: spec.name.to_owned(),
+            value: n,
+            min: 2,
+            max: u32::MAX as u64,
+        });
+    }
+    Ok(n)
 }
 
 fn parse_in_range(spec: &KeySpec, value: &str) -> Result<u64, NegotiationError> {
@@ -1545,6 +1737,239 @@ mod tests {
                 ("ErrorRecoveryLevel", "0"),
             ])
         );
+    }
+
+    fn iser() -> InitiatorProposal {
+        InitiatorProposal {
+            rdma_extensions: true,
+            ..InitiatorProposal::default()
+        }
+    }
+
+    /// What LIO answers on an iSER portal (iscsi_target_parameters.c
+    /// defaults: InitiatorRecvDataSegmentLength 262144,
+    /// TargetRecvDataSegmentLength 8192), to our iSER offer.
+    fn lio_iser_reply() -> Vec<(String, String)> {
+        kv(&[
+            ("TargetPortalGroupTag", "1"),
+            ("MaxConnections", "1"),
+            ("InitialR2T", "Yes"),
+            ("ImmediateData", "Yes"),
+            ("MaxBurstLength", "262144"),
+            ("FirstBurstLength", "65536"),
+            ("DefaultTime2Wait", "2"),
+            ("DefaultTime2Retain", "0"),
+            ("MaxOutstandingR2T", "1"),
+            ("DataPDUInOrder", "Yes"),
+            ("DataSequenceInOrder", "Yes"),
+            ("ErrorRecoveryLevel", "0"),
+            ("RDMAExtensions", "Yes"),
+            ("TargetRecvDataSegmentLength", "8192"),
+            ("InitiatorRecvDataSegmentLength", "262144"),
+        ])
+    }
+
+    #[test]
+    fn iser_keys_are_not_offered_over_tcp() {
+        let mut neg = Negotiator::new(InitiatorProposal::default(), SessionType::Normal).unwrap();
+        let keys = neg.initial_keys();
+        for (k, _) in &keys {
+            assert!(
+                !key_spec(k).unwrap().needs_rdma && k != "RDMAExtensions",
+                "{k}"
+            );
+        }
+    }
+
+    #[test]
+    fn iser_offer_replaces_digests_and_max_recv_segment_with_the_iser_keys() {
+        let mut neg = Negotiator::new(iser(), SessionType::Normal).unwrap();
+
+        let keys = neg.initial_keys();
+
+        let names: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+        for absent in [
+            "HeaderDigest",
+            "DataDigest",
+            "MaxRecvDataSegmentLength",
+            "MaxOutstandingUnexpectedPDUs",
+        ] {
+            assert!(!names.contains(&absent), "{absent} offered: {names:?}");
+        }
+        assert!(keys.contains(&("RDMAExtensions".into(), "Yes".into())));
+        assert!(keys.contains(&("TargetRecvDataSegmentLength".into(), "8192".into())));
+        assert!(keys.contains(&("InitiatorRecvDataSegmentLength".into(), "262144".into())));
+    }
+
+    #[test]
+    fn iser_exchange_with_lio_settles_the_iser_segment_limits() {
+        let proposal = InitiatorProposal {
+            target_recv_data_segment_length: 65536,
+            ..iser()
+        };
+        let mut neg = started(proposal, SessionType::Normal);
+
+        let reply = neg.handle_target_keys(&lio_iser_reply()).unwrap();
+
+        assert!(reply.is_empty());
+        assert!(!neg.pending());
+        let p = neg.finish().unwrap();
+        assert!(p.rdma_extensions);
+        assert_eq!(p.target_recv_data_segment_length, 8192);
+        assert_eq!(p.initiator_recv_data_segment_length, 262_144);
+        assert_eq!(p.xmit_data_segment_limit(), 8192);
+        assert_eq!(p.recv_data_segment_limit(), 262_144);
+        assert_eq!(p.max_outstanding_unexpected_pdus, 0, "default: no limit");
+        assert_eq!(p.header_digest, DigestType::None);
+    }
+
+    #[test]
+    fn iser_segment_answer_above_our_offer_breaks_the_minimum_rule() {
+        let mut neg = started(iser(), SessionType::Normal);
+        let err = neg
+            .handle_target_keys(&kv(&[("TargetRecvDataSegmentLength", "65536")]))
+            .unwrap_err();
+        assert!(
+            matches!(err, NegotiationError::AnswerBreaksRule { .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn target_refusing_rdma_extensions_fails_an_iser_login() {
+        let mut neg = started(iser(), SessionType::Normal);
+        let mut reply = lio_iser_reply();
+        reply.retain(|(k, _)| !k.ends_with("RecvDataSegmentLength"));
+        for (k, v) in &mut reply {
+            if k == "RDMAExtensions" {
+                *v = "No".into();
+            }
+        }
+        reply.push(("TargetRecvDataSegmentLength".into(), "Irrelevant".into()));
+        reply.push(("InitiatorRecvDataSegmentLength".into(), "Irrelevant".into()));
+        neg.handle_target_keys(&reply).unwrap();
+
+        let err = neg.finish().unwrap_err();
+
+        assert!(err.to_string().contains("RDMAExtensions"), "{err}");
+    }
+
+    #[test]
+    fn iser_keys_are_not_offered_in_a_discovery_session() {
+        let mut neg = Negotiator::new(iser(), SessionType::Discovery).unwrap();
+        let keys = neg.initial_keys();
+        assert!(
+            keys.iter()
+                .all(|(k, _)| k != "RDMAExtensions" && !key_spec(k).unwrap().needs_rdma),
+            "{keys:?}"
+        );
+        assert!(
+            keys.contains(&("HeaderDigest".into(), "None".into())),
+            "{keys:?}"
+        );
+    }
+
+    #[test]
+    fn iser_keys_offered_over_tcp_are_irrelevant_and_rdma_extensions_is_no() {
+        let mut neg = started(InitiatorProposal::default(), SessionType::Normal);
+
+        let reply = neg
+            .handle_target_keys(&kv(&[
+                ("RDMAExtensions", "Yes"),
+                ("TargetRecvDataSegmentLength", "8192"),
+                ("MaxOutstandingUnexpectedPDUs", "8"),
+            ]))
+            .unwrap();
+
+        assert_eq!(
+            reply,
+            kv(&[
+                ("RDMAExtensions", "No"),
+                ("TargetRecvDataSegmentLength", "Irrelevant"),
+                ("MaxOutstandingUnexpectedPDUs", "Irrelevant"),
+            ])
+        );
+    }
+
+    #[test]
+    fn max_outstanding_unexpected_pdus_treats_zero_as_no_limit() {
+        // Our offer of 16 answered: 8 is fine, 0 (no limit) exceeds it.
+        let offer16 = InitiatorProposal {
+            max_outstanding_unexpected_pdus: Some(16),
+            ..iser()
+        };
+        let mut neg = started(offer16.clone(), SessionType::Normal);
+        assert!(neg
+            .handle_target_keys(&kv(&[("MaxOutstandingUnexpectedPDUs", "0")]))
+            .is_err());
+        let mut neg = started(offer16.clone(), SessionType::Normal);
+        neg.handle_target_keys(&kv(&[("MaxOutstandingUnexpectedPDUs", "8")]))
+            .unwrap();
+        let mut reply = lio_iser_reply();
+        reply.retain(|(k, _)| k != "TargetPortalGroupTag");
+        neg.handle_target_keys(&reply).unwrap();
+        assert_eq!(neg.finish().unwrap().max_outstanding_unexpected_pdus, 8);
+
+        // The target offers first: the smaller non-zero value wins, 1 is
+        // not a valid value.
+        for (ours, theirs, answer) in [
+            (Some(16), "32", "16"),
+            (Some(16), "0", "16"),
+            (None, "32", "32"),
+            (None, "0", "0"),
+            (None, "1", "Reject"),
+        ] {
+            let proposal = InitiatorProposal {
+                max_outstanding_unexpected_pdus: ours,
+                ..iser()
+            };
+            let mut neg = Negotiator::new(proposal, SessionType::Normal).unwrap();
+            let reply = neg
+                .handle_target_keys(&kv(&[("MaxOutstandingUnexpectedPDUs", theirs)]))
+                .unwrap();
+            assert_eq!(
+                reply,
+                kv(&[("MaxOutstandingUnexpectedPDUs", answer)]),
+                "ours {ours:?}, theirs {theirs}"
+            );
+        }
+    }
+
+    #[test]
+    fn proposal_with_one_outstanding_unexpected_pdu_is_invalid() {
+        let proposal = InitiatorProposal {
+            max_outstanding_unexpected_pdus: Some(1),
+            ..iser()
+        };
+        assert!(matches!(
+            Negotiator::new(proposal, SessionType::Normal),
+            Err(NegotiationError::InvalidProposal(_))
+        ));
+    }
+
+    #[test]
+    fn iser_rows_follow_rfc7145_section_6() {
+        let rdma = key_spec("RDMAExtensions").unwrap();
+        assert_eq!(
+            (rdma.kind, rdma.default),
+            (KeyKind::BoolAnd, KeyDefault::Bool(false))
+        );
+        assert!(rdma.leading_only() && rdma.session_wide() && !rdma.needs_rdma);
+        for name in [
+            "TargetRecvDataSegmentLength",
+            "InitiatorRecvDataSegmentLength",
+        ] {
+            let k = key_spec(name).unwrap();
+            assert_eq!(k.kind, KeyKind::NumericMin, "{name}");
+            assert_eq!(k.range, Some((512, 16_777_215)), "{name}");
+            assert_eq!(k.default, KeyDefault::Number(8192), "{name}");
+            assert_eq!(k.scope, KeyScope::Connection, "{name}");
+            assert!(k.needs_rdma && k.irrelevant_in_discovery, "{name}");
+        }
+        let mou = key_spec("MaxOutstandingUnexpectedPDUs").unwrap();
+        assert_eq!(mou.kind, KeyKind::NumericMinZeroUnlimited);
+        assert_eq!(mou.default, KeyDefault::Number(0));
+        assert!(mou.leading_only() && mou.needs_rdma);
     }
 
     #[test]

@@ -18,6 +18,23 @@
 //! and drains [`Session::poll_transmit`] (PDUs to send, in order) and
 //! [`Session::poll_event`] (completed tasks and notable target events).
 //!
+//! # Data movement
+//!
+//! [`FeatureParams::data_movement`] says who moves SCSI data. In-band (TCP)
+//! the core reassembles Data-In and answers R2Ts with Data-Out. Direct
+//! (iSER) the target moves the data by RDMA: [`Session::poll_transmit`]
+//! hands the transport each SCSI Command PDU together with the task's
+//! buffers ([`DirectBuffers`]: the read destination and the write data
+//! from the first byte not sent as immediate or unsolicited data), the
+//! core still sends immediate data and unsolicited Data-Out, a Data-In or
+//! R2T for such a task is a protocol error, and the SCSI Response completes
+//! it with the data already in place (length from the residual).
+//!
+//! In both modes a command's buffers belong to its task until the task
+//! completes (final response, task management, `fail_all`) or the core is
+//! dropped; the caller's future going away changes nothing. The read
+//! buffer comes back in [`CommandResult::data`].
+//!
 //! An `Err` from `handle_pdu` or `handle_timeout` means the target broke the
 //! protocol or stopped answering: at ErrorRecoveryLevel 0 the connection must
 //! be dropped (§7.1.5); [`Session::fail_all`] then completes every task with
@@ -51,6 +68,9 @@ pub struct FeatureParams {
     pub nop_interval: Option<Duration>,
     /// Declare the connection dead when a ping is unanswered for this long.
     pub nop_timeout: Duration,
+    /// Whether Data-In/R2T/Data-Out carry the data or the transport moves
+    /// it directly (see [`DataMovement`]).
+    pub data_movement: DataMovement,
 }
 
 impl Default for FeatureParams {
@@ -65,8 +85,81 @@ impl Default for FeatureParams {
             queue_depth: 128,
             nop_interval: Some(Duration::from_secs(5)),
             nop_timeout: Duration::from_secs(10),
+            data_movement: DataMovement::InBand,
         }
     }
+}
+
+/// How SCSI data moves on the connection (the transport decides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataMovement {
+    /// Data-In, R2T and Data-Out PDUs carry the data (iSCSI on TCP): the
+    /// core reassembles reads and answers each R2T with Data-Out.
+    #[default]
+    InBand,
+    /// The target moves the data itself (iSER, RFC 7145: RDMA Write for
+    /// our reads, RDMA Read for our writes). The core hands the transport
+    /// each command's buffers with its SCSI Command PDU
+    /// ([`Transmit::direct`]); immediate data and unsolicited Data-Out are
+    /// still sent as PDUs, and a Data-In or R2T for such a task is a
+    /// protocol error.
+    Direct,
+}
+
+/// A PDU the core wants sent, with what a direct transport needs to know
+/// about the task's buffers.
+#[derive(Debug, Clone)]
+pub struct Transmit {
+    pub pdu: Pdu,
+    /// Set on a SCSI Command PDU when the data moves directly (never with
+    /// [`DataMovement::InBand`]).
+    pub direct: Option<DirectBuffers>,
+}
+
+impl From<Pdu> for Transmit {
+    fn from(pdu: Pdu) -> Self {
+        Transmit { pdu, direct: None }
+    }
+}
+
+/// The buffers of one SCSI command in [`DataMovement::Direct`] mode, for
+/// the transport to register and name in its header (iSER: Read STag/VA,
+/// Write STag/VA). The memory stays owned by the core's task until the
+/// task completes (see [`ReadRegion`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectBuffers {
+    /// The command's Initiator Task Tag (its completion names it).
+    pub itt: u32,
+    /// Where the target writes the read data, from its offset 0.
+    pub read: Option<ReadRegion>,
+    /// What the target fetches of the write data; `None` when the
+    /// immediate and unsolicited data already carried all of it.
+    pub write: Option<WriteRegion>,
+}
+
+/// The read buffer of a direct task: `len` bytes at address `addr`.
+///
+/// The core allocated these bytes (or took them from the caller) and keeps
+/// them, neither moved nor resized, in the task until the task completes
+/// or the core is dropped; the result hands them back to the caller. Only
+/// a direct transport dereferences the address (to register it with the
+/// RDMA device), under that guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRegion {
+    pub addr: usize,
+    pub len: u32,
+}
+
+/// The write data of a direct task that the target fetches itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRegion {
+    /// The command's whole write buffer (shared, not copied).
+    pub data: Bytes,
+    /// The first byte not sent as immediate or unsolicited data: the
+    /// target reads `data[offset..]` into its buffer at `offset`. (LIO
+    /// reads from the write base offset as given, so the transport must
+    /// point it here, not at `data[0]`.)
+    pub offset: u32,
 }
 
 /// Sequence numbers at the moment login completed.
@@ -147,6 +240,8 @@ pub enum ProtocolError {
         len: u32,
         total: u32,
     },
+    #[error("target sent {what} for task {itt:#010x}, whose data the transport moves directly")]
+    DirectTaskData { what: &'static str, itt: u32 },
     #[error("target sent a {0} PDU, which is not valid in the full feature phase")]
     UnexpectedPdu(&'static str),
     #[error("target sent unknown opcode {0:#04x}")]
@@ -241,13 +336,58 @@ enum TaskKind {
 #[derive(Debug)]
 struct CommandTask {
     lun: [u8; 8],
+    /// The caller's write data, held (shared, not copied) until the final
+    /// response: in-band it feeds the Data-Out for each R2T, direct the
+    /// target reads it by RDMA.
     data_out: Bytes,
     read_len: u32,
+    /// The read destination, owned by the task until its final response
+    /// and then handed to the caller in [`CommandResult::data`]. In-band
+    /// the core copies each Data-In segment into it (a receive path that
+    /// reads the socket straight into it can take its place); direct it is
+    /// `read_len` long from submission on, and the transport has its
+    /// address ([`ReadRegion`]).
     read_buf: BytesMut,
     received: u32,
     next_data_sn: u32,
     /// Status delivered in the final Data-In (S bit).
     status_from_data_in: Option<(u8, Residual)>,
+    /// The data moves directly: no Data-In and no R2T may name this task.
+    direct: bool,
+}
+
+impl TaskKind {
+    fn command(&mut self) -> Option<&mut CommandTask> {
+        match self {
+            TaskKind::Command(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    fn text(&mut self) -> Option<(&mut BytesMut, &mut u32)> {
+        match self {
+            TaskKind::Text {
+                received,
+                responses,
+            } => Some((received, responses)),
+            _ => None,
+        }
+    }
+
+    fn ping(&mut self) -> Option<Instant> {
+        match self {
+            TaskKind::Ping { sent } => Some(*sent),
+            _ => None,
+        }
+    }
+
+    fn task_mgmt(&mut self) -> Option<()> {
+        matches!(self, TaskKind::TaskMgmt { .. }).then_some(())
+    }
+
+    fn logout(&mut self) -> Option<()> {
+        matches!(self, TaskKind::Logout).then_some(())
+    }
 }
 
 #[derive(Debug)]
@@ -281,7 +421,7 @@ pub struct Session {
     waiting: VecDeque<Queued>,
     /// SCSI commands in flight (counted against `queue_depth`).
     commands_in_flight: u32,
-    transmit: VecDeque<Pdu>,
+    transmit: VecDeque<Transmit>,
     events: VecDeque<Event>,
     last_heard: Option<Instant>,
     ping_outstanding: Option<(u32, Instant)>,
@@ -397,7 +537,7 @@ impl Session {
     pub fn ping(&mut self, now: Instant) -> TaskId {
         let id = self.alloc_task_id();
         let itt = self.alloc_itt();
-        self.transmit.push_back(Pdu::new(Bhs::NopOut(NopOut {
+        self.queue(Pdu::new(Bhs::NopOut(NopOut {
             immediate: true,
             lun: [0; 8],
             itt,
@@ -459,18 +599,17 @@ impl Session {
 
     fn send_tmf(&mut self, id: TaskId, function: u8, lun: [u8; 8], ref_itt: u32, ref_cmd_sn: u32) {
         let itt = self.alloc_itt();
-        self.transmit
-            .push_back(Pdu::new(Bhs::TaskMgmtRequest(TaskMgmtRequest {
-                immediate: true,
-                function,
-                lun,
-                itt,
-                referenced_task_tag: ref_itt,
-                cmd_sn: self.cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-                ref_cmd_sn,
-                exp_data_sn: 0,
-            })));
+        self.queue(Pdu::new(Bhs::TaskMgmtRequest(TaskMgmtRequest {
+            immediate: true,
+            function,
+            lun,
+            itt,
+            referenced_task_tag: ref_itt,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            ref_cmd_sn,
+            exp_data_sn: 0,
+        })));
         self.insert(Task {
             id,
             itt,
@@ -487,15 +626,14 @@ impl Session {
     pub fn logout(&mut self) -> TaskId {
         let id = self.alloc_task_id();
         let itt = self.alloc_itt();
-        self.transmit
-            .push_back(Pdu::new(Bhs::LogoutRequest(LogoutRequest {
-                immediate: true,
-                reason: logout_reason::CLOSE_SESSION,
-                itt,
-                cid: 0,
-                cmd_sn: self.cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-            })));
+        self.queue(Pdu::new(Bhs::LogoutRequest(LogoutRequest {
+            immediate: true,
+            reason: logout_reason::CLOSE_SESSION,
+            itt,
+            cid: 0,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+        })));
         self.insert(Task {
             id,
             itt,
@@ -503,6 +641,22 @@ impl Session {
             kind: TaskKind::Logout,
         });
         id
+    }
+
+    /// The task a target PDU names by its ITT, as the kind of task that PDU
+    /// answers (`pick` is one of `TaskKind::command`, `text`, `ping`…). A
+    /// tag we did not hand out, or one of another kind of task, is a
+    /// protocol error naming the PDU (`what`).
+    fn lookup<'a, R>(
+        &'a mut self,
+        itt: u32,
+        what: &'static str,
+        pick: impl FnOnce(&'a mut TaskKind) -> Option<R>,
+    ) -> Result<R, ProtocolError> {
+        self.tasks
+            .get_mut(&itt)
+            .and_then(|t| pick(&mut t.kind))
+            .ok_or(ProtocolError::UnknownTask { what, itt })
     }
 
     fn insert(&mut self, task: Task) {
@@ -571,10 +725,35 @@ impl Session {
             exp_stat_sn: self.exp_stat_sn,
             cdb: req.cdb,
         };
-        self.transmit.push_back(Pdu::with_data(
-            Bhs::ScsiCommand(cmd),
-            req.data_out.slice(..immediate_len as usize),
-        ));
+        let direct = p.data_movement == DataMovement::Direct;
+        let mut read_buf = BytesMut::new();
+        let mut buffers = None;
+        if direct {
+            // The target places the read data itself, anywhere in the
+            // buffer and in any order: it must exist whole, at an address
+            // that stays put, before the command leaves.
+            let read = (req.read_len > 0).then(|| {
+                read_buf.resize(req.read_len as usize, 0);
+                ReadRegion {
+                    addr: read_buf.as_mut_ptr() as usize,
+                    len: req.read_len,
+                }
+            });
+            let write = (unsolicited_end < total).then(|| WriteRegion {
+                data: req.data_out.clone(),
+                offset: unsolicited_end,
+            });
+            if read.is_some() || write.is_some() {
+                buffers = Some(DirectBuffers { itt, read, write });
+            }
+        }
+        self.transmit.push_back(Transmit {
+            pdu: Pdu::with_data(
+                Bhs::ScsiCommand(cmd),
+                req.data_out.slice(..immediate_len as usize),
+            ),
+            direct: buffers,
+        });
         if unsolicited_end > immediate_len {
             self.queue_data_out(
                 itt,
@@ -594,10 +773,11 @@ impl Session {
                 lun: req.lun,
                 data_out: req.data_out,
                 read_len: req.read_len,
-                read_buf: BytesMut::new(),
+                read_buf,
                 received: 0,
                 next_data_sn: 0,
                 status_from_data_in: None,
+                direct,
             }),
         });
     }
@@ -618,7 +798,7 @@ impl Session {
         let mut data_sn = 0;
         while offset < end {
             let len = seg.min(end - offset);
-            self.transmit.push_back(Pdu::with_data(
+            self.queue(Pdu::with_data(
                 Bhs::DataOut(DataOut {
                     final_: offset + len == end,
                     lun,
@@ -639,7 +819,7 @@ impl Session {
         let itt = self.alloc_itt();
         let cmd_sn = self.cmd_sn;
         self.cmd_sn = self.cmd_sn.wrapping_add(1);
-        self.transmit.push_back(Pdu::with_data(
+        self.queue(Pdu::with_data(
             Bhs::TextRequest(TextRequest {
                 immediate: false,
                 final_: true,
@@ -699,18 +879,13 @@ impl Session {
                 if h.status_present {
                     self.update_stat_sn(h.stat_sn);
                 }
-                let Some(task) = self.tasks.get_mut(&h.itt) else {
-                    return Err(ProtocolError::UnknownTask {
+                let c = self.lookup(h.itt, "Data-In", TaskKind::command)?;
+                if c.direct {
+                    return Err(ProtocolError::DirectTaskData {
                         what: "Data-In",
                         itt: h.itt,
                     });
-                };
-                let TaskKind::Command(c) = &mut task.kind else {
-                    return Err(ProtocolError::UnknownTask {
-                        what: "Data-In",
-                        itt: h.itt,
-                    });
-                };
+                }
                 if h.data_sn != c.next_data_sn {
                     return Err(ProtocolError::DataSn {
                         itt: h.itt,
@@ -765,18 +940,7 @@ impl Session {
             Bhs::ScsiResponse(h) => {
                 self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
                 self.update_stat_sn(h.stat_sn);
-                if !matches!(
-                    self.tasks.get(&h.itt),
-                    Some(Task {
-                        kind: TaskKind::Command(_),
-                        ..
-                    })
-                ) {
-                    return Err(ProtocolError::UnknownTask {
-                        what: "SCSI Response",
-                        itt: h.itt,
-                    });
-                }
+                self.lookup(h.itt, "SCSI Response", TaskKind::command)?;
                 if h.response != 0 {
                     let task = self.remove(h.itt).expect("checked above");
                     self.events.push_back(Event::Command {
@@ -802,22 +966,17 @@ impl Session {
             }
             Bhs::R2t(h) => {
                 self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
-                let Some(Task {
-                    kind: TaskKind::Command(c),
-                    ..
-                }) = self.tasks.get(&h.itt)
-                else {
-                    return Err(ProtocolError::UnknownTask {
+                let max_burst = self.params.max_burst_length;
+                let c = self.lookup(h.itt, "R2T", TaskKind::command)?;
+                if c.direct {
+                    return Err(ProtocolError::DirectTaskData {
                         what: "R2T",
                         itt: h.itt,
                     });
-                };
+                }
                 let total = c.data_out.len() as u32;
                 let end = h.buffer_offset as u64 + h.desired_length as u64;
-                if h.desired_length == 0
-                    || h.desired_length > self.params.max_burst_length
-                    || end > total as u64
-                {
+                if h.desired_length == 0 || h.desired_length > max_burst || end > total as u64 {
                     return Err(ProtocolError::BadR2t {
                         itt: h.itt,
                         offset: h.buffer_offset,
@@ -834,29 +993,17 @@ impl Session {
                 if h.itt != RESERVED_TAG {
                     // Answer to our ping (§11.19.1).
                     self.update_stat_sn(h.stat_sn);
-                    match self.tasks.get(&h.itt) {
-                        Some(Task {
-                            kind: TaskKind::Ping { sent },
-                            ..
-                        }) => {
-                            let rtt = now.saturating_duration_since(*sent);
-                            let task = self.remove(h.itt).expect("present");
-                            if self.ping_outstanding.map(|p| p.0) == Some(h.itt) {
-                                self.ping_outstanding = None;
-                            }
-                            self.events.push_back(Event::Pong { id: task.id, rtt });
-                        }
-                        _ => {
-                            return Err(ProtocolError::UnknownTask {
-                                what: "NOP-In",
-                                itt: h.itt,
-                            })
-                        }
+                    let sent = self.lookup(h.itt, "NOP-In", TaskKind::ping)?;
+                    let rtt = now.saturating_duration_since(sent);
+                    let task = self.remove(h.itt).expect("present");
+                    if self.ping_outstanding.map(|p| p.0) == Some(h.itt) {
+                        self.ping_outstanding = None;
                     }
+                    self.events.push_back(Event::Pong { id: task.id, rtt });
                 }
                 if h.ttt != RESERVED_TAG {
                     // The target pings us: echo its TTT and data (§11.18.3).
-                    self.transmit.push_back(Pdu::with_data(
+                    self.queue(Pdu::with_data(
                         Bhs::NopOut(NopOut {
                             immediate: true,
                             lun: h.lun,
@@ -875,19 +1022,8 @@ impl Session {
                 self.update_stat_sn(h.stat_sn);
                 let exp_stat_sn = self.exp_stat_sn;
                 let cmd_sn = self.cmd_sn;
-                let Some(Task {
-                    kind: TaskKind::Text {
-                        received,
-                        responses,
-                    },
-                    ..
-                }) = self.tasks.get_mut(&h.itt)
-                else {
-                    return Err(ProtocolError::UnknownTask {
-                        what: "Text Response",
-                        itt: h.itt,
-                    });
-                };
+                let (received, responses) =
+                    self.lookup(h.itt, "Text Response", TaskKind::text)?;
                 // Bounds against a target that never ends the exchange:
                 // the text kept, and the number of continuation rounds
                 // (empty continued responses would otherwise go on forever).
@@ -914,33 +1050,23 @@ impl Session {
                 } else {
                     // More to come (C bit or a long answer): ask for the next
                     // part with an empty Text Request echoing the TTT (§11.10.4).
-                    self.transmit
-                        .push_back(Pdu::new(Bhs::TextRequest(TextRequest {
-                            immediate: false,
-                            final_: true,
-                            continue_: false,
-                            lun: [0; 8],
-                            itt: h.itt,
-                            ttt: h.ttt,
-                            cmd_sn,
-                            exp_stat_sn,
-                        })));
+                    self.queue(Pdu::new(Bhs::TextRequest(TextRequest {
+                        immediate: false,
+                        final_: true,
+                        continue_: false,
+                        lun: [0; 8],
+                        itt: h.itt,
+                        ttt: h.ttt,
+                        cmd_sn,
+                        exp_stat_sn,
+                    })));
                 }
                 Ok(())
             }
             Bhs::TaskMgmtResponse(h) => {
                 self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
                 self.update_stat_sn(h.stat_sn);
-                let Some(Task {
-                    kind: TaskKind::TaskMgmt { .. },
-                    ..
-                }) = self.tasks.get(&h.itt)
-                else {
-                    return Err(ProtocolError::UnknownTask {
-                        what: "Task Management Response",
-                        itt: h.itt,
-                    });
-                };
+                self.lookup(h.itt, "Task Management Response", TaskKind::task_mgmt)?;
                 let task = self.remove(h.itt).expect("present");
                 let outcome = TmfOutcome::from_code(h.response);
                 if let TaskKind::TaskMgmt {
@@ -960,16 +1086,7 @@ impl Session {
             Bhs::LogoutResponse(h) => {
                 self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
                 self.update_stat_sn(h.stat_sn);
-                let Some(Task {
-                    kind: TaskKind::Logout,
-                    ..
-                }) = self.tasks.get(&h.itt)
-                else {
-                    return Err(ProtocolError::UnknownTask {
-                        what: "Logout Response",
-                        itt: h.itt,
-                    });
-                };
+                self.lookup(h.itt, "Logout Response", TaskKind::logout)?;
                 let task = self.remove(h.itt).expect("present");
                 self.events.push_back(Event::Logout {
                     id: task.id,
@@ -1083,7 +1200,19 @@ impl Session {
         let TaskKind::Command(c) = task.kind else {
             return;
         };
-        let data = c.read_buf;
+        let mut data = c.read_buf;
+        let len = if c.direct {
+            // The target placed the data without telling us how much: the
+            // residual says (RFC 7143 §11.4.5).
+            if residual.underflow {
+                c.read_len.saturating_sub(residual.count)
+            } else {
+                c.read_len
+            }
+        } else {
+            c.received
+        };
+        data.truncate(len as usize);
         self.events.push_back(Event::Command {
             id: task.id,
             result: Ok(CommandResult {
@@ -1095,9 +1224,14 @@ impl Session {
         });
     }
 
-    /// Next PDU to send, in order.
-    pub fn poll_transmit(&mut self) -> Option<Pdu> {
+    /// Next PDU to send, in order (with the task's buffers when the data
+    /// moves directly).
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmit.pop_front()
+    }
+
+    fn queue(&mut self, pdu: Pdu) {
+        self.transmit.push_back(Transmit { pdu, direct: None });
     }
 
     /// Next completed task or target event.
@@ -1231,7 +1365,7 @@ mod tests {
     }
 
     fn drain(s: &mut Session) -> Vec<Pdu> {
-        std::iter::from_fn(|| s.poll_transmit()).collect()
+        std::iter::from_fn(|| s.poll_transmit().map(|t| t.pdu)).collect()
     }
 
     fn response(itt: u32, stat_sn: u32, exp_cmd_sn: u32, max_cmd_sn: u32, status: u8) -> Pdu {
@@ -1922,5 +2056,360 @@ mod tests {
             s.submit(read(0));
         }
         assert_eq!(drain(&mut s).len(), 4, "SNs fffffffe, ffffffff, 0, 1");
+    }
+
+    // ---- Data movement: the same reads and writes in-band and direct ----
+
+    fn direct() -> FeatureParams {
+        FeatureParams {
+            data_movement: DataMovement::Direct,
+            ..params()
+        }
+    }
+
+    fn transmits(s: &mut Session) -> Vec<Transmit> {
+        std::iter::from_fn(|| s.poll_transmit()).collect()
+    }
+
+    fn response_with_underflow(itt: u32, stat_sn: u32, short_by: u32) -> Pdu {
+        let mut p = response(itt, stat_sn, 2, 40, 0);
+        if let Bhs::ScsiResponse(r) = &mut p.bhs {
+            r.residual = Residual {
+                underflow: true,
+                overflow: false,
+                count: short_by,
+            };
+        }
+        p
+    }
+
+    fn r2t(itt: u32, ttt: u32, offset: u32, len: u32) -> Pdu {
+        Pdu::new(Bhs::R2t(R2t {
+            lun: [0; 8],
+            itt,
+            ttt,
+            stat_sn: 1,
+            exp_cmd_sn: 2,
+            max_cmd_sn: 40,
+            r2t_sn: 0,
+            buffer_offset: offset,
+            desired_length: len,
+        }))
+    }
+
+    fn completed(s: &mut Session) -> CommandResult {
+        match s.poll_event() {
+            Some(Event::Command { result, .. }) => result.expect("command succeeds"),
+            other => panic!("expected a command completion, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn in_band_transmits_never_carry_buffers() {
+        let mut s = session(params(), 10);
+        s.submit(read(65536));
+        s.submit(write(vec![7u8; 100_000]));
+        let sent = transmits(&mut s);
+        assert_eq!(sent.len(), 2);
+        assert!(sent.iter().all(|t| t.direct.is_none()));
+    }
+
+    #[test]
+    fn in_band_read_larger_than_one_burst_is_reassembled_across_sequences() {
+        // 600000 bytes > MaxBurstLength 262144: the target sends three
+        // Data-In sequences (F at each end), DataSN running on.
+        let mut s = session(params(), 10);
+        s.submit(read(600_000));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let pattern: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+        let now = Instant::now();
+        let mut data_sn = 0;
+        for (burst_start, burst_end) in [(0, 262_144), (262_144, 524_288), (524_288, 600_000)] {
+            let mut off = burst_start;
+            while off < burst_end {
+                let end = (off + 65_536).min(burst_end);
+                let mut pdu = data_in(
+                    itt,
+                    data_sn,
+                    off,
+                    &pattern[off as usize..end as usize],
+                    false,
+                );
+                if let Bhs::DataIn(d) = &mut pdu.bhs {
+                    d.final_ = end == burst_end;
+                    d.status_present = end == 600_000;
+                }
+                s.handle_pdu(pdu, now).unwrap();
+                data_sn += 1;
+                off = end;
+            }
+        }
+        let r = completed(&mut s);
+        assert_eq!(r.data.len(), 600_000);
+        assert!(r.data[..] == pattern[..], "data reassembled in order");
+    }
+
+    #[test]
+    fn in_band_write_that_fits_in_immediate_data_is_one_pdu() {
+        let mut s = session(params(), 10);
+        s.submit(write(vec![9u8; 4096]));
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 1);
+        let Bhs::ScsiCommand(c) = &sent[0].bhs else {
+            panic!("expected a SCSI Command, got {:?}", sent[0].bhs)
+        };
+        assert!(c.write && c.final_);
+        assert_eq!(&sent[0].data[..], &[9u8; 4096][..]);
+        s.handle_pdu(response(c.itt, 1, 2, 40, 0), Instant::now())
+            .unwrap();
+        assert_eq!(completed(&mut s).status, 0);
+    }
+
+    #[test]
+    fn in_band_write_sends_immediate_unsolicited_then_solicited_data() {
+        let p = FeatureParams {
+            initial_r2t: false,
+            first_burst_length: 20000,
+            ..params()
+        };
+        let mut s = session(p, 10);
+        let data: Vec<u8> = (0..50000u32).map(|i| i as u8).collect();
+        s.submit(write(data.clone()));
+        let sent = drain(&mut s);
+        let itt = itt_of(&sent[0]);
+        let mut got = vec![0u8; 50000];
+        got[..8192].copy_from_slice(&sent[0].data);
+        for p in &sent[1..] {
+            let Bhs::DataOut(d) = &p.bhs else { panic!() };
+            got[d.buffer_offset as usize..][..p.data.len()].copy_from_slice(&p.data);
+        }
+        s.handle_pdu(r2t(itt, 0x77, 20000, 30000), Instant::now())
+            .unwrap();
+        for p in drain(&mut s) {
+            let Bhs::DataOut(d) = &p.bhs else { panic!() };
+            assert_eq!(d.ttt, 0x77);
+            got[d.buffer_offset as usize..][..p.data.len()].copy_from_slice(&p.data);
+        }
+        assert!(
+            got == data,
+            "immediate + unsolicited + solicited cover the write"
+        );
+        s.handle_pdu(response(itt, 1, 2, 40, 0), Instant::now())
+            .unwrap();
+        assert_eq!(completed(&mut s).status, 0);
+    }
+
+    #[test]
+    fn direct_read_hands_the_transport_the_task_buffer_and_completes_from_the_response() {
+        let mut s = session(direct(), 10);
+        s.submit(read(16384));
+        let sent = transmits(&mut s);
+        assert_eq!(sent.len(), 1, "only the command; no Data-In is expected");
+        let Bhs::ScsiCommand(c) = &sent[0].pdu.bhs else {
+            panic!("expected a SCSI Command")
+        };
+        assert!(c.read && !c.write && c.final_);
+        assert_eq!(c.expected_data_transfer_length, 16384);
+        let d = sent[0].direct.clone().expect("buffers for the transport");
+        assert_eq!(d.itt, c.itt);
+        assert_eq!(d.write, None);
+        let region = d.read.expect("read destination");
+        assert_eq!(region.len, 16384);
+        // Other tasks come and go while the target writes into the buffer.
+        s.submit(read(512));
+        let other = itt_of(&drain(&mut s)[0]);
+        s.handle_pdu(response(other, 1, 3, 40, 0), Instant::now())
+            .unwrap();
+        let _ = completed(&mut s);
+        // The target placed 12288 bytes and says so with the residual.
+        s.handle_pdu(response_with_underflow(c.itt, 2, 4096), Instant::now())
+            .unwrap();
+        let r = completed(&mut s);
+        assert_eq!(r.status, 0);
+        assert_eq!(r.data.len(), 12288, "residual applied");
+        assert_eq!(
+            r.data.as_ptr() as usize,
+            region.addr,
+            "the caller gets the very memory the transport registered"
+        );
+        assert_eq!(s.outstanding(), 0);
+    }
+
+    #[test]
+    fn direct_read_larger_than_one_burst_is_one_command_and_one_response() {
+        let mut s = session(direct(), 10);
+        s.submit(read(4 << 20));
+        let sent = transmits(&mut s);
+        assert_eq!(sent.len(), 1);
+        let region = sent[0].direct.as_ref().unwrap().read.unwrap();
+        assert_eq!(region.len, 4 << 20, "the whole read, not one burst");
+        s.handle_pdu(response(itt_of(&sent[0].pdu), 1, 2, 40, 0), Instant::now())
+            .unwrap();
+        let r = completed(&mut s);
+        assert_eq!(r.data.len(), 4 << 20);
+        assert_eq!(r.data.as_ptr() as usize, region.addr);
+    }
+
+    #[test]
+    fn direct_write_that_fits_in_immediate_data_leaves_nothing_to_fetch() {
+        let mut s = session(direct(), 10);
+        s.submit(write(vec![3u8; 4096]));
+        let sent = transmits(&mut s);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(&sent[0].pdu.data[..], &[3u8; 4096][..]);
+        assert!(sent[0].direct.is_none(), "no RDMA Read needed");
+        s.handle_pdu(response(itt_of(&sent[0].pdu), 1, 2, 40, 0), Instant::now())
+            .unwrap();
+        assert_eq!(completed(&mut s).data.len(), 0);
+    }
+
+    #[test]
+    fn direct_write_names_the_first_byte_not_sent_as_immediate_data() {
+        // ImmediateData=Yes, InitialR2T=Yes: 8192 bytes ride in the command,
+        // the target fetches the rest from offset 8192.
+        let mut s = session(direct(), 10);
+        let data = Bytes::from((0..100_000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        s.submit(CommandRequest {
+            data_out: data.clone(),
+            ..write(Vec::new())
+        });
+        let sent = transmits(&mut s);
+        assert_eq!(sent.len(), 1, "no Data-Out: the rest moves by RDMA Read");
+        let Bhs::ScsiCommand(c) = &sent[0].pdu.bhs else {
+            panic!()
+        };
+        assert!(c.write && c.final_);
+        assert_eq!(c.expected_data_transfer_length, 100_000);
+        assert_eq!(&sent[0].pdu.data[..], &data[..8192]);
+        let d = sent[0].direct.clone().unwrap();
+        assert_eq!(d.read, None);
+        let w = d.write.unwrap();
+        assert_eq!(w.offset, 8192);
+        assert_eq!(
+            w.data.as_ptr(),
+            data.as_ptr(),
+            "the caller's bytes, not a copy"
+        );
+        assert_eq!(w.data.len(), 100_000);
+        s.handle_pdu(response(c.itt, 1, 2, 40, 0), Instant::now())
+            .unwrap();
+        assert_eq!(completed(&mut s).status, 0);
+    }
+
+    #[test]
+    fn direct_write_sends_unsolicited_data_out_then_leaves_the_rest_to_the_target() {
+        let p = FeatureParams {
+            initial_r2t: false,
+            first_burst_length: 20000,
+            ..direct()
+        };
+        let mut s = session(p, 10);
+        s.submit(write((0..50000u32).map(|i| i as u8).collect()));
+        let sent = transmits(&mut s);
+        let pdus: Vec<Pdu> = sent.iter().map(|t| t.pdu.clone()).collect();
+        let Bhs::ScsiCommand(c) = &pdus[0].bhs else {
+            panic!()
+        };
+        assert!(!c.final_, "unsolicited Data-Out follows");
+        assert_eq!(pdus[0].data.len(), 8192);
+        assert_eq!(
+            data_outs(&pdus),
+            vec![
+                (RESERVED_TAG, 0, 8192, 8192, false),
+                (RESERVED_TAG, 1, 16384, 3616, true),
+            ]
+        );
+        let w = sent[0].direct.clone().unwrap().write.unwrap();
+        assert_eq!(w.offset, 20000, "first byte after FirstBurstLength");
+        assert!(sent[1..].iter().all(|t| t.direct.is_none()));
+    }
+
+    #[test]
+    fn direct_write_of_exactly_the_first_burst_needs_no_rdma_read() {
+        let p = FeatureParams {
+            initial_r2t: false,
+            first_burst_length: 20000,
+            ..direct()
+        };
+        let mut s = session(p, 10);
+        s.submit(write(vec![1u8; 20000]));
+        let sent = transmits(&mut s);
+        assert_eq!(sent.len(), 3, "command + two unsolicited Data-Out");
+        assert!(sent.iter().all(|t| t.direct.is_none()));
+    }
+
+    #[test]
+    fn data_in_for_a_direct_task_is_a_protocol_error() {
+        let mut s = session(direct(), 10);
+        s.submit(read(8192));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let err = s
+            .handle_pdu(data_in(itt, 0, 0, &[0u8; 512], false), Instant::now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProtocolError::DirectTaskData {
+                what: "Data-In",
+                itt
+            }
+        );
+    }
+
+    #[test]
+    fn data_in_with_status_for_a_direct_task_is_a_protocol_error() {
+        let mut s = session(direct(), 10);
+        s.submit(read(512));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let err = s
+            .handle_pdu(data_in(itt, 0, 0, &[0u8; 512], true), Instant::now())
+            .unwrap_err();
+        assert!(matches!(err, ProtocolError::DirectTaskData { .. }), "{err}");
+        assert!(s.poll_event().is_none(), "the task did not complete");
+    }
+
+    #[test]
+    fn r2t_for_a_direct_task_is_a_protocol_error() {
+        let mut s = session(direct(), 10);
+        s.submit(write(vec![0u8; 100_000]));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let err = s
+            .handle_pdu(r2t(itt, 1, 8192, 8192), Instant::now())
+            .unwrap_err();
+        assert_eq!(err, ProtocolError::DirectTaskData { what: "R2T", itt });
+        assert!(drain(&mut s).is_empty(), "no Data-Out answers it");
+    }
+
+    #[test]
+    fn direct_task_aborted_by_lun_reset_completes_as_aborted() {
+        // The buffer is released only when the task ends: here by a
+        // completed LOGICAL UNIT RESET, after which the target will not
+        // touch it again (RFC 7143 §4.2.3.3).
+        let mut s = session(direct(), 10);
+        let id = s.submit(read(8192));
+        let _ = drain(&mut s);
+        let reset = s.lun_reset([0; 8]);
+        let Bhs::TaskMgmtRequest(t) = &drain(&mut s)[0].bhs else {
+            panic!("expected the reset request")
+        };
+        let tmf_itt = t.itt;
+        assert_eq!(s.outstanding(), 2);
+        s.handle_pdu(
+            Pdu::new(Bhs::TaskMgmtResponse(crate::proto::pdu::TaskMgmtResponse {
+                response: 0,
+                itt: tmf_itt,
+                stat_sn: 1,
+                exp_cmd_sn: 2,
+                max_cmd_sn: 40,
+            })),
+            Instant::now(),
+        )
+        .unwrap();
+        let events: Vec<Event> = std::iter::from_fn(|| s.poll_event()).collect();
+        assert!(matches!(
+            &events[0],
+            Event::Command { id: got, result: Err(TaskError::Aborted) } if *got == id
+        ));
+        assert!(matches!(&events[1], Event::TaskMgmt { id: got, .. } if *got == reset));
+        assert_eq!(s.outstanding(), 0);
     }
 }

@@ -1,3 +1,186 @@
-//! Transports that carry iSCSI PDUs.
+//! Transports that carry iSCSI PDUs, under one trait the session driver is
+//! generic over.
+//!
+//! A [`Transport`] is one connection to a portal. It is opened with
+//! [`Transport::connect`] and split into a receive half ([`PduReader`]),
+//! which the driver task polls itself inside its `select!` (so the
+//! receive path has no channel hop), and a send half ([`FrameWriter`]),
+//! which runs as its own task ([`FrameWriter::run`]) fed with batches of
+//! encoded frames.
+//!
+//! Transports differ in how SCSI data moves ([`DataMovement`]):
+//!
+//! - **In-band** ([`tcp`]): Data-In, R2T and Data-Out PDUs carry the data;
+//!   the protocol core reassembles reads and answers R2Ts.
+//! - **Direct** (iSER, RFC 7145, planned): the target places read data
+//!   into, and fetches write data from, the initiator's memory by RDMA.
+//!   The core attaches each SCSI command's buffers to the command's
+//!   outgoing PDU ([`Transmit::direct`]) so the transport can register them
+//!   and name them in the iSER header (STag and base offset); the core
+//!   then expects no Data-In and no R2T for that task, and the SCSI
+//!   Response finds the data already in the task's buffer.
+//!
+//! Frames are encoded by the driver task with [`FrameWriter::encode`] (a
+//! transport-specific wire form: TCP adds digests and padding, iSER will
+//! prepend its header) and handed to the writer task in batches, so
+//! encoding stays off the writer and the writer can merge batches into
+//! one system call (TCP: `writev`) or one chain of work requests (RDMA).
+//!
+//! Contract for direct transports: the memory named in a
+//! [`DirectBuffers`] stays valid until the core completes the task (its
+//! SCSI Response, an abort, or `fail_all`) or until the core is dropped.
+//! When a connection ends, the driver drops the receive half first, then
+//! the core; the send half lives on in the writer task until that task
+//! sees its channel close, i.e. possibly after the core is gone. So a
+//! direct transport must revoke the target's access to every registration
+//! it made (destroy the queue pair, or invalidate the keys) by the time
+//! its **receive half**'s `Drop` returns, and its send half must then fail
+//! cleanly instead of touching that memory.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::proto::pdu::{Digests, FrameLimits, Pdu, PduError};
+
+pub use crate::proto::session::{DataMovement, DirectBuffers, ReadRegion, Transmit, WriteRegion};
+pub use crate::url::TransportKind;
 
 pub mod tcp;
+
+/// Errors of a transport: reaching the portal, and the byte or message
+/// stream once connected.
+#[derive(Debug, Error)]
+pub enum TransportError {
+    #[error("cannot resolve {host}")]
+    Resolve {
+        host: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{host} resolves to no address")]
+    NoAddress { host: String },
+    #[error("cannot connect to {addr}")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no answer from {addr} within {timeout:?} (connect timeout)")]
+    ConnectTimeout { addr: SocketAddr, timeout: Duration },
+    #[error("connection closed by the target")]
+    Closed,
+    #[error(
+        "connection closed by the target in the middle of a PDU ({have} of {need} bytes received)"
+    )]
+    Truncated { have: usize, need: usize },
+    #[error("network I/O failed")]
+    Io(#[from] io::Error),
+    #[error("target sent a bad PDU")]
+    Pdu(#[from] PduError),
+    #[error("{}:// transport is not available yet in this build of rlun; use iscsi://", .0.scheme())]
+    Unavailable(TransportKind),
+}
+
+/// One connection to a portal that carries iSCSI PDUs.
+pub trait Transport: Sized + Send + 'static {
+    /// Which transport this is (the URL scheme names it).
+    const KIND: TransportKind;
+    /// How SCSI data moves on this transport; the session core runs in
+    /// this mode ([`crate::proto::session::FeatureParams::data_movement`]).
+    const DATA_MOVEMENT: DataMovement;
+
+    type Reader: PduReader;
+    type Writer: FrameWriter;
+
+    /// Resolve `host` and connect to `port`, each attempt bounded by
+    /// `timeout`.
+    fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Self, TransportError>> + Send;
+
+    /// The receive and send halves; `limits` frame what is received until
+    /// [`PduReader::set_limits`] changes them (after login).
+    fn split(self, limits: FrameLimits) -> (Self::Reader, Self::Writer);
+}
+
+/// The receive half: yields whole PDUs.
+pub trait PduReader: Send + 'static {
+    /// Limits (digests, largest data segment) for what is received from
+    /// now on; set when login has negotiated them.
+    fn set_limits(&mut self, limits: FrameLimits);
+
+    /// The next complete PDU. `Err(TransportError::Closed)` on a clean end
+    /// between PDUs.
+    ///
+    /// Must be cancel-safe: the driver polls it in a `select!` with its
+    /// request channel and timers, and drops the future whenever another
+    /// branch wins. No received byte may be lost when that happens.
+    fn read_pdu(&mut self) -> impl Future<Output = Result<Pdu, TransportError>> + Send;
+
+    /// A PDU that has already arrived, without waiting; the driver drains
+    /// these before it re-enters its `select!`.
+    fn try_next(&mut self) -> Result<Option<Pdu>, TransportError>;
+}
+
+/// The send half: writes encoded frames in order.
+pub trait FrameWriter: Send + Sized + 'static {
+    /// A PDU in this transport's wire form.
+    type Frame: Send + 'static;
+
+    /// Encode one PDU the core wants sent. Called on the driver task, so
+    /// the writer task only writes. `digests` are the negotiated ones
+    /// (always none on iSER).
+    fn encode(tx: Transmit, digests: Digests) -> Self::Frame;
+
+    /// Write `frames` in order and return once the transport has taken
+    /// them all (TCP: as few `writev` calls as the socket allows).
+    fn write_frames(
+        &mut self,
+        frames: &[Self::Frame],
+    ) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Close our sending side so the target sees the end of the connection.
+    fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// The writer task of one connection: write the batches that arrive on
+    /// `rx`, merging what is already queued into one write, until the
+    /// driver drops the sender (then shut down) or a write fails (then
+    /// report it on `err` and stop).
+    ///
+    /// A separate task means a target that is busy sending us data can
+    /// never deadlock against us while we push Data-Out. A transport may
+    /// override this when it has its own completion machinery.
+    fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Vec<Self::Frame>>,
+        err: oneshot::Sender<io::Error>,
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            let mut batch: Vec<Self::Frame> = Vec::new();
+            while let Some(first) = rx.recv().await {
+                batch.extend(first);
+                while batch.len() < 4096 {
+                    match rx.try_recv() {
+                        Ok(more) => batch.extend(more),
+                        Err(_) => break,
+                    }
+                }
+                if let Err(e) = self.write_frames(&batch).await {
+                    let _ = err.send(e);
+                    return;
+                }
+                batch.clear();
+            }
+            // The driver dropped this connection: close our side so the
+            // target sees the end.
+            self.shutdown().await;
+        }
+    }
+}
