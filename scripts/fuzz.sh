@@ -129,7 +129,7 @@ for t in "${TARGETS[@]}"; do
 done
 wait || true
 
-stat() { sed -n "s/^stat::$2: *//p" "$LOG_DIR/$1.log" | tail -1; }
+final_stat() { sed -n "s/^stat::$2: *//p" "$LOG_DIR/$1.log" | tail -1; }
 failed=()
 printf '\n%-10s %12s %10s %8s %8s %8s  %s\n' target executions exec/s cov ft corpus result
 for t in "${TARGETS[@]}"; do
@@ -153,8 +153,8 @@ for t in "${TARGETS[@]}"; do
         fi
         failed+=("$t")
     fi
-    printf '%-10s %12s %10s %8s %8s %8s  %s\n' "$t" "$(stat "$t" number_of_executed_units)" \
-        "$(stat "$t" average_exec_per_sec)" "${cov:--}" "${ft:--}" "${corp:--}" "$result"
+    printf '%-10s %12s %10s %8s %8s %8s  %s\n' "$t" "$(final_stat "$t" number_of_executed_units)" \
+        "$(final_stat "$t" average_exec_per_sec)" "${cov:--}" "${ft:--}" "${corp:--}" "$result"
 done
 
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -267,7 +267,7 @@ fuzz_target!(|data: &[u8]| {
                 ids.push(id);
             }
             0x08..=0x0f => {
-                let len = usize::from(input.u16()) * 8 + usize::from(op & 7);
+                let len = usize::from(input.u16() % 16384) + usize::from(op & 7);
                 let read_len = if input.u8() == 0xff { 512 } else { 0 }; // rarely bidirectional
                 let id = h.s.submit(CommandRequest {
                     lun: [0, input.u8() % 4, 0, 0, 0, 0, 0, 0],
