@@ -232,7 +232,11 @@ pub enum ProtocolError {
         expected: u32,
     },
     #[error("Data-In for task {itt:#010x} at offset {offset}, expected the next in-order offset {expected} (DataPDUInOrder=Yes)")]
-    DataOffset { itt: u32, offset: u32, expected: u32 },
+    DataOffset {
+        itt: u32,
+        offset: u32,
+        expected: u32,
+    },
     #[error("R2T for task {itt:#010x} asks for bytes {offset}+{len} of a {total}-byte write")]
     BadR2t {
         itt: u32,
@@ -1022,8 +1026,7 @@ impl Session {
                 self.update_stat_sn(h.stat_sn);
                 let exp_stat_sn = self.exp_stat_sn;
                 let cmd_sn = self.cmd_sn;
-                let (received, responses) =
-                    self.lookup(h.itt, "Text Response", TaskKind::text)?;
+                let (received, responses) = self.lookup(h.itt, "Text Response", TaskKind::text)?;
                 // Bounds against a target that never ends the exchange:
                 // the text kept, and the number of continuation rounds
                 // (empty continued responses would otherwise go on forever).
@@ -1904,7 +1907,10 @@ mod tests {
             .handle_pdu(part(true, Bytes::from_static(b"b")), now)
             .unwrap_err();
         assert!(err.to_string().contains("over 16 MiB"), "{err}");
-        assert!(s.poll_event().is_none(), "no text result from a refused reply");
+        assert!(
+            s.poll_event().is_none(),
+            "no text result from a refused reply"
+        );
     }
 
     #[test]
@@ -1929,7 +1935,10 @@ mod tests {
         }
         let err = s.handle_pdu(more, now).unwrap_err();
         assert!(matches!(err, ProtocolError::MalformedData { .. }), "{err}");
-        assert!(err.to_string().contains("more than 1024 responses"), "{err}");
+        assert!(
+            err.to_string().contains("more than 1024 responses"),
+            "{err}"
+        );
     }
 
     #[test]
