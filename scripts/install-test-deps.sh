@@ -20,6 +20,8 @@ set -euo pipefail
 #                    dlopens them for iser:// (no RDMA headers needed to build)
 #   libibverbs-dev librdmacm-dev gcc   the test that checks rlun's RDMA struct
 #                    layouts against rdma-core's headers compiles a C program
+#   g++              libfuzzer-sys compiles libFuzzer (scripts/fuzz.sh; the
+#                    nightly toolchain it needs is never installed from here)
 PACKAGES=(
     tgt
     libiscsi-bin
@@ -42,6 +44,7 @@ PACKAGES=(
     libibverbs-dev
     librdmacm-dev
     gcc
+    g++
 )
 
 as_root() {

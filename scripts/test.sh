@@ -34,6 +34,14 @@ step "cargo test"
 cargo test --all-targets
 cargo test --doc
 
+# Coverage-guided fuzzing (fuzz/, scripts/fuzz.sh): every parser that takes
+# network or user input runs under libFuzzer for a short fixed time, all
+# targets side by side on the machine's cores. Needs a nightly toolchain:
+# without one the script prints why it skips and succeeds. A crash fails the
+# run and names its reproducer. RLUN_FUZZ_SECONDS sets the time per target.
+step "fuzz (${RLUN_FUZZ_SECONDS:-20} s per target)"
+RLUN_FUZZ_JOBS=${RLUN_FUZZ_JOBS:-$(nproc)} scripts/fuzz.sh "${RLUN_FUZZ_SECONDS:-20}"
+
 # VM lab (tests/lab): the kernel paths the host kernel lacks (soft-RoCE, LIO
 # iSCSI/iSER target, kernel nbd, open-iscsi) in one small VM, one boot for all
 # scenarios. RLUN_SKIP_LAB=1 skips it for quick local loops. In CI (or with

@@ -201,9 +201,17 @@ pub struct Login {
     partial: BytesMut,
     /// Stage of the request we sent last.
     csg: Stage,
+    /// Continued responses received since the last complete one.
+    continuations: u32,
 }
 
+/// Most login text one Login Response sequence may carry (RFC 7143 §6.1
+/// asks for at least 8192 bytes, 64 KiB with long authentication items).
 const MAX_LOGIN_TEXT: usize = 64 * 1024;
+/// Most continued (C=1) Login Responses in a row: with 8 KiB segments
+/// 64 KiB of text takes 8. A target that keeps continuing, with or without
+/// text, is cut off here instead of looping until the login timeout.
+const MAX_LOGIN_CONTINUATIONS: u32 = 64;
 
 impl Login {
     /// Begin a login: returns the state and the first Login Request to send.
@@ -240,6 +248,7 @@ impl Login {
             exp_stat_sn: 0,
             partial: BytesMut::new(),
             csg: Stage::Security,
+            continuations: 0,
         };
         let pdu = login.request(Stage::Security, transit, Stage::Operational, &keys);
         Ok((login, pdu))
@@ -320,6 +329,12 @@ impl Login {
         }
         self.partial.extend_from_slice(&pdu.data);
         if h.continue_ {
+            self.continuations += 1;
+            if self.continuations > MAX_LOGIN_CONTINUATIONS {
+                return Err(LoginError::Protocol(format!(
+                    "login text continued over more than {MAX_LOGIN_CONTINUATIONS} responses"
+                )));
+            }
             // The target has more text: ask for it with an empty request (§6.3).
             let csg = self.csg;
             let pdu = self.request(csg, false, csg, &[]);
@@ -328,6 +343,7 @@ impl Login {
                 pdu,
             });
         }
+        self.continuations = 0;
         let text = std::mem::take(&mut self.partial);
         let keys = parse_text(&text).map_err(LoginError::Text)?;
         let state = std::mem::replace(&mut self.state, State::ExpectSecurityRsp);
@@ -809,6 +825,39 @@ mod tests {
             login.handle_response(pdu),
             Err(LoginError::Protocol(_))
         ));
+    }
+
+    #[test]
+    fn endless_login_continuation_is_a_protocol_error() {
+        let (mut login, _) = Login::start(cfg(None)).unwrap();
+        let mut more = rsp(false, Stage::Security, Stage::Security, 0, &[]);
+        if let Bhs::LoginResponse(h) = &mut more.bhs {
+            h.continue_ = true;
+        }
+        for _ in 0..MAX_LOGIN_CONTINUATIONS {
+            login = expect_send(login.handle_response(more.clone()).unwrap()).0;
+        }
+        match login.handle_response(more) {
+            Err(LoginError::Protocol(msg)) => assert!(msg.contains("continued"), "{msg}"),
+            other => panic!("expected a protocol error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn login_text_over_64_kib_is_a_protocol_error() {
+        let (mut login, _) = Login::start(cfg(None)).unwrap();
+        let mut more = rsp(false, Stage::Security, Stage::Security, 0, &[]);
+        if let Bhs::LoginResponse(h) = &mut more.bhs {
+            h.continue_ = true;
+        }
+        more.data = Bytes::from(vec![b'a'; 8192]);
+        for _ in 0..MAX_LOGIN_TEXT / 8192 {
+            login = expect_send(login.handle_response(more.clone()).unwrap()).0;
+        }
+        match login.handle_response(more) {
+            Err(LoginError::Protocol(msg)) => assert!(msg.contains("64 KiB"), "{msg}"),
+            other => panic!("expected a protocol error, got {other:?}"),
+        }
     }
 
     #[test]

@@ -231,6 +231,12 @@ pub enum ProtocolError {
         len: u32,
         expected: u32,
     },
+    #[error("Data-In for task {itt:#010x} at offset {offset}, expected the next in-order offset {expected} (DataPDUInOrder=Yes)")]
+    DataOffset {
+        itt: u32,
+        offset: u32,
+        expected: u32,
+    },
     #[error("R2T for task {itt:#010x} asks for bytes {offset}+{len} of a {total}-byte write")]
     BadR2t {
         itt: u32,
@@ -317,6 +323,8 @@ enum TaskKind {
     Command(CommandTask),
     Text {
         received: BytesMut,
+        /// Text Responses received so far for this exchange.
+        responses: u32,
     },
     TaskMgmt {
         function: u8,
@@ -360,9 +368,12 @@ impl TaskKind {
         }
     }
 
-    fn text(&mut self) -> Option<&mut BytesMut> {
+    fn text(&mut self) -> Option<(&mut BytesMut, &mut u32)> {
         match self {
-            TaskKind::Text { received } => Some(received),
+            TaskKind::Text {
+                received,
+                responses,
+            } => Some((received, responses)),
             _ => None,
         }
     }
@@ -419,6 +430,14 @@ pub struct Session {
     last_heard: Option<Instant>,
     ping_outstanding: Option<(u32, Instant)>,
 }
+
+/// Most text one Text exchange may return (a SendTargets answer from a big
+/// array is far smaller); more ends the connection.
+pub const MAX_TEXT_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// Most Text Responses one exchange may take. With the 256 KiB data
+/// segments rlun declares, 16 MiB takes 64; targets using 16 KiB segments
+/// still fit. A target that keeps asking to continue is cut off here.
+pub const MAX_TEXT_RESPONSES: u32 = 1024;
 
 /// RFC 1982 serial-number "less than" on 32-bit sequence numbers (§3.2.2.1).
 pub fn sn_lt(a: u32, b: u32) -> bool {
@@ -823,6 +842,7 @@ impl Session {
             cmd_sn,
             kind: TaskKind::Text {
                 received: BytesMut::new(),
+                responses: 0,
             },
         });
     }
@@ -888,20 +908,26 @@ impl Session {
                         expected: c.read_len,
                     });
                 }
+                // rlun always offers DataPDUInOrder=Yes and
+                // DataSequenceInOrder=Yes, which the OR rule makes the
+                // outcome whatever the target answers (§13.19, §13.20): the
+                // Data-In PDUs of a read cover it in order, each starting
+                // where the previous one ended. Anything else (a gap, an
+                // overlap, a resend) would leave holes or stale bytes in the
+                // result, so it ends the connection.
+                if h.buffer_offset != c.received {
+                    return Err(ProtocolError::DataOffset {
+                        itt: h.itt,
+                        offset: h.buffer_offset,
+                        expected: c.received,
+                    });
+                }
                 if len > 0 {
-                    let (start, end) = (h.buffer_offset as usize, end as usize);
                     if c.read_buf.capacity() == 0 {
+                        // At most the read length the command asked for.
                         c.read_buf.reserve(c.read_len as usize);
                     }
-                    if start == c.read_buf.len() {
-                        // In order (the usual case): one copy, no zero-fill.
-                        c.read_buf.extend_from_slice(&pdu.data);
-                    } else {
-                        if c.read_buf.len() < end {
-                            c.read_buf.resize(end, 0);
-                        }
-                        c.read_buf[start..end].copy_from_slice(&pdu.data);
-                    }
+                    c.read_buf.extend_from_slice(&pdu.data);
                     c.received += len;
                 }
                 if h.status_present {
@@ -1000,10 +1026,19 @@ impl Session {
                 self.update_stat_sn(h.stat_sn);
                 let exp_stat_sn = self.exp_stat_sn;
                 let cmd_sn = self.cmd_sn;
-                let received = self.lookup(h.itt, "Text Response", TaskKind::text)?;
-                if received.len() + pdu.data.len() > 16 * 1024 * 1024 {
+                let (received, responses) = self.lookup(h.itt, "Text Response", TaskKind::text)?;
+                // Bounds against a target that never ends the exchange:
+                // the text kept, and the number of continuation rounds
+                // (empty continued responses would otherwise go on forever).
+                if received.len() + pdu.data.len() > MAX_TEXT_RESPONSE_BYTES {
                     return Err(ProtocolError::MalformedData {
                         what: "Text Response (over 16 MiB of text)",
+                    });
+                }
+                *responses += 1;
+                if !h.final_ && *responses >= MAX_TEXT_RESPONSES {
+                    return Err(ProtocolError::MalformedData {
+                        what: "Text Response (more than 1024 responses to one Text Request)",
                     });
                 }
                 received.extend_from_slice(&pdu.data);
@@ -1508,6 +1543,45 @@ mod tests {
     }
 
     #[test]
+    fn data_in_out_of_order_or_with_a_gap_is_a_protocol_error() {
+        // A gap: the first Data-In starts at 4 instead of 0. Accepting it
+        // would complete the read with zeros where bytes 0..4 belong.
+        let mut s = session(params(), 10);
+        s.submit(read(8));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let err = s
+            .handle_pdu(data_in(itt, 0, 4, b"efgh", true), Instant::now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProtocolError::DataOffset {
+                itt,
+                offset: 4,
+                expected: 0
+            }
+        );
+
+        // An overlap: the second Data-In goes back to offset 0.
+        let mut s = session(params(), 10);
+        s.submit(read(8));
+        let itt = itt_of(&drain(&mut s)[0]);
+        s.handle_pdu(data_in(itt, 0, 0, b"abcd", false), Instant::now())
+            .unwrap();
+        let err = s
+            .handle_pdu(data_in(itt, 1, 0, b"abcd", true), Instant::now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProtocolError::DataOffset {
+                itt,
+                offset: 0,
+                expected: 4
+            }
+        );
+        assert!(s.poll_event().is_none(), "the read must not complete");
+    }
+
+    #[test]
     fn data_in_for_unknown_task_is_a_protocol_error() {
         let mut s = session(params(), 10);
         let err = s
@@ -1801,6 +1875,70 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn send_targets_reply_over_16_mib_is_a_protocol_error() {
+        let mut s = session(params(), 10);
+        s.submit_text(Bytes::from_static(b"SendTargets=All\0"));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let part = |final_: bool, data: Bytes| {
+            Pdu::with_data(
+                Bhs::TextResponse(TextResponse {
+                    final_,
+                    continue_: !final_,
+                    lun: [0; 8],
+                    itt,
+                    ttt: 0x77,
+                    stat_sn: 1,
+                    exp_cmd_sn: 2,
+                    max_cmd_sn: 10,
+                }),
+                data,
+            )
+        };
+        // 64 segments of 256 KiB: exactly the 16 MiB bound, still accepted.
+        let chunk = Bytes::from(vec![b'a'; 256 * 1024]);
+        let now = Instant::now();
+        for _ in 0..MAX_TEXT_RESPONSE_BYTES / chunk.len() {
+            s.handle_pdu(part(false, chunk.clone()), now).unwrap();
+        }
+        let err = s
+            .handle_pdu(part(true, Bytes::from_static(b"b")), now)
+            .unwrap_err();
+        assert!(err.to_string().contains("over 16 MiB"), "{err}");
+        assert!(
+            s.poll_event().is_none(),
+            "no text result from a refused reply"
+        );
+    }
+
+    #[test]
+    fn endless_text_continuation_is_a_protocol_error() {
+        let mut s = session(params(), 10);
+        s.submit_text(Bytes::from_static(b"SendTargets=All\0"));
+        let itt = itt_of(&drain(&mut s)[0]);
+        let more = Pdu::new(Bhs::TextResponse(TextResponse {
+            final_: false,
+            continue_: false,
+            lun: [0; 8],
+            itt,
+            ttt: 0x77,
+            stat_sn: 1,
+            exp_cmd_sn: 2,
+            max_cmd_sn: 10,
+        }));
+        let now = Instant::now();
+        for _ in 1..MAX_TEXT_RESPONSES {
+            s.handle_pdu(more.clone(), now).unwrap();
+            assert_eq!(drain(&mut s).len(), 1, "one continuation request each");
+        }
+        let err = s.handle_pdu(more, now).unwrap_err();
+        assert!(matches!(err, ProtocolError::MalformedData { .. }), "{err}");
+        assert!(
+            err.to_string().contains("more than 1024 responses"),
+            "{err}"
+        );
     }
 
     #[test]
