@@ -152,7 +152,8 @@ pub enum Command {
     },
     /// Measure a LUN: IOPS, MB/s, latency percentiles and CPU time.
     ///
-    /// Write patterns overwrite the LUN's data.
+    /// Write patterns overwrite the LUN's data. With --cache the I/O goes
+    /// through rlun's page cache, as a mount's does.
     Bench {
         /// LUN URL.
         url: String,
@@ -178,9 +179,9 @@ pub enum Command {
         #[arg(long)]
         allow_write: bool,
         #[command(flatten)]
-        cache: BenchCacheOpts,
-        #[command(flatten)]
         conn: ConnectOpts,
+        #[command(flatten)]
+        cache: CacheOpts,
     },
     /// Mount a target's LUNs as files (FUSE): `lun<N>` for each disk LUN.
     ///
@@ -208,10 +209,18 @@ pub enum Command {
         #[command(flatten)]
         mount: MountOpts,
         #[command(flatten)]
+        daemon: DaemonOpts,
+        #[command(flatten)]
         conn: ConnectOpts,
+        #[command(flatten)]
+        cache: CacheOpts,
     },
     /// Unmount an rlun mount and wait until its rlun process has written
     /// back cached data and logged out.
+    ///
+    /// Fails, with the rlun process's message and exit code, when data
+    /// written through the mount could not be made durable on the target
+    /// (for instance because the target is gone for good).
     Umount {
         /// Where the LUNs are mounted.
         mountpoint: PathBuf,
@@ -278,23 +287,60 @@ impl Pattern {
     }
 }
 
-/// Page cache options of `rlun bench`.
+/// rlun's page cache, for every command that opens a device (`mount`,
+/// `bench`; `serve` and `attach` next).
 #[derive(Debug, Clone, Args)]
-pub struct BenchCacheOpts {
-    /// Send the I/O through the page cache (LunDevice) in this mode; without
-    /// it, I/O goes straight to the LUN.
+#[command(next_help_heading = "Cache options")]
+pub struct CacheOpts {
+    /// rlun's own cache of LUN data. Default: for mount none (the kernel
+    /// page cache already caches), write-through with --direct-io; for bench
+    /// no cache at all (I/O goes straight to the LUN).
     #[arg(long, value_enum, value_name = "MODE")]
     pub cache: Option<CacheChoice>,
-    /// Memory cap of the page cache (with --cache).
+    /// Memory cap of rlun's cache, per LUN.
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub cache_size: u64,
-    /// Read ahead of sequential streams (with --cache).
+    /// Read ahead of sequential streams in rlun's cache; mount also raises
+    /// the kernel's read-ahead window to 1 MiB (when rlun may write
+    /// /sys/class/bdi). Off: no read-ahead at all.
     #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On)]
     pub readahead: OnOff,
-    /// Longest time written data waits in the cache before it is written
-    /// back (with --cache write-back).
+    /// Longest time written data waits in memory with --cache write-back
+    /// before it is written back.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub writeback_delay: Duration,
+    /// Log each LUN's cache counters (hits, misses, read-ahead hits,
+    /// evictions, dirty bytes, flushes) at this interval, at info level.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stats_interval: Option<Duration>,
+}
+
+impl CacheOpts {
+    /// The device settings for cache `mode` (the command's choice when
+    /// `--cache` is not given).
+    pub fn device_config(&self, mode: crate::device::CacheMode) -> crate::device::DeviceConfig {
+        crate::device::DeviceConfig {
+            mode,
+            cache_size: self.cache_size,
+            readahead: self.readahead == OnOff::On,
+            writeback_delay: self.writeback_delay,
+            stats_interval: self.stats_interval,
+            ..crate::device::DeviceConfig::default()
+        }
+    }
+}
+
+/// Foreground or background, for every command that serves until stopped
+/// (`mount`; `serve` and `attach` next).
+#[derive(Debug, Clone, Args)]
+pub struct DaemonOpts {
+    /// Detach once ready (exit 0), or report why it failed. Gives up when
+    /// not ready within the connect and login timeouts plus 10 s.
+    #[arg(short, long)]
+    pub daemon: bool,
+    /// With --daemon: append log messages to this file (default: discarded).
+    #[arg(long, value_name = "PATH", requires = "daemon")]
+    pub log_file: Option<PathBuf>,
 }
 
 const MOUNT_AFTER_HELP: &str = "\
@@ -340,31 +386,6 @@ pub struct MountOpts {
     /// Bypass the kernel page cache (see below).
     #[arg(long)]
     pub direct_io: bool,
-    /// rlun's own cache of LUN data (default: none with the kernel page
-    /// cache, which already caches; write-through with --direct-io).
-    #[arg(long, value_enum, value_name = "MODE")]
-    pub cache: Option<CacheChoice>,
-    /// Memory cap of rlun's cache, per LUN.
-    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
-    pub cache_size: u64,
-    /// Read ahead of sequential streams: the kernel's read-ahead window is
-    /// raised to 1 MiB (when rlun may write /sys/class/bdi), and rlun's cache
-    /// reads ahead too. Off: no read-ahead at all.
-    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On)]
-    pub readahead: OnOff,
-    /// Longest time written data waits in memory with --cache write-back.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub writeback_delay: Duration,
-    /// Log each LUN's cache counters (hits, misses, read-ahead hits,
-    /// evictions, dirty bytes, flushes) at this interval, at info level.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub stats_interval: Option<Duration>,
-    /// Detach once the mount is ready (exit 0), or report why it failed.
-    #[arg(short, long)]
-    pub daemon: bool,
-    /// With --daemon: append log messages to this file (default: discarded).
-    #[arg(long, value_name = "PATH", requires = "daemon")]
-    pub log_file: Option<PathBuf>,
     /// Do not ask fusermount3 to unmount when rlun dies (by default a
     /// killed rlun leaves no dead mount behind).
     #[arg(long)]

@@ -1,7 +1,7 @@
 //! The FUSE front end: each LUN of a target as a regular file.
 //!
-//! `rlun mount` builds a [`LunFs`] (one [`LunFile`] per disk LUN, each
-//! over its own [`LunDevice`]) and hands a [`FuseFs`] adapter to the
+//! `rlun mount` builds a [`LunFs`] (one [`LunFile`] per export of an
+//! [`ExportSet`], each over its own [`LunDevice`]) and hands a [`FuseFs`] adapter to the
 //! `fuser` crate, which mounts it through `fusermount3` (no libfuse link)
 //! and runs the `/dev/fuse` read loop on its own thread.
 //!
@@ -24,16 +24,23 @@
 //! asynchronously (`FUSE_ASYNC_READ`), and `O_DIRECT` AIO with
 //! `FUSE_ASYNC_DIO` keeps a whole queue depth in flight.
 //!
+//! Every rule about the LUNs themselves — which LUNs, clipping at the end,
+//! `ENOSPC`, unmap-or-zero, FUA, flush, capacity changes, shutdown — lives
+//! in the export layer ([`crate::export`]), shared with the NBD front end;
+//! this module maps FUSE requests onto it and its errors onto errno
+//! ([`ExportError::to_errno`]), and adds what only a filesystem has:
+//! inodes, attributes, open flags and the kernel's read-ahead.
+//!
 //! | request | what rlun does |
 //! | --- | --- |
-//! | read | [`LunDevice::read_at`], clipped at the end of the LUN |
-//! | write | [`LunDevice::write_at`] (`write_at_fua` for `O_SYNC`/`O_DSYNC` files); a write past the end is short, one at the end gets `ENOSPC` |
-//! | fsync, fdatasync | [`LunDevice::flush`]: dirty pages, then SYNCHRONIZE CACHE (SBC-4 §5.26) |
-//! | fallocate `PUNCH_HOLE\|KEEP_SIZE` | UNMAP (SBC-4 §5.30) when the LUN reports LBPU and LBPRZ (unmapped blocks read as zeros), else — or when the target refuses UNMAP — WRITE SAME of zeros: the range always reads back as zeros, as `fallocate(2)` promises |
-//! | fallocate `ZERO_RANGE` | [`LunDevice::write_zeroes`] (WRITE SAME, SBC-4 §5.50, falling back to writing zeros) |
+//! | read | [`Export::read`]: clipped at the end of the LUN |
+//! | write | [`Export::write`] (with FUA for `O_SYNC`/`O_DSYNC` files); a write past the end is short, one at the end gets `ENOSPC` |
+//! | fsync, fdatasync | [`Export::flush`]: dirty pages, then SYNCHRONIZE CACHE (SBC-4 §5.26) |
+//! | fallocate `PUNCH_HOLE\|KEEP_SIZE` | [`Export::write_zeroes`] with [`ZeroMode::MayUnmap`]: UNMAP when the LUN reports LBPU and LBPRZ (unmapped blocks read as zeros), else WRITE SAME of zeros: the range always reads back as zeros, as `fallocate(2)` promises |
+//! | fallocate `ZERO_RANGE` | [`Export::write_zeroes`] with [`ZeroMode::Allocate`] (WRITE SAME, SBC-4 §5.50, falling back to writing zeros) |
 //! | fallocate mode 0 / `KEEP_SIZE` | nothing to do inside the LUN (`EFBIG` past its end without `KEEP_SIZE`) |
 //! | truncate, `O_TRUNC` | ignored, as for a block device (`EFBIG` to grow past the LUN) |
-//! | getattr | size from the device; re-reads the capacity first when the session saw a capacity change |
+//! | getattr | size from the device; [`Export::refresh_capacity`] first, so a capacity change shows |
 //! | statfs | the LUNs' total size, nothing free |
 //!
 //! # Caching
@@ -54,16 +61,13 @@
 //!
 //! # Capacity changes
 //!
-//! The session counts capacity-change reports (UNIT ATTENTION 2A/09).
-//! When a file's getattr sees the count move, it re-reads the capacity
-//! (READ CAPACITY) and, if it changed, swaps in a new [`LunDevice`] of the
-//! new size; the old one is flushed and closed once its last request ends.
-//! The kernel learns the new size at the next getattr ([`ATTR_TTL`]).
+//! A file's getattr asks the export to follow a capacity change
+//! ([`Export::refresh_capacity`]); the kernel learns the new size at the
+//! next getattr ([`ATTR_TTL`]).
 
 use std::ffi::OsStr;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -73,10 +77,13 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use tracing::{debug, info, trace, warn};
+use tracing::debug;
 
-use crate::client::Lun;
-use crate::device::{BackendError, BlockBackend, DeviceConfig, DeviceError, LunDevice};
+#[cfg(doc)]
+use crate::device::LunDevice;
+use crate::device::{DeviceConfig, DeviceError};
+pub use crate::export::LunBackend;
+use crate::export::{Export, ExportError, ExportSet, ZeroMode};
 
 /// Largest read or write one FUSE request carries (`max_write`, and
 /// `max_pages` for reads).
@@ -100,35 +107,6 @@ pub mod falloc {
 /// `open(2)` flags that ask for synchronous writes (asm-generic/fcntl.h:
 /// `O_DSYNC`, and `O_SYNC` = `__O_SYNC | O_DSYNC`).
 const O_DSYNC: i32 = 0o010000;
-
-/// What a LUN file needs from its block device beyond [`BlockBackend`].
-pub trait LunBackend: BlockBackend + Sized {
-    /// A counter that moves when the target reports a capacity change.
-    fn capacity_generation(&self) -> u64;
-    /// The same LUN with its capacity read again.
-    fn reread_capacity(&self) -> impl Future<Output = Result<Self, BackendError>> + Send;
-    /// UNMAP works and unmapped blocks read as zeros (LBPU and LBPRZ of the
-    /// Logical Block Provisioning VPD page, SBC-4 §6.6.4).
-    fn unmap_reads_zeros(&self) -> bool;
-}
-
-impl LunBackend for Lun {
-    fn capacity_generation(&self) -> u64 {
-        self.session().capacity_generation()
-    }
-    fn reread_capacity(&self) -> impl Future<Output = Result<Lun, BackendError>> + Send {
-        let mut lun = self.clone();
-        async move {
-            lun.refresh_capacity().await?;
-            Ok(lun)
-        }
-    }
-    fn unmap_reads_zeros(&self) -> bool {
-        self.provisioning
-            .as_ref()
-            .is_some_and(|p| p.lbpu && p.lbprz & 1 == 1)
-    }
-}
 
 /// How the files look: owner, permissions, caching.
 #[derive(Debug, Clone)]
@@ -156,47 +134,37 @@ impl Default for FsOptions {
     }
 }
 
-/// The file name of LUN `number`.
+/// The file name of LUN `number` (its export name).
 pub fn lun_file_name(number: u64) -> String {
-    format!("lun{number}")
+    crate::export::export_name(number)
 }
 
-/// One LUN shown as a file.
+/// One LUN shown as a file: an export and its inode.
 pub struct LunFile<B: LunBackend> {
-    name: String,
-    number: u64,
+    export: Arc<Export<B>>,
     ino: u64,
-    /// Swapped when the capacity changes; the lock is held only to clone.
-    device: RwLock<Arc<LunDevice<B>>>,
-    seen_generation: AtomicU64,
-    refresh: tokio::sync::Mutex<()>,
-    cfg: DeviceConfig,
-    read_only: bool,
 }
 
 impl<B: LunBackend> LunFile<B> {
     pub fn name(&self) -> &str {
-        &self.name
+        self.export.name()
     }
     pub fn number(&self) -> u64 {
-        self.number
+        self.export.number()
     }
     pub fn ino(&self) -> u64 {
         self.ino
     }
-    /// The current device (a new one after a capacity change).
-    pub fn device(&self) -> Arc<LunDevice<B>> {
-        self.device
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    /// The export behind the file.
+    pub fn export(&self) -> &Arc<Export<B>> {
+        &self.export
     }
     /// Writes are refused (write-protected LUN or `--read-only`).
     pub fn read_only(&self) -> bool {
-        self.read_only
+        self.export.read_only()
     }
     pub fn size(&self) -> u64 {
-        self.device().size()
+        self.export.size()
     }
 }
 
@@ -204,15 +172,14 @@ impl<B: LunBackend> LunFile<B> {
 /// of each request and return an [`Errno`] on failure; [`FuseFs`] wires them
 /// to the kernel.
 pub struct LunFs<B: LunBackend> {
+    set: ExportSet<B>,
     files: Vec<LunFile<B>>,
     opts: FsOptions,
     mounted_at: SystemTime,
-    /// Set by [`LunFs::shut_down`]: I/O fails with `EIO` from then on.
-    shut: AtomicBool,
 }
 
-/// Errno for a device error ([`DeviceError::to_errno`]).
-fn errno(e: &DeviceError) -> Errno {
+/// Errno for an export error ([`ExportError::to_errno`]).
+fn errno(e: &ExportError) -> Errno {
     Errno::from_i32(e.to_errno())
 }
 
@@ -224,31 +191,36 @@ impl<B: LunBackend> LunFs<B> {
         cfg: &DeviceConfig,
         opts: FsOptions,
     ) -> Result<LunFs<B>, DeviceError> {
-        let mut files = Vec::with_capacity(luns.len());
-        for (i, (number, backend)) in luns.into_iter().enumerate() {
-            let generation = backend.capacity_generation();
-            let device = LunDevice::new(backend, cfg.clone())?;
-            files.push(LunFile {
-                name: lun_file_name(number),
-                number,
+        let set = ExportSet::new(luns, cfg, opts.read_only)?;
+        Ok(LunFs::from_exports(set, opts))
+    }
+
+    /// The filesystem of an export set: one file per export, in order.
+    pub fn from_exports(set: ExportSet<B>, opts: FsOptions) -> LunFs<B> {
+        let files = set
+            .exports()
+            .iter()
+            .enumerate()
+            .map(|(i, e)| LunFile {
+                export: e.clone(),
                 ino: FIRST_FILE_INO + i as u64,
-                read_only: opts.read_only || device.read_only(),
-                device: RwLock::new(Arc::new(device)),
-                seen_generation: AtomicU64::new(generation),
-                refresh: tokio::sync::Mutex::new(()),
-                cfg: cfg.clone(),
-            });
-        }
-        Ok(LunFs {
+            })
+            .collect();
+        LunFs {
+            set,
             files,
             opts,
             mounted_at: SystemTime::now(),
-            shut: AtomicBool::new(false),
-        })
+        }
     }
 
     pub fn files(&self) -> &[LunFile<B>] {
         &self.files
+    }
+
+    /// The exports behind the files (flush, shutdown, lost-data report).
+    pub fn exports(&self) -> &ExportSet<B> {
+        &self.set
     }
 
     pub fn options(&self) -> &FsOptions {
@@ -257,7 +229,7 @@ impl<B: LunBackend> LunFs<B> {
 
     /// Every LUN is read-only (the mount can be `ro`).
     pub fn all_read_only(&self) -> bool {
-        self.files.iter().all(|f| f.read_only)
+        self.set.all_read_only()
     }
 
     /// The file with inode `ino`.
@@ -268,7 +240,7 @@ impl<B: LunBackend> LunFs<B> {
 
     /// The file called `name` in the root directory.
     pub fn lookup(&self, name: &OsStr) -> Option<&LunFile<B>> {
-        self.files.iter().find(|f| OsStr::new(&f.name) == name)
+        self.files.iter().find(|f| OsStr::new(f.name()) == name)
     }
 
     /// Attributes of the root directory.
@@ -299,15 +271,15 @@ impl<B: LunBackend> LunFs<B> {
     /// Attributes of a LUN file: size = capacity, write bits only when
     /// writable.
     pub fn file_attr(&self, f: &LunFile<B>) -> FileAttr {
-        let dev = f.device();
+        let info = f.export.info();
         let mut perm = self.opts.mode & 0o7777;
-        if f.read_only {
+        if info.read_only {
             perm &= !0o222;
         }
         FileAttr {
             ino: INodeNo(f.ino),
-            size: dev.size(),
-            blocks: dev.size().div_ceil(512),
+            size: info.size,
+            blocks: info.size.div_ceil(512),
             atime: self.mounted_at,
             mtime: self.mounted_at,
             ctime: self.mounted_at,
@@ -318,7 +290,7 @@ impl<B: LunBackend> LunFs<B> {
             uid: self.opts.uid,
             gid: self.opts.gid,
             rdev: 0,
-            blksize: dev.page_size().max(dev.block_size()),
+            blksize: info.preferred_size,
             flags: 0,
         }
     }
@@ -337,7 +309,7 @@ impl<B: LunBackend> LunFs<B> {
     /// Check an open: writing a read-only LUN is `EROFS`.
     pub fn check_open(&self, f: &LunFile<B>, flags: OpenFlags) -> Result<(), Errno> {
         let writes = flags.acc_mode() != OpenAccMode::O_RDONLY;
-        if writes && f.read_only {
+        if writes && f.read_only() {
             return Err(Errno::EROFS);
         }
         Ok(())
@@ -346,31 +318,15 @@ impl<B: LunBackend> LunFs<B> {
     /// Refuse every later read, write, fsync and fallocate with `EIO`
     /// (the mount is going away while files are still open).
     pub fn shut_down(&self) {
-        self.shut.store(true, Ordering::Release);
-    }
-
-    fn check_open_for_io(&self) -> Result<(), Errno> {
-        if self.shut.load(Ordering::Acquire) {
-            Err(Errno::EIO)
-        } else {
-            Ok(())
-        }
+        self.set.shut_down();
     }
 
     /// Read up to `size` bytes at `offset` (fewer at the end of the LUN).
     pub async fn read(&self, f: &LunFile<B>, offset: u64, size: u32) -> Result<Bytes, Errno> {
-        self.check_open_for_io()?;
-        let dev = f.device();
-        let end = dev.size();
-        if offset >= end {
-            return Ok(Bytes::new());
-        }
-        let len = (size as u64).min(end - offset) as usize;
-        trace!(lun = f.number, offset, len, "read");
-        dev.read_at(offset, len).await.map_err(|e| {
-            debug!(lun = f.number, offset, len, error = %crate::session::error_chain(&e), "read failed");
-            errno(&e)
-        })
+        f.export
+            .read(offset, size as usize)
+            .await
+            .map_err(|e| errno(&e))
     }
 
     /// Write `data` at `offset`; returns the bytes written (short at the
@@ -379,46 +335,18 @@ impl<B: LunBackend> LunFs<B> {
         &self,
         f: &LunFile<B>,
         offset: u64,
-        mut data: Bytes,
+        data: Bytes,
         sync: bool,
     ) -> Result<u32, Errno> {
-        self.check_open_for_io()?;
-        if f.read_only {
-            return Err(Errno::EROFS);
-        }
-        let dev = f.device();
-        let end = dev.size();
-        if data.is_empty() {
-            return Ok(0);
-        }
-        if offset >= end {
-            return Err(Errno::ENOSPC);
-        }
-        let room = end - offset;
-        if (data.len() as u64) > room {
-            data.truncate(room as usize);
-        }
-        let n = data.len() as u32;
-        trace!(lun = f.number, offset, len = n, sync, "write");
-        let r = if sync {
-            dev.write_at_fua(offset, data).await
-        } else {
-            dev.write_at(offset, data).await
-        };
-        r.map_err(|e| {
-            warn!(lun = f.number, offset, len = n, error = %crate::session::error_chain(&e), "write failed");
-            errno(&e)
-        })?;
-        Ok(n)
+        f.export
+            .write(offset, data, sync)
+            .await
+            .map_err(|e| errno(&e))
     }
 
     /// fsync / fdatasync: write back dirty data, then SYNCHRONIZE CACHE.
     pub async fn fsync(&self, f: &LunFile<B>) -> Result<(), Errno> {
-        self.check_open_for_io()?;
-        f.device().flush().await.map_err(|e| {
-            warn!(lun = f.number, error = %crate::session::error_chain(&e), "fsync failed");
-            errno(&e)
-        })
+        f.export.flush().await.map_err(|e| errno(&e))
     }
 
     /// `fallocate(2)` with `mode` on `offset..offset+len`; see the module
@@ -431,9 +359,7 @@ impl<B: LunBackend> LunFs<B> {
         mode: i32,
     ) -> Result<(), Errno> {
         use falloc::*;
-        self.check_open_for_io()?;
-        let dev = f.device();
-        let size = dev.size();
+        let size = f.size();
         let keep = mode & KEEP_SIZE != 0;
         let Some(end) = offset.checked_add(len) else {
             return Err(Errno::EFBIG);
@@ -442,148 +368,34 @@ impl<B: LunBackend> LunFs<B> {
             return Err(Errno::EFBIG);
         }
         let op = mode & !KEEP_SIZE;
-        if op != 0 && op != PUNCH_HOLE && op != ZERO_RANGE {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        if op == PUNCH_HOLE && !keep {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        if op == 0 {
+        let zero = match op {
             // Every block of a LUN is already there to be written.
-            return Ok(());
-        }
-        if f.read_only {
-            return Err(Errno::EROFS);
-        }
-        let end = end.min(size);
-        if offset >= end {
-            return Ok(());
-        }
-        let len = end - offset;
-        let r = if op == PUNCH_HOLE && dev.backend().unmap_reads_zeros() {
-            punch_by_unmap(&dev, offset, len).await
-        } else {
-            dev.write_zeroes(offset, len).await
+            0 => return Ok(()),
+            PUNCH_HOLE if keep => ZeroMode::MayUnmap,
+            ZERO_RANGE => ZeroMode::Allocate,
+            _ => return Err(Errno::EOPNOTSUPP),
         };
-        r.map_err(|e| {
-            warn!(lun = f.number, offset, len, mode, error = %crate::session::error_chain(&e), "fallocate failed");
-            errno(&e)
-        })
+        f.export
+            .write_zeroes(offset, len, zero)
+            .await
+            .map_err(|e| errno(&e))
     }
 
     /// Re-read the capacity when the session reported a change since the
-    /// last look, and swap in a device of the new size. Failures are logged
-    /// and retried at the next call.
+    /// last look ([`Export::refresh_capacity`]).
     pub async fn refresh_capacity(&self, f: &LunFile<B>) {
-        let current = f.device().backend().capacity_generation();
-        if current == f.seen_generation.load(Ordering::Acquire) {
-            return;
-        }
-        let _one_at_a_time = f.refresh.lock().await;
-        let old = f.device();
-        let generation = old.backend().capacity_generation();
-        if generation == f.seen_generation.load(Ordering::Acquire) {
-            return;
-        }
-        let backend = match old.backend().reread_capacity().await {
-            Ok(b) => b,
-            Err(e) => {
-                warn!(lun = f.number, error = %crate::session::error_chain(&e), "cannot re-read the capacity");
-                return;
-            }
-        };
-        f.seen_generation.store(generation, Ordering::Release);
-        let (old_size, new_size) = (old.size(), backend.blocks() * backend.block_size() as u64);
-        if old_size == new_size && backend.block_size() == old.block_size() {
-            return;
-        }
-        let device = match LunDevice::new(backend, f.cfg.clone()) {
-            Ok(d) => Arc::new(d),
-            Err(e) => {
-                warn!(lun = f.number, error = %e, "cannot use the new capacity");
-                return;
-            }
-        };
-        info!(
-            lun = f.number,
-            old_size, new_size, "LUN capacity changed; the file follows"
-        );
-        *f.device.write().unwrap_or_else(|e| e.into_inner()) = device;
-        // The old device may still serve requests; flush it after the last.
-        tokio::spawn(retire(old));
+        f.export.refresh_capacity().await;
     }
 
     /// Flush every LUN (dirty write-back data, then SYNCHRONIZE CACHE).
     /// Returns the first failure after trying all.
-    pub async fn flush_all(&self) -> Result<(), DeviceError> {
-        let mut first = None;
-        for f in &self.files {
-            if f.read_only {
-                continue;
-            }
-            if let Err(e) = f.device().flush().await {
-                warn!(lun = f.number, error = %crate::session::error_chain(&e), "flush failed");
-                first.get_or_insert(e);
-            }
-        }
-        first.map_or(Ok(()), Err)
+    pub async fn flush_all(&self) -> Result<(), ExportError> {
+        self.set.flush_all().await
     }
 
     /// Bytes written into caches and not yet to the targets.
     pub fn dirty_bytes(&self) -> u64 {
-        self.files
-            .iter()
-            .map(|f| f.device().stats().dirty_bytes)
-            .sum()
-    }
-}
-
-/// Punch a hole with UNMAP: whole blocks are unmapped (they read as zeros,
-/// LBPRZ), partial blocks at either end are zeroed; a target that refuses
-/// UNMAP gets WRITE SAME of zeros for the whole range instead.
-async fn punch_by_unmap<B: LunBackend>(
-    dev: &LunDevice<B>,
-    offset: u64,
-    len: u64,
-) -> Result<(), DeviceError> {
-    let bs = dev.block_size() as u64;
-    let end = offset + len;
-    let (b0, b1) = (offset.div_ceil(bs) * bs, end / bs * bs);
-    if b0 >= b1 {
-        return dev.write_zeroes(offset, len).await;
-    }
-    match dev.discard(b0, b1 - b0).await {
-        Ok(()) => {}
-        Err(DeviceError::Io { ref source, .. }) if source.is_unsupported() => {
-            debug!("UNMAP refused; punching the hole with zeros");
-            return dev.write_zeroes(offset, len).await;
-        }
-        Err(e) => return Err(e),
-    }
-    if offset < b0 {
-        dev.write_zeroes(offset, b0 - offset).await?;
-    }
-    if b1 < end {
-        dev.write_zeroes(b1, end - b1).await?;
-    }
-    Ok(())
-}
-
-/// Flush and close a device that was replaced, once no request uses it.
-async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>) {
-    loop {
-        match Arc::try_unwrap(old) {
-            Ok(dev) => {
-                if let Err(e) = dev.close().await {
-                    warn!(error = %crate::session::error_chain(&e), "flushing the replaced device failed");
-                }
-                return;
-            }
-            Err(still_used) => {
-                old = still_used;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+        self.set.dirty_bytes()
     }
 }
 
@@ -658,7 +470,7 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         }
         self.with_file(ino, reply, ReplyAttr::error, |fs, idx, reply| async move {
             let f = &fs.files[idx];
-            fs.refresh_capacity(f).await;
+            f.export.refresh_capacity().await;
             reply.attr(&ATTR_TTL, &fs.file_attr(f));
         });
     }
@@ -692,7 +504,7 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
             return reply.error(Errno::ENOENT);
         };
         match size {
-            Some(_) if f.read_only => reply.error(Errno::EROFS),
+            Some(_) if f.read_only() => reply.error(Errno::EROFS),
             // Like a block device: truncation is ignored, growth impossible.
             Some(s) if s > f.size() => reply.error(Errno::EFBIG),
             _ => reply.attr(&ATTR_TTL, &self.fs.file_attr(f)),
@@ -817,7 +629,7 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
             (INodeNo::ROOT, FileType::Directory, ".."),
         ];
         for f in &self.fs.files {
-            entries.push((INodeNo(f.ino), FileType::RegularFile, &f.name));
+            entries.push((INodeNo(f.ino), FileType::RegularFile, f.name()));
         }
         for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
             if reply.add(ino, i as u64 + 1, kind, name) {
@@ -1117,92 +929,8 @@ pub fn is_rlun_mount(m: &MountEntry) -> bool {
 mod tests {
     use super::*;
     use crate::device::{CacheMode, MemBackend};
-    use std::sync::Mutex;
-
-    /// A [`MemBackend`] that can pretend to be resized and can claim
-    /// LBPRZ, for the parts of [`LunBackend`] a real LUN has.
-    #[derive(Clone)]
-    struct TestLun {
-        mem: Arc<MemBackend>,
-        generation: Arc<AtomicU64>,
-        resized: Arc<Mutex<Option<Arc<MemBackend>>>>,
-        lbprz: bool,
-    }
-
-    impl TestLun {
-        fn new(mem: MemBackend) -> TestLun {
-            TestLun {
-                mem: Arc::new(mem),
-                generation: Arc::new(AtomicU64::new(0)),
-                resized: Arc::new(Mutex::new(None)),
-                lbprz: false,
-            }
-        }
-    }
-
-    impl BlockBackend for TestLun {
-        fn block_size(&self) -> u32 {
-            self.mem.block_size()
-        }
-        fn blocks(&self) -> u64 {
-            self.mem.blocks()
-        }
-        fn read_only(&self) -> bool {
-            BlockBackend::read_only(&*self.mem)
-        }
-        fn max_transfer_bytes(&self) -> u64 {
-            self.mem.max_transfer_bytes()
-        }
-        fn read_blocks(
-            &self,
-            lba: u64,
-            blocks: u32,
-        ) -> impl Future<Output = Result<Bytes, BackendError>> + Send {
-            self.mem.read_blocks(lba, blocks)
-        }
-        fn write_blocks(
-            &self,
-            lba: u64,
-            data: Bytes,
-            fua: bool,
-        ) -> impl Future<Output = Result<(), BackendError>> + Send {
-            self.mem.write_blocks(lba, data, fua)
-        }
-        fn flush(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
-            self.mem.flush()
-        }
-        fn unmap(
-            &self,
-            lba: u64,
-            blocks: u64,
-        ) -> impl Future<Output = Result<(), BackendError>> + Send {
-            self.mem.unmap(lba, blocks)
-        }
-        fn write_zeroes(
-            &self,
-            lba: u64,
-            blocks: u64,
-            unmap: bool,
-        ) -> impl Future<Output = Result<(), BackendError>> + Send {
-            self.mem.write_zeroes(lba, blocks, unmap)
-        }
-    }
-
-    impl LunBackend for TestLun {
-        fn capacity_generation(&self) -> u64 {
-            self.generation.load(Ordering::SeqCst)
-        }
-        fn reread_capacity(&self) -> impl Future<Output = Result<TestLun, BackendError>> + Send {
-            let mut next = self.clone();
-            if let Some(m) = self.resized.lock().unwrap().clone() {
-                next.mem = m;
-            }
-            async move { Ok(next) }
-        }
-        fn unmap_reads_zeros(&self) -> bool {
-            self.lbprz
-        }
-    }
+    use crate::export::testing::TestLun;
+    use std::sync::atomic::Ordering;
 
     const MIB: usize = 1 << 20;
 

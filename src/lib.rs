@@ -14,7 +14,13 @@
 //! - [`transport`]: the `Transport` trait the driver is generic over; TCP
 //!   today (in-band data movement), iSER (direct) planned.
 //! - [`device`]: `LunDevice`, byte-addressed cached I/O on a LUN.
-//! - [`fuse`]: the FUSE front end (`rlun mount`): each LUN as a file.
+//! - [`export`]: the export layer every front end stands on: a target's
+//!   LUNs as exports, clipping, ENOSPC, unmap-or-zero, FUA, flush, capacity
+//!   changes, shutdown and lost-data reports; typed errors with one errno
+//!   mapping.
+//! - [`fuse`]: the FUSE front end (`rlun mount`): each export as a file.
+//! - [`daemon`]: the process machinery of serving commands: `--daemon`,
+//!   readiness (pipe and systemd), pid files, signals, flush and logout.
 //! - [`url`] and [`config`]: `iscsi://` URLs and credentials.
 //!
 //! # Where `unsafe` may appear
@@ -32,9 +38,11 @@ pub mod cli;
 pub mod client;
 pub mod cmd;
 pub mod config;
+pub mod daemon;
 pub mod device;
 pub mod entropy;
 pub mod error;
+pub mod export;
 pub mod fuse;
 pub mod proto;
 pub mod scsi;

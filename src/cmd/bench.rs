@@ -10,9 +10,9 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::{CliError, Ctx};
-use crate::cli::{BenchCacheOpts, ConnectOpts, OnOff, Pattern};
+use crate::cli::{CacheOpts, ConnectOpts, OnOff, Pattern};
 use crate::client::Lun;
-use crate::device::{DeviceConfig, LunDevice};
+use crate::device::LunDevice;
 
 pub struct Options {
     pub pattern: Pattern,
@@ -22,7 +22,7 @@ pub struct Options {
     pub size: Option<u64>,
     pub json: bool,
     pub allow_write: bool,
-    pub cache: BenchCacheOpts,
+    pub cache: CacheOpts,
 }
 
 /// Where the benchmark's I/O goes: straight to the LUN, or through the page
@@ -138,13 +138,7 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
     let io = match o.cache.cache {
         None => Io::Lun(Box::new(lun.clone())),
         Some(mode) => {
-            let cfg = DeviceConfig {
-                mode: mode.mode(),
-                cache_size: o.cache.cache_size,
-                readahead: o.cache.readahead == OnOff::On,
-                writeback_delay: o.cache.writeback_delay,
-                ..DeviceConfig::default()
-            };
+            let cfg = o.cache.device_config(mode.mode());
             let dev = LunDevice::new(lun.clone(), cfg)
                 .map_err(|e| CliError::Usage(crate::session::error_chain(&e)))?;
             Io::Device(Arc::new(dev))

@@ -220,6 +220,39 @@ impl Ctx {
     }
 }
 
+impl Ctx {
+    /// Log in to the target of `url` and open what it names as exports
+    /// (one LUN, or every disk LUN; see [`crate::export::open_luns`]), each
+    /// over a device with `cfg`. Logs out again on failure. For every
+    /// command that serves exports (`mount`; `serve` and `attach` next).
+    pub async fn open_exports(
+        &self,
+        url: &TargetUrl,
+        entry: Option<&str>,
+        conn: &ConnectOpts,
+        cfg: &crate::device::DeviceConfig,
+        read_only: bool,
+    ) -> Result<(Target, crate::export::ExportSet<Lun>), CliError> {
+        use crate::export::{open_luns, ExportSet, OpenError};
+        let iqn = url.require_target()?.to_string();
+        let session = self.session_config(url, entry, conn)?;
+        let target = Target::login(session).await?;
+        let opened = match open_luns(&target, &iqn, url.lun).await {
+            Ok(luns) => ExportSet::new(luns, cfg, read_only)
+                .map_err(|e| CliError::Usage(crate::session::error_chain(&e))),
+            Err(OpenError::Client(e)) => Err(e.into()),
+            Err(e @ OpenError::NoDiskLuns { .. }) => Err(CliError::Other(e.to_string())),
+        };
+        match opened {
+            Ok(set) => Ok((target, set)),
+            Err(e) => {
+                let _ = target.logout().await;
+                Err(e)
+            }
+        }
+    }
+}
+
 fn choice_pref(c: DigestChoice) -> DigestPref {
     match c {
         DigestChoice::None => DigestPref::None,
@@ -342,8 +375,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             target,
             mountpoint,
             mount,
+            daemon,
+            cache,
             conn,
-        } => mount::run(&ctx, &target, &mountpoint, &mount, &conn).await,
+        } => mount::run(&ctx, &target, &mountpoint, &mount, &daemon, &cache, &conn).await,
         Command::Umount {
             mountpoint,
             lazy,

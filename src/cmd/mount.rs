@@ -12,15 +12,18 @@
 //! - the mount disappears (`rlun umount`, `fusermount3 -u`, `umount`):
 //!   write back, log out, exit 0.
 //!
-//! `--daemon` does not fork (that is unsafe in a threaded process): it runs
-//! itself again in the background with [`NOTIFY_ENV`] set and its standard
-//! output on a pipe, on which the child writes `ready` once the mount
-//! answers, or `error <message>` before it exits. The parent relays that
-//! and exits 0, or with the child's exit code.
+//! The process machinery — foreground or `--daemon`, readiness (to the
+//! `--daemon` parent and to systemd), the pid file `rlun umount` waits on,
+//! signals, write-back and logout at the end, and whether data was lost —
+//! is [`crate::daemon`]'s; the rules of the LUN files are
+//! [`crate::export`]'s. This module does what is particular to FUSE:
+//! checking the mount point and `/dev/fuse`, mounting through `fuser`,
+//! unmounting (lazily when files are still open), the kernel's read-ahead
+//! window, and `rlun umount`.
 //!
-//! While it serves, rlun keeps its pid in a state file named after the
-//! mount point ([`state_file`]); `rlun umount` unmounts and then waits for
-//! that process to finish writing back and remove the file.
+//! `rlun umount` unmounts, waits for the rlun process serving the mount
+//! to finish writing back and logging out, and fails with its message when
+//! written data did not reach the target.
 
 use std::io::Write as _;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -30,18 +33,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
-use tokio::io::AsyncBufReadExt;
-use tokio::signal::unix::{signal, SignalKind};
 use tracing::{debug, info, warn};
 
 use super::{human_size, CliError, Ctx};
-use crate::cli::{CacheChoice, ConnectOpts, MountOpts, OnOff};
-use crate::client::{ClientError, Lun, Target};
-use crate::device::DeviceConfig;
+use crate::cli::{CacheChoice, CacheOpts, ConnectOpts, DaemonOpts, MountOpts, OnOff};
+use crate::daemon::{self, current_ids, Launched, PidFile, Readiness, Signals};
 use crate::fuse::{find_mount, is_rlun_mount, FsOptions, FuseFs, LunFs, MountEntry};
 
-/// Set in the environment of the background child of `--daemon`.
-pub const NOTIFY_ENV: &str = "RLUN_MOUNT_NOTIFY";
+pub use crate::daemon::state_file;
+
 /// The FUSE device.
 const FUSE_DEVICE: &str = "/dev/fuse";
 
@@ -51,107 +51,21 @@ pub async fn run(
     target: &str,
     mountpoint: &Path,
     o: &MountOpts,
+    d: &DaemonOpts,
+    cache: &CacheOpts,
     conn: &ConnectOpts,
 ) -> Result<(), CliError> {
-    if o.daemon && std::env::var_os(NOTIFY_ENV).is_none() {
-        return daemonize(o).await;
-    }
-    let mut notify = Notify {
-        enabled: std::env::var_os(NOTIFY_ENV).is_some(),
+    let deadline = daemon::ready_deadline(
+        conn.connect_timeout.unwrap_or(ctx.config.connect_timeout()),
+        conn.login_timeout.unwrap_or(ctx.config.login_timeout()),
+    );
+    let mut readiness = match daemon::launch(d, deadline).await? {
+        Launched::Detached => return Ok(()),
+        Launched::Serve(r) => r,
     };
-    let result = serve(ctx, target, mountpoint, o, conn, &mut notify).await;
-    if let Err(e) = &result {
-        notify.failed(&crate::session::error_chain(e));
-    }
+    let result = serve(ctx, target, mountpoint, o, cache, conn, &mut readiness).await;
+    readiness.finished(&result);
     result
-}
-
-/// The readiness pipe of a `--daemon` child (its standard output).
-struct Notify {
-    enabled: bool,
-}
-
-impl Notify {
-    fn send(&mut self, line: &str) {
-        if self.enabled {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
-        }
-    }
-    fn ready(&mut self) {
-        self.send("ready");
-        // Nothing more goes to the pipe: the parent is gone after this.
-        self.enabled = false;
-    }
-    fn failed(&mut self, message: &str) {
-        self.send(&format!("error {}", message.replace('\n', " ")));
-        self.enabled = false;
-    }
-}
-
-/// The parent side of `--daemon`: start the child and wait for its word.
-async fn daemonize(o: &MountOpts) -> Result<(), CliError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::Other(format!("--daemon: cannot find the rlun executable: {e}")))?;
-    let stderr = match &o.log_file {
-        Some(path) => Stdio::from(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|source| CliError::LocalFile {
-                    what: "cannot open log file",
-                    path: path.clone(),
-                    source,
-                })?,
-        ),
-        None => Stdio::null(),
-    };
-    let mut child = tokio::process::Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .env(NOTIFY_ENV, "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        // Its own process group: a Ctrl-C meant for the shell's foreground
-        // job does not reach the daemon.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| {
-            CliError::Other(format!(
-                "--daemon: cannot start rlun in the background: {e}"
-            ))
-        })?;
-    let mut message = None;
-    if let Some(out) = child.stdout.take() {
-        let mut lines = tokio::io::BufReader::new(out).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line == "ready" {
-                return Ok(());
-            }
-            if let Some(m) = line.strip_prefix("error ") {
-                message = Some(m.to_string());
-            }
-        }
-    }
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| CliError::Other(format!("--daemon: waiting for the background rlun: {e}")))?;
-    Err(CliError::Child {
-        message: message.unwrap_or_else(|| {
-            format!("the background rlun exited ({status}) before the mount was ready")
-        }),
-        code: status.code().unwrap_or(crate::cli::exit::FAILURE).max(1),
-    })
-}
-
-/// The user and group running this process (owner of `/proc/self`).
-fn current_ids() -> (u32, u32) {
-    std::fs::metadata("/proc/self")
-        .map(|m| (m.uid(), m.gid()))
-        .unwrap_or((0, 0))
 }
 
 /// The mount point as an absolute, canonical directory path.
@@ -231,82 +145,6 @@ fn user_allow_other() -> bool {
     })
 }
 
-/// Where a serving rlun keeps its pid: `/run/rlun/` for root, else
-/// `$XDG_RUNTIME_DIR/rlun/` or `/tmp/rlun-<uid>/`; one file per mount
-/// point, named after its path.
-pub fn state_file(mountpoint: &Path) -> PathBuf {
-    let (uid, _) = current_ids();
-    let dir = if uid == 0 {
-        PathBuf::from("/run/rlun")
-    } else if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        PathBuf::from(d).join("rlun")
-    } else {
-        PathBuf::from(format!("/tmp/rlun-{uid}"))
-    };
-    let name: String = mountpoint
-        .to_string_lossy()
-        .chars()
-        .map(|c| match c {
-            '%' => "%25".to_string(),
-            '/' => "%2F".to_string(),
-            c => c.to_string(),
-        })
-        .collect();
-    dir.join(format!("{name}.pid"))
-}
-
-/// The pid file of this process, removed on drop.
-struct PidFile(PathBuf);
-
-impl PidFile {
-    fn create(path: PathBuf) -> Option<PidFile> {
-        let dir = path.parent()?;
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            warn!(dir = %dir.display(), error = %e, "cannot create the state directory; `rlun umount` will not wait for write-back");
-            return None;
-        }
-        sweep_stale_pid_files(dir);
-        match std::fs::write(&path, format!("{}\n", std::process::id())) {
-            Ok(()) => Some(PidFile(path)),
-            Err(e) => {
-                warn!(path = %path.display(), error = %e, "cannot write the pid file");
-                None
-            }
-        }
-    }
-}
-
-/// Remove pid files of rlun processes that died without cleaning up
-/// (SIGKILL).
-fn sweep_stale_pid_files(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        if path.extension().is_none_or(|x| x != "pid") {
-            continue;
-        }
-        let pid = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok());
-        if pid.is_none_or(|p| !Path::new(&format!("/proc/{p}")).exists()) {
-            let _ = std::fs::remove_file(&path);
-        }
-    }
-}
-
-impl Drop for PidFile {
-    fn drop(&mut self) {
-        // Only remove it if it is still ours (a later mount may own it).
-        if std::fs::read_to_string(&self.0)
-            .is_ok_and(|t| t.trim() == std::process::id().to_string())
-        {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
-
 fn mountinfo() -> String {
     std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
 }
@@ -317,8 +155,9 @@ async fn serve(
     arg: &str,
     mountpoint: &Path,
     o: &MountOpts,
+    cache: &CacheOpts,
     conn: &ConnectOpts,
-    notify: &mut Notify,
+    readiness: &mut Readiness,
 ) -> Result<(), CliError> {
     // Local problems first: they need no network.
     let (url, entry) = ctx.resolve_url(arg)?;
@@ -330,106 +169,27 @@ async fn serve(
     };
     let mp = check_mountpoint(mountpoint)?;
     check_fuse_device()?;
-    let (my_uid, my_gid) = current_ids();
-    let mut auto_unmount = !o.no_auto_unmount;
-    if auto_unmount && my_uid != 0 && !o.allow_other && !user_allow_other() {
-        warn!("auto-unmount needs user_allow_other in /etc/fuse.conf for non-root users; a killed rlun will leave a dead mount (fusermount3 -u cleans it)");
-        auto_unmount = false;
-    }
-    if (auto_unmount || my_uid != 0) && find_program(&["fusermount3", "fusermount"]).is_none() {
-        return Err(CliError::Other(
-            "fusermount3 is not installed (Debian/Ubuntu: apt-get install fuse3)".into(),
-        ));
-    }
-    let cache = o.cache.unwrap_or(if o.direct_io {
+    let auto_unmount = check_unmount_helper(o)?;
+    let mode = cache.cache.unwrap_or(if o.direct_io {
         CacheChoice::WriteThrough
     } else {
         CacheChoice::None
     });
-    let dev_cfg = DeviceConfig {
-        mode: cache.mode(),
-        cache_size: o.cache_size,
-        readahead: o.readahead == OnOff::On,
-        writeback_delay: o.writeback_delay,
-        stats_interval: o.stats_interval,
-        ..DeviceConfig::default()
-    };
+    let dev_cfg = cache.device_config(mode.mode());
 
-    let cfg = ctx.session_config(&url, entry.as_deref(), conn)?;
-    let target = Target::login(cfg).await?;
-    let luns = match open_luns(&target, url.lun).await {
-        Ok(l) if l.is_empty() => Err(CliError::Other(format!(
-            "target {iqn} has no disk LUNs to mount"
-        ))),
-        other => other,
-    };
-    let luns = match luns {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = target.logout().await;
-            return Err(e);
-        }
-    };
-    if !o.allow_other && (o.uid.is_some_and(|u| u != my_uid) || o.gid.is_some_and(|g| g != my_gid))
-    {
-        warn!("--uid/--gid set the files' owner, but only with --allow-other can other users use the mount");
-    }
-    let fs_opts = FsOptions {
-        uid: o.uid.unwrap_or(my_uid),
-        gid: o.gid.unwrap_or(my_gid),
-        mode: o.mode,
-        read_only: o.read_only,
-        direct_io: o.direct_io,
-    };
-    let listing: Vec<(u64, u64, bool)> = luns
-        .iter()
-        .map(|(n, l)| (*n, l.capacity_bytes(), l.write_protected()))
-        .collect();
-    let fs = match LunFs::new(luns, &dev_cfg, fs_opts) {
-        Ok(fs) => Arc::new(fs),
-        Err(e) => {
-            let _ = target.logout().await;
-            return Err(CliError::Usage(crate::session::error_chain(&e)));
-        }
-    };
-
+    let (target, exports) = ctx
+        .open_exports(&url, entry.as_deref(), conn, &dev_cfg, o.read_only)
+        .await?;
+    let fs = Arc::new(LunFs::from_exports(exports, fs_options(o)));
     let fsname = match url.lun {
         Some(n) => format!("rlun:{iqn}/{n}"),
         None => format!("rlun:{iqn}"),
     };
-    let mut options = vec![
-        MountOption::FSName(fsname),
-        MountOption::Subtype("rlun".into()),
-        MountOption::DefaultPermissions,
-        MountOption::NoSuid,
-        MountOption::NoDev,
-        MountOption::NoAtime,
-    ];
-    if fs.all_read_only() {
-        options.push(MountOption::RO);
-    }
-    if auto_unmount {
-        options.push(MountOption::AutoUnmount);
-    }
-    let mut config = Config::default();
-    config.mount_options = options;
-    config.acl = if o.allow_other {
-        SessionACL::All
-    } else if auto_unmount {
-        // fusermount3 needs allow_other for auto_unmount; fuser then
-        // still refuses everyone but the owner and root.
-        SessionACL::RootAndOwner
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(o.fuse_threads as usize);
-    config.clone_fd = o.fuse_threads > 1;
+    let config = fuse_config(o, fsname, auto_unmount, fs.all_read_only());
 
     // From here on a signal must not kill rlun before it unmounted and
     // wrote back: tokio queues it until the serving loop below looks.
-    let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
-    let mut sighup = signal(SignalKind::hangup()).map_err(signal_error)?;
+    let mut signals = Signals::install()?;
     let adapter = FuseFs::new(fs.clone(), tokio::runtime::Handle::current());
     let mp2 = mp.clone();
     let session =
@@ -449,9 +209,8 @@ async fn serve(
             return Err(CliError::Other(format!("mounting failed: {e}")));
         }
     };
-    let conn_entry = find_mount(&mountinfo(), &mp.to_string_lossy());
-    if let Some(m) = &conn_entry {
-        set_kernel_readahead(m, o.readahead == OnOff::On);
+    if let Some(m) = find_mount(&mountinfo(), &mp.to_string_lossy()) {
+        set_kernel_readahead(&m, cache.readahead == OnOff::On);
     }
     let (done_tx, mut done_rx) = tokio::sync::oneshot::channel();
     let thread = std::thread::Builder::new()
@@ -463,55 +222,21 @@ async fn serve(
         .map_err(|e| CliError::Other(format!("cannot start the FUSE thread: {e}")))?;
 
     let pid_file = PidFile::create(state_file(&mp));
-    notify.ready();
-    {
-        let files: Vec<String> = listing
-            .iter()
-            .map(|(n, size, ro)| {
-                format!(
-                    "{} ({}{})",
-                    crate::fuse::lun_file_name(*n),
-                    human_size(*size),
-                    if *ro || o.read_only {
-                        ", read-only"
-                    } else {
-                        ""
-                    }
-                )
-            })
-            .collect();
-        let line = format!("mounted {iqn} on {}: {}", mp.display(), files.join(", "));
-        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-            let _ = writeln!(
-                std::io::stderr(),
-                "{line}\nCtrl-C or `rlun umount {}` unmounts",
-                mp.display()
-            );
-        } else {
-            info!("{line}");
-        }
-    }
+    announce(readiness, &fs, &iqn, &mp);
 
     // Serve until a signal or until the mount goes away.
     let mut session_result = None;
-    loop {
-        tokio::select! {
-            r = &mut done_rx => { session_result = Some(r); break; }
-            _ = sigint.recv() => { info!("SIGINT: unmounting {}", mp.display()); break; }
-            _ = sigterm.recv() => { info!("SIGTERM: unmounting {}", mp.display()); break; }
-            _ = sighup.recv() => { debug!("SIGHUP ignored"); }
-        }
+    tokio::select! {
+        r = &mut done_rx => session_result = Some(r),
+        s = signals.recv() => info!("{}: unmounting {}", s.name(), mp.display()),
     }
+    readiness.stopping(&format!("unmounting {}", mp.display()));
     let mut forced = false;
     if session_result.is_none() {
         unmount_self(&mp).await;
-        loop {
-            tokio::select! {
-                r = &mut done_rx => { session_result = Some(r); break; }
-                _ = sigint.recv() => { forced = true; break; }
-                _ = sigterm.recv() => { forced = true; break; }
-                _ = sighup.recv() => {}
-            }
+        tokio::select! {
+            r = &mut done_rx => session_result = Some(r),
+            _ = signals.recv() => forced = true,
         }
     }
     if forced {
@@ -532,45 +257,115 @@ async fn serve(
     }
 
     // The kernel sends nothing more: write back and log out.
-    let dirty = fs.dirty_bytes();
-    if dirty > 0 {
-        info!("writing back {} of cached data", human_size(dirty));
-    }
-    let flushed = fs.flush_all().await;
+    let finished = daemon::finish_exports(fs.exports(), &target).await;
     drop(fs);
-    if let Err(e) = target.logout().await {
-        debug!(error = %e, "logout failed");
-    }
-    drop(pid_file);
-    flushed.map_err(|e| {
+    let result = finished.map_err(|e| {
         CliError::Other(format!(
-            "unmounted, but cached data could not be written to the target: {}",
-            crate::session::error_chain(&e)
+            "unmounted, but written data did not reach the target: {e}"
         ))
-    })
+    });
+    if let Some(p) = pid_file {
+        p.finish(&result);
+    }
+    result
 }
 
-fn signal_error(e: std::io::Error) -> CliError {
-    CliError::Other(format!("cannot install signal handlers: {e}"))
+/// Whether fusermount3 may unmount for us when rlun dies (auto-unmount);
+/// fails when fusermount3 is needed and missing.
+fn check_unmount_helper(o: &MountOpts) -> Result<bool, CliError> {
+    let (my_uid, _) = current_ids();
+    let mut auto_unmount = !o.no_auto_unmount;
+    if auto_unmount && my_uid != 0 && !o.allow_other && !user_allow_other() {
+        warn!("auto-unmount needs user_allow_other in /etc/fuse.conf for non-root users; a killed rlun will leave a dead mount (fusermount3 -u cleans it)");
+        auto_unmount = false;
+    }
+    if (auto_unmount || my_uid != 0) && find_program(&["fusermount3", "fusermount"]).is_none() {
+        return Err(CliError::Other(
+            "fusermount3 is not installed (Debian/Ubuntu: apt-get install fuse3)".into(),
+        ));
+    }
+    Ok(auto_unmount)
 }
 
-/// Open the LUN `only`, or every disk LUN of the target.
-async fn open_luns(target: &Target, only: Option<u64>) -> Result<Vec<(u64, Lun)>, CliError> {
-    if let Some(n) = only {
-        return Ok(vec![(n, target.open_lun(n).await?)]);
+/// Owner, permissions and caching of the files.
+fn fs_options(o: &MountOpts) -> FsOptions {
+    let (my_uid, my_gid) = current_ids();
+    if !o.allow_other && (o.uid.is_some_and(|u| u != my_uid) || o.gid.is_some_and(|g| g != my_gid))
+    {
+        warn!("--uid/--gid set the files' owner, but only with --allow-other can other users use the mount");
     }
-    let mut luns = Vec::new();
-    for n in target.report_luns().await? {
-        match target.open_lun(n).await {
-            Ok(l) => luns.push((n, l)),
-            Err(ClientError::NotADisk { device_type, .. }) => {
-                debug!(lun = n, device_type, "not a disk; not shown");
-            }
-            Err(ClientError::LunNotFound(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
+    FsOptions {
+        uid: o.uid.unwrap_or(my_uid),
+        gid: o.gid.unwrap_or(my_gid),
+        mode: o.mode,
+        read_only: o.read_only,
+        direct_io: o.direct_io,
     }
-    Ok(luns)
+}
+
+/// fuser's mount options, access control and threads.
+fn fuse_config(o: &MountOpts, fsname: String, auto_unmount: bool, read_only: bool) -> Config {
+    let mut options = vec![
+        MountOption::FSName(fsname),
+        MountOption::Subtype("rlun".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoSuid,
+        MountOption::NoDev,
+        MountOption::NoAtime,
+    ];
+    if read_only {
+        options.push(MountOption::RO);
+    }
+    if auto_unmount {
+        options.push(MountOption::AutoUnmount);
+    }
+    let mut config = Config::default();
+    config.mount_options = options;
+    config.acl = if o.allow_other {
+        SessionACL::All
+    } else if auto_unmount {
+        // fusermount3 needs allow_other for auto_unmount; fuser then
+        // still refuses everyone but the owner and root.
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(o.fuse_threads as usize);
+    config.clone_fd = o.fuse_threads > 1;
+    config
+}
+
+/// Report readiness (to the `--daemon` parent and systemd) and say what
+/// is mounted: on the terminal, or in the log.
+fn announce<B: crate::export::LunBackend>(
+    readiness: &mut Readiness,
+    fs: &LunFs<B>,
+    iqn: &str,
+    mp: &Path,
+) {
+    let files: Vec<String> = fs
+        .files()
+        .iter()
+        .map(|f| {
+            format!(
+                "{} ({}{})",
+                f.name(),
+                human_size(f.size()),
+                if f.read_only() { ", read-only" } else { "" }
+            )
+        })
+        .collect();
+    let line = format!("mounted {iqn} on {}: {}", mp.display(), files.join(", "));
+    readiness.ready(&line);
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "{line}\nCtrl-C or `rlun umount {}` unmounts",
+            mp.display()
+        );
+    } else {
+        info!("{line}");
+    }
 }
 
 /// Unmount our own mount: normally, or lazily when files are still open.
@@ -675,13 +470,27 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     let Some(pid) = pid else {
         return Ok(());
     };
-    // Wait for the rlun process to write back and log out.
+    // Wait for the rlun process to write back and log out, then collect
+    // the exit status it left: fail when written data was lost.
     let deadline = Instant::now() + timeout;
     loop {
-        let alive = Path::new(&format!("/proc/{pid}")).exists();
+        let alive = process_alive(pid);
         let file_ours = std::fs::read_to_string(&state).is_ok_and(|t| t.trim() == pid.to_string());
         if !alive || !file_ours {
-            return Ok(());
+            return match daemon::read_exit_status(&state, pid) {
+                Some((0, _)) => Ok(()),
+                Some((code, message)) => Err(CliError::Child {
+                    message: format!("rlun (pid {pid}) serving {}: {message}", path.display()),
+                    code,
+                }),
+                None if file_ours => Err(CliError::Other(format!(
+                    "{} is unmounted, but rlun (pid {pid}) ended without saying whether written \
+                     data reached the target",
+                    path.display()
+                ))),
+                // A later process took the pid file over: ours finished.
+                None => Ok(()),
+            };
         }
         if Instant::now() >= deadline {
             return Err(CliError::Other(format!(
@@ -694,38 +503,26 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     }
 }
 
+/// Whether process `pid` still runs (a zombie does not).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which ends with the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn state_files_are_named_after_the_escaped_mount_point() {
-        let a = state_file(Path::new("/mnt/a%b/c"));
-        let name = a.file_name().unwrap().to_string_lossy().into_owned();
-
-        assert_eq!(name, "%2Fmnt%2Fa%25b%2Fc.pid");
-        assert_ne!(
-            state_file(Path::new("/mnt/a-b")),
-            state_file(Path::new("/mnt/a/b"))
-        );
-    }
-
-    #[test]
-    fn stale_pid_files_are_swept_and_live_ones_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let dead = dir.path().join("dead.pid");
-        let live = dir.path().join("live.pid");
-        let junk = dir.path().join("junk.pid");
-        let other = dir.path().join("notes.txt");
-        std::fs::write(&dead, "4294967295\n").unwrap();
-        std::fs::write(&live, format!("{}\n", std::process::id())).unwrap();
-        std::fs::write(&junk, "not a pid").unwrap();
-        std::fs::write(&other, "1").unwrap();
-
-        sweep_stale_pid_files(dir.path());
-
-        assert!(!dead.exists() && !junk.exists());
-        assert!(live.exists() && other.exists());
+    fn this_process_is_alive_and_a_free_pid_is_not() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(u32::MAX));
     }
 
     #[test]

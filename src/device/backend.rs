@@ -1,6 +1,7 @@
 //! [`BlockBackend`]: what [`LunDevice`](super::LunDevice) needs from a block
 //! device, implemented for a remote [`Lun`] here and for the in-memory
-//! [`MemBackend`](super::MemBackend) used by tests.
+//! [`MemBackend`](super::MemBackend) used by tests; [`LunBackend`]: what a
+//! front end's export (see [`crate::export`]) needs beyond that.
 
 use std::future::Future;
 
@@ -113,6 +114,22 @@ pub trait BlockBackend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }
 
+/// What an export ([`crate::export`]) needs from its block device beyond
+/// [`BlockBackend`]: capacity changes and thin provisioning.
+pub trait LunBackend: BlockBackend + Sized {
+    /// A counter that moves when the target reports a capacity change
+    /// (UNIT ATTENTION 2A/09, counted by the session).
+    fn capacity_generation(&self) -> u64;
+    /// The same LUN with its capacity read again (READ CAPACITY).
+    fn reread_capacity(&self) -> impl Future<Output = Result<Self, BackendError>> + Send;
+    /// UNMAP is supported (LBPU of the Logical Block Provisioning VPD page,
+    /// SBC-4 §6.6.4).
+    fn can_unmap(&self) -> bool;
+    /// UNMAP works and unmapped blocks read as zeros (LBPU and LBPRZ of the
+    /// Logical Block Provisioning VPD page, SBC-4 §6.6.4).
+    fn unmap_reads_zeros(&self) -> bool;
+}
+
 /// Largest block count one UNMAP descriptor or WRITE SAME(16) may carry on
 /// this LUN: the block limits page's limit when it states one.
 fn chunk_limit(limit: Option<u64>) -> u64 {
@@ -173,6 +190,27 @@ impl BlockBackend for Lun {
             done += n;
         }
         Ok(())
+    }
+}
+
+impl LunBackend for Lun {
+    fn capacity_generation(&self) -> u64 {
+        self.session().capacity_generation()
+    }
+    fn reread_capacity(&self) -> impl Future<Output = Result<Lun, BackendError>> + Send {
+        let mut lun = self.clone();
+        async move {
+            lun.refresh_capacity().await?;
+            Ok(lun)
+        }
+    }
+    fn can_unmap(&self) -> bool {
+        self.provisioning.as_ref().is_some_and(|p| p.lbpu)
+    }
+    fn unmap_reads_zeros(&self) -> bool {
+        self.provisioning
+            .as_ref()
+            .is_some_and(|p| p.lbpu && p.lbprz & 1 == 1)
     }
 }
 

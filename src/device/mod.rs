@@ -107,7 +107,7 @@ use thiserror::Error;
 use tokio::sync::{watch, Notify, Semaphore};
 use tracing::{debug, info, warn};
 
-pub use backend::{BackendError, BlockBackend};
+pub use backend::{BackendError, BlockBackend, LunBackend};
 pub use mem::{MemBackend, MemCommand, MemCounts, MemOp};
 
 use cache::{bits, for_each_run, Cache, Claim, FetchState, Pinned};

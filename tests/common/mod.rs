@@ -12,6 +12,8 @@
 //!   hung process fails the test instead of hanging it.
 //! - [`cli`]: assertions on an rlun run (exit code, the `rlun: ` error
 //!   line, no panic) and parsers for its and libiscsi's output.
+//! - [`stall`]: a proxy to a real target that lets logins through and then
+//!   swallows everything (a target that accepts the login and misbehaves).
 //! - [`backing`]: deterministic pseudo-random backing files and the expected
 //!   bytes at any offset.
 #![allow(dead_code, unused_imports)]
@@ -21,6 +23,7 @@ pub mod cli;
 pub mod error;
 pub mod hostile;
 pub mod process;
+pub mod stall;
 pub mod tgtd;
 
 pub use backing::{fill_pattern, make_backing_file, pattern_bytes};

@@ -1,0 +1,700 @@
+//! The process machinery of a command that serves until told to stop:
+//! `rlun mount` now, `rlun serve` and `rlun attach` next.
+//!
+//! - **Foreground or `--daemon`.** [`launch`] runs the command in the
+//!   foreground, or — with `--daemon` — runs rlun again in the background
+//!   (no `fork`: that is unsafe in a threaded process) with [`NOTIFY_ENV`]
+//!   set and its standard output on a pipe, and waits for the child's word:
+//!   `ready` (the parent exits 0) or `error <message>` (the parent fails
+//!   with that message and the child's exit code).
+//! - **A deadline for readiness.** The parent waits at most the deadline it
+//!   is given (the connect and login timeouts plus [`STARTUP_ALLOWANCE`]);
+//!   past it the child is killed and the parent fails. The child never
+//!   outlives a parent that gave up: until it is ready it writes a
+//!   keepalive line to the pipe every [`KEEPALIVE`], and exits as soon as
+//!   that write fails (the parent is gone), or when its own deadline passes.
+//! - **Readiness to systemd.** With `$NOTIFY_SOCKET` set (a `Type=notify`
+//!   unit), [`Readiness`] also sends `READY=1` (with `MAINPID`) when the
+//!   command is really ready, `STOPPING=1` when it starts to stop and
+//!   `STATUS=` lines — the `sd_notify(3)` datagram protocol, a few lines
+//!   over a Unix datagram socket (path or abstract name).
+//! - **Pid files** ([`PidFile`], [`state_file`]): one per thing served
+//!   (a mount point, later a socket or a device), under `/run/rlun/` for
+//!   root, so `rlun umount` (later `rlun detach`) can find the process and
+//!   wait for it. When the process ends it leaves its exit status next to
+//!   the pid file ([`PidFile::finish`], [`read_exit_status`]), so the
+//!   command that stopped it can fail when written data did not reach the
+//!   target.
+//! - **Signals** ([`Signals`]): SIGINT and SIGTERM ask to stop (the first
+//!   one: stop cleanly; a second one: cut off what still hangs on), SIGHUP
+//!   is ignored.
+//! - **Flush and log out** ([`finish_exports`]): the last step of every
+//!   serving command — write back, flush, log out, and report whether data
+//!   was lost.
+
+use std::io::Write as _;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncBufReadExt;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tracing::{debug, error, info, warn};
+
+use crate::cli::{exit, DaemonOpts};
+use crate::client::Target;
+use crate::cmd::CliError;
+use crate::export::{DataLost, ExportSet, LunBackend};
+
+/// Set in the environment of the background child of `--daemon`.
+pub const NOTIFY_ENV: &str = "RLUN_DAEMON_NOTIFY";
+/// How often a background child that is not ready yet proves to itself
+/// that its parent still waits.
+pub const KEEPALIVE: Duration = Duration::from_secs(1);
+/// What the readiness deadline allows beyond the connect and login
+/// timeouts: opening the LUNs and setting up the front end.
+pub const STARTUP_ALLOWANCE: Duration = Duration::from_secs(10);
+
+/// The readiness deadline for a session with these timeouts.
+pub fn ready_deadline(connect_timeout: Duration, login_timeout: Duration) -> Duration {
+    connect_timeout + login_timeout + STARTUP_ALLOWANCE
+}
+
+/// What [`launch`] decided.
+pub enum Launched {
+    /// This is the `--daemon` parent and the child is ready: exit 0.
+    Detached,
+    /// Serve here (foreground, or the background child); report readiness
+    /// through this.
+    Serve(Readiness),
+}
+
+/// Start a serving command: in the foreground, or as a `--daemon` parent
+/// that waits for its background child at most `deadline`.
+pub async fn launch(opts: &DaemonOpts, deadline: Duration) -> Result<Launched, CliError> {
+    let child = std::env::var_os(NOTIFY_ENV).is_some();
+    if opts.daemon && !child {
+        detach(opts, deadline).await?;
+        return Ok(Launched::Detached);
+    }
+    Ok(Launched::Serve(Readiness::new(child, deadline)))
+}
+
+/// The parent side of `--daemon`: start the child and wait for its word.
+async fn detach(opts: &DaemonOpts, deadline: Duration) -> Result<(), CliError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Other(format!("--daemon: cannot find the rlun executable: {e}")))?;
+    let stderr = match &opts.log_file {
+        Some(path) => Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|source| CliError::LocalFile {
+                    what: "cannot open log file",
+                    path: path.clone(),
+                    source,
+                })?,
+        ),
+        None => Stdio::null(),
+    };
+    let mut child = tokio::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(NOTIFY_ENV, format!("{}", deadline.as_millis()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        // Its own process group: a Ctrl-C meant for the shell's foreground
+        // job does not reach the daemon.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| {
+            CliError::Other(format!(
+                "--daemon: cannot start rlun in the background: {e}"
+            ))
+        })?;
+    let mut message = None;
+    if let Some(out) = child.stdout.take() {
+        let mut lines = tokio::io::BufReader::new(out).lines();
+        let wait = async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line == "ready" {
+                    return true;
+                }
+                if let Some(m) = line.strip_prefix("error ") {
+                    message = Some(m.to_string());
+                }
+            }
+            false
+        };
+        match tokio::time::timeout(deadline, wait).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(_) => {
+                // The child would notice our exit, but do not leave it
+                // retrying until then.
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                return Err(CliError::Other(format!(
+                    "--daemon: not ready within {} (the connect and login timeouts plus {}s); \
+                     the background rlun was stopped (see --log-file for what it was doing)",
+                    humanize(deadline),
+                    STARTUP_ALLOWANCE.as_secs()
+                )));
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| CliError::Other(format!("--daemon: waiting for the background rlun: {e}")))?;
+    Err(CliError::Child {
+        message: message.unwrap_or_else(|| {
+            format!("the background rlun exited ({status}) before it was ready")
+        }),
+        code: status.code().unwrap_or(exit::FAILURE).max(1),
+    })
+}
+
+fn humanize(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// Tells whoever waits — the `--daemon` parent through the pipe, systemd
+/// through `$NOTIFY_SOCKET` — how the start went and when stopping begins.
+pub struct Readiness {
+    /// The pipe to the `--daemon` parent, until ready or failed.
+    pipe: Option<Arc<PipeState>>,
+    systemd: Option<SdNotify>,
+}
+
+struct PipeState {
+    /// Ready or failed: no more keepalives, and the watchdog stands down.
+    done: AtomicBool,
+}
+
+impl Readiness {
+    fn new(child: bool, deadline: Duration) -> Readiness {
+        let pipe = child.then(|| {
+            let state = Arc::new(PipeState {
+                done: AtomicBool::new(false),
+            });
+            tokio::spawn(watch_parent(state.clone(), deadline));
+            state
+        });
+        Readiness {
+            pipe,
+            systemd: SdNotify::from_env(),
+        }
+    }
+
+    /// A readiness that tells nobody (tests, and commands that never
+    /// detach).
+    pub fn silent() -> Readiness {
+        Readiness {
+            pipe: None,
+            systemd: None,
+        }
+    }
+
+    /// Whether this process is the background child of `--daemon`.
+    pub fn is_daemon_child(&self) -> bool {
+        self.pipe.is_some()
+    }
+
+    /// The command is ready to use: tell the parent (which exits 0) and
+    /// systemd (`READY=1`, with `status` as `STATUS=`).
+    pub fn ready(&mut self, status: &str) {
+        if let Some(p) = self.pipe.take() {
+            send_line(&p, "ready");
+        }
+        if let Some(sd) = &self.systemd {
+            sd.send(&format!(
+                "READY=1\nMAINPID={}\nSTATUS={}",
+                std::process::id(),
+                one_line(status)
+            ));
+        }
+    }
+
+    /// The command is stopping (systemd: `STOPPING=1`).
+    pub fn stopping(&mut self, status: &str) {
+        if let Some(sd) = &self.systemd {
+            sd.send(&format!("STOPPING=1\nSTATUS={}", one_line(status)));
+        }
+    }
+
+    /// How the command ended: before it was ready, an error is relayed to
+    /// the parent (`error <message>`); systemd gets a `STATUS=` line.
+    pub fn finished<E: std::error::Error>(&mut self, result: &Result<(), E>) {
+        if let Err(e) = result {
+            let msg = crate::session::error_chain(e);
+            if let Some(p) = self.pipe.take() {
+                send_line(&p, &format!("error {}", one_line(&msg)));
+            }
+            if let Some(sd) = &self.systemd {
+                sd.send(&format!("STATUS=failed: {}", one_line(&msg)));
+            }
+        }
+        if let Some(p) = self.pipe.take() {
+            p.done.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Readiness {
+    fn drop(&mut self) {
+        if let Some(p) = self.pipe.take() {
+            p.done.store(true, Ordering::Release);
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.replace('\n', " ")
+}
+
+/// Write a line to the pipe (our standard output) and stand the watchdog
+/// down: nothing more goes to the pipe after the final word.
+fn send_line(p: &PipeState, line: &str) {
+    if p.done.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// In the `--daemon` child until it is ready: prove every [`KEEPALIVE`]
+/// that the parent still reads the pipe, and give up at the deadline. A
+/// child whose parent is gone, or that cannot get ready in time, exits.
+async fn watch_parent(p: Arc<PipeState>, deadline: Duration) {
+    let give_up = tokio::time::Instant::now() + deadline;
+    loop {
+        tokio::time::sleep(KEEPALIVE).await;
+        if p.done.load(Ordering::Acquire) {
+            return;
+        }
+        if tokio::time::Instant::now() >= give_up {
+            error!(
+                "not ready within {}; giving up (the parent rlun has failed)",
+                humanize(deadline)
+            );
+            std::process::exit(exit::FAILURE);
+        }
+        let alive = {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "waiting").and_then(|()| out.flush()).is_ok()
+        };
+        // `ready` may have gone out meanwhile: then the parent left on
+        // purpose and a failed write means nothing.
+        if !alive && !p.done.load(Ordering::Acquire) {
+            error!("the parent rlun stopped waiting for this background process; exiting");
+            std::process::exit(exit::FAILURE);
+        }
+    }
+}
+
+/// `sd_notify(3)`: datagrams to the socket named in `$NOTIFY_SOCKET`.
+struct SdNotify {
+    socket: UnixDatagram,
+    addr: std::os::unix::net::SocketAddr,
+}
+
+impl SdNotify {
+    fn from_env() -> Option<SdNotify> {
+        let name = std::env::var_os("NOTIFY_SOCKET")?;
+        let name = name.to_string_lossy().into_owned();
+        let addr = match notify_addr(&name) {
+            Ok(a) => a,
+            Err(e) => {
+                warn!(socket = name, error = %e, "NOTIFY_SOCKET is unusable; not notifying systemd");
+                return None;
+            }
+        };
+        match UnixDatagram::unbound() {
+            Ok(socket) => Some(SdNotify { socket, addr }),
+            Err(e) => {
+                warn!(error = %e, "cannot create a socket to notify systemd");
+                None
+            }
+        }
+    }
+
+    fn send(&self, msg: &str) {
+        match self.socket.send_to_addr(msg.as_bytes(), &self.addr) {
+            Ok(_) => debug!(msg, "notified systemd"),
+            Err(e) => warn!(error = %e, "cannot notify systemd"),
+        }
+    }
+}
+
+/// The address in `$NOTIFY_SOCKET`: a path, or `@name` for Linux's
+/// abstract namespace.
+fn notify_addr(name: &str) -> std::io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt as _;
+    if let Some(abs) = name.strip_prefix('@') {
+        std::os::unix::net::SocketAddr::from_abstract_name(abs.as_bytes())
+    } else if name.starts_with('/') {
+        std::os::unix::net::SocketAddr::from_pathname(name)
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "neither an absolute path nor an @abstract name",
+        ))
+    }
+}
+
+/// Which stop signal arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignal {
+    Interrupt,
+    Terminate,
+}
+
+impl StopSignal {
+    pub fn name(self) -> &'static str {
+        match self {
+            StopSignal::Interrupt => "SIGINT",
+            StopSignal::Terminate => "SIGTERM",
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, caught. Install them before the command
+/// starts to serve: from then on a signal is queued until the serving loop
+/// looks, instead of killing rlun before it wrote back.
+pub struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    pub fn install() -> Result<Signals, CliError> {
+        let err =
+            |e: std::io::Error| CliError::Other(format!("cannot install signal handlers: {e}"));
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).map_err(err)?,
+            term: signal(SignalKind::terminate()).map_err(err)?,
+            hup: signal(SignalKind::hangup()).map_err(err)?,
+        })
+    }
+
+    /// The next SIGINT or SIGTERM (SIGHUP is ignored). Cancel-safe.
+    pub async fn recv(&mut self) -> StopSignal {
+        loop {
+            tokio::select! {
+                _ = self.int.recv() => return StopSignal::Interrupt,
+                _ = self.term.recv() => return StopSignal::Terminate,
+                _ = self.hup.recv() => debug!("SIGHUP ignored"),
+            }
+        }
+    }
+}
+
+/// The user running this process (owner of `/proc/self`).
+pub fn current_uid() -> u32 {
+    current_ids().0
+}
+
+/// The user and group running this process (owner of `/proc/self`).
+pub fn current_ids() -> (u32, u32) {
+    std::fs::metadata("/proc/self")
+        .map(|m| (m.uid(), m.gid()))
+        .unwrap_or((0, 0))
+}
+
+/// The directory of rlun's pid files: `/run/rlun/` for root, else
+/// `$XDG_RUNTIME_DIR/rlun/` or `/tmp/rlun-<uid>/`.
+pub fn state_dir() -> PathBuf {
+    let uid = current_uid();
+    if uid == 0 {
+        PathBuf::from("/run/rlun")
+    } else if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+        PathBuf::from(d).join("rlun")
+    } else {
+        PathBuf::from(format!("/tmp/rlun-{uid}"))
+    }
+}
+
+/// The pid file of the process serving `what` (a mount point; later a
+/// socket or a device path): in [`state_dir`], named after the escaped
+/// path.
+pub fn state_file(what: &Path) -> PathBuf {
+    let name: String = what
+        .to_string_lossy()
+        .chars()
+        .map(|c| match c {
+            '%' => "%25".to_string(),
+            '/' => "%2F".to_string(),
+            c => c.to_string(),
+        })
+        .collect();
+    state_dir().join(format!("{name}.pid"))
+}
+
+/// Where a process that used the pid file `pid_file` leaves its exit
+/// status.
+fn exit_file(pid_file: &Path) -> PathBuf {
+    pid_file.with_extension("exit")
+}
+
+/// The pid file of this process, removed on drop.
+pub struct PidFile(PathBuf);
+
+impl PidFile {
+    /// Write our pid to `path` (creating its directory, sweeping pid files
+    /// of dead processes). `None`, with a warning, when that fails.
+    pub fn create(path: PathBuf) -> Option<PidFile> {
+        let dir = path.parent()?;
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            warn!(dir = %dir.display(), error = %e, "cannot create the state directory; `rlun umount` will not wait for write-back");
+            return None;
+        }
+        sweep_stale_pid_files(dir);
+        let _ = std::fs::remove_file(exit_file(&path));
+        match std::fs::write(&path, format!("{}\n", std::process::id())) {
+            Ok(()) => Some(PidFile(path)),
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "cannot write the pid file");
+                None
+            }
+        }
+    }
+
+    /// Leave the exit status next to the pid file for whoever waits for
+    /// this process (`rlun umount`), then remove the pid file.
+    pub fn finish(self, result: &Result<(), CliError>) {
+        let (code, message) = match result {
+            Ok(()) => (exit::OK, String::new()),
+            Err(e) => (e.exit_code(), one_line(&crate::session::error_chain(e))),
+        };
+        let text = format!("{} {code} {message}\n", std::process::id());
+        if let Err(e) = std::fs::write(exit_file(&self.0), text) {
+            debug!(error = %e, "cannot leave the exit status");
+        }
+        drop(self);
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        // Only remove it if it is still ours (a later process may own it).
+        if std::fs::read_to_string(&self.0)
+            .is_ok_and(|t| t.trim() == std::process::id().to_string())
+        {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// The exit status process `pid` left next to `pid_file`
+/// ([`PidFile::finish`]): its exit code and message. The file is consumed.
+pub fn read_exit_status(pid_file: &Path, pid: u32) -> Option<(i32, String)> {
+    let path = exit_file(pid_file);
+    let text = std::fs::read_to_string(&path).ok()?;
+    let mut parts = text.trim_end_matches('\n').splitn(3, ' ');
+    let who: u32 = parts.next()?.parse().ok()?;
+    if who != pid {
+        return None;
+    }
+    let code: i32 = parts.next()?.parse().ok()?;
+    let message = parts.next().unwrap_or("").to_string();
+    let _ = std::fs::remove_file(&path);
+    Some((code, message))
+}
+
+/// How long an exit status nobody collected is kept.
+const EXIT_STATUS_KEPT: Duration = Duration::from_secs(3600);
+
+/// Remove pid files of rlun processes that died without cleaning up
+/// (SIGKILL), and exit statuses nobody collected within
+/// [`EXIT_STATUS_KEPT`].
+pub fn sweep_stale_pid_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().is_some_and(|x| x == "exit") {
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > EXIT_STATUS_KEPT);
+            if old {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
+        if path.extension().is_none_or(|x| x != "pid") {
+            continue;
+        }
+        let pid = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok());
+        if pid.is_none_or(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// Stop serving exports: write back and flush what was written, log out,
+/// and say whether written data did not reach the target.
+pub async fn finish_exports<B: LunBackend>(
+    exports: &ExportSet<B>,
+    target: &Target,
+) -> Result<(), DataLost> {
+    let dirty = exports.dirty_bytes();
+    if dirty > 0 {
+        info!(
+            "writing back {} of cached data",
+            crate::cmd::human_size(dirty)
+        );
+    }
+    let report = exports.finish().await;
+    if let Err(e) = target.logout().await {
+        debug!(error = %e, "logout failed");
+    }
+    report.into_result()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_files_are_named_after_the_escaped_path() {
+        let a = state_file(Path::new("/mnt/a%b/c"));
+        let name = a.file_name().unwrap().to_string_lossy().into_owned();
+
+        assert_eq!(name, "%2Fmnt%2Fa%25b%2Fc.pid");
+        assert_ne!(
+            state_file(Path::new("/mnt/a-b")),
+            state_file(Path::new("/mnt/a/b"))
+        );
+    }
+
+    #[test]
+    fn stale_pid_files_are_swept_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join("dead.pid");
+        let live = dir.path().join("live.pid");
+        let junk = dir.path().join("junk.pid");
+        let other = dir.path().join("notes.txt");
+        let fresh_exit = dir.path().join("fresh.exit");
+        let old_exit = dir.path().join("old.exit");
+        std::fs::write(&fresh_exit, "1 0 \n").unwrap();
+        std::fs::write(&old_exit, "1 0 \n").unwrap();
+        let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+        std::fs::File::options()
+            .write(true)
+            .open(&old_exit)
+            .unwrap()
+            .set_modified(two_hours_ago)
+            .unwrap();
+        std::fs::write(&dead, "4294967295\n").unwrap();
+        std::fs::write(&live, format!("{}\n", std::process::id())).unwrap();
+        std::fs::write(&junk, "not a pid").unwrap();
+        std::fs::write(&other, "1").unwrap();
+
+        sweep_stale_pid_files(dir.path());
+
+        assert!(!dead.exists() && !junk.exists() && !old_exit.exists());
+        assert!(live.exists() && other.exists() && fresh_exit.exists());
+    }
+
+    #[test]
+    fn exit_status_is_left_for_the_waiter_and_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.pid");
+        let pid_file = PidFile::create(path.clone()).expect("pid file");
+        let me = std::process::id();
+
+        pid_file.finish(&Err(CliError::Other("data lost\nreally".into())));
+
+        assert!(!path.exists(), "pid file removed");
+        assert_eq!(read_exit_status(&path, me + 1), None, "someone else's");
+        assert_eq!(
+            read_exit_status(&path, me),
+            Some((exit::FAILURE, "data lost really".to_string()))
+        );
+        assert_eq!(read_exit_status(&path, me), None, "consumed");
+    }
+
+    #[test]
+    fn a_new_pid_file_clears_an_old_exit_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.pid");
+        PidFile::create(path.clone()).unwrap().finish(&Ok(()));
+
+        let again = PidFile::create(path.clone()).unwrap();
+
+        assert_eq!(read_exit_status(&path, std::process::id()), None);
+        drop(again);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn notify_socket_names_are_paths_or_abstract() {
+        use std::os::linux::net::SocketAddrExt as _;
+        let path = notify_addr("/run/systemd/notify").unwrap();
+        let abs = notify_addr("@sd-notify-1").unwrap();
+
+        assert_eq!(path.as_pathname(), Some(Path::new("/run/systemd/notify")));
+        assert_eq!(abs.as_abstract_name(), Some(&b"sd-notify-1"[..]));
+        assert!(notify_addr("relative").is_err());
+    }
+
+    #[tokio::test]
+    async fn readiness_sends_ready_and_stopping_to_the_notify_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock_path = dir.path().join("notify");
+        let server = UnixDatagram::bind(&sock_path).unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut r = Readiness {
+            pipe: None,
+            systemd: Some(SdNotify {
+                socket: UnixDatagram::unbound().unwrap(),
+                addr: notify_addr(&sock_path.to_string_lossy()).unwrap(),
+            }),
+        };
+        let mut buf = [0u8; 512];
+
+        r.ready("mounted\non /mnt");
+        let n = server.recv(&mut buf).unwrap();
+        let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+        r.stopping("unmounting");
+        let n = server.recv(&mut buf).unwrap();
+        let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
+
+        assert_eq!(
+            ready,
+            format!(
+                "READY=1\nMAINPID={}\nSTATUS=mounted on /mnt",
+                std::process::id()
+            )
+        );
+        assert_eq!(stopping, "STOPPING=1\nSTATUS=unmounting");
+    }
+
+    #[test]
+    fn deadline_is_the_timeouts_plus_the_allowance() {
+        assert_eq!(
+            ready_deadline(Duration::from_secs(5), Duration::from_secs(15)),
+            Duration::from_secs(20) + STARTUP_ALLOWANCE
+        );
+    }
+}

@@ -1,0 +1,1208 @@
+//! The export layer: a target's LUNs as byte-addressed exports, with the
+//! rules every front end needs — the FUSE mount ([`crate::fuse`]) now, the
+//! NBD server and kernel attach next.
+//!
+//! An [`ExportSet`] holds one [`Export`] per disk LUN, each over its own
+//! [`LunDevice`] (page cache, read-ahead, write-back). Front ends translate
+//! their requests into the calls below and their answers back; they do not
+//! talk to [`LunDevice`] or SCSI themselves.
+//!
+//! # Which LUNs
+//!
+//! [`open_luns`] picks what a URL names: a LUN URL gives that LUN; a target
+//! URL gives every LUN REPORT LUNS lists that is a disk (peripheral device
+//! type 0, SBC). Other device types are left out — notably the RAID
+//! controller that tgtd (and others) put at LUN 0 — and so are LUNs that
+//! vanish between REPORT LUNS and INQUIRY. Each export is named `lun<N>`
+//! after its LUN number ([`export_name`]).
+//!
+//! # Requests
+//!
+//! | call | what happens |
+//! | --- | --- |
+//! | [`Export::read`] | [`LunDevice::read_at`], clipped at the end of the LUN (empty at or past it) |
+//! | [`Export::write`] | [`LunDevice::write_at`], or [`LunDevice::write_at_fua`] with `fua`; short across the end of the LUN, [`ExportError::NoSpace`] at or past it |
+//! | [`Export::flush`] | dirty pages, then SYNCHRONIZE CACHE (SBC-4 §5.26) |
+//! | [`Export::write_zeroes`] | [`ZeroMode::Allocate`]: WRITE SAME of zeros (SBC-4 §5.50, falling back to writing zeros); [`ZeroMode::MayUnmap`]: UNMAP (SBC-4 §5.30) of the whole blocks when the LUN reports LBPU and LBPRZ (unmapped blocks read as zeros), zeros for the partial blocks at the ends — or, when the LUN cannot or the target refuses UNMAP, WRITE SAME of zeros. Either way the range reads back as zeros. |
+//! | [`Export::trim`] | UNMAP of the whole blocks inside the range when the LUN supports it, else nothing (a trim is advisory) |
+//! | [`Export::prefetch`] | reads the range into the page cache (nothing with `--cache none`) |
+//! | [`Export::refresh_capacity`] | re-reads the capacity when the session saw a capacity change |
+//!
+//! Front ends that must refuse a request reaching past the end instead of
+//! clipping it (NBD: `EINVAL` for reads and trims, `ENOSPC` for writes)
+//! ask [`Export::check_range`] first. Writes, zeroing and trims of a
+//! read-only export fail with [`ExportError::ReadOnly`] before anything is
+//! sent. Every error is an [`ExportError`]; [`ExportError::to_errno`] is
+//! the one mapping to a Linux errno, from which each front end derives its
+//! own codes.
+//!
+//! # Capacity changes
+//!
+//! The session counts capacity-change reports (UNIT ATTENTION 2A/09). When
+//! [`Export::refresh_capacity`] sees the count move, it re-reads the
+//! capacity (READ CAPACITY) and, if it changed, swaps in a new
+//! [`LunDevice`] of the new size; the old one is flushed and closed once its
+//! last request ends.
+//!
+//! # Stopping and lost data
+//!
+//! [`ExportSet::shut_down`] makes every later request fail with
+//! [`ExportError::ShutDown`] (a front end that is being cut off).
+//! [`ExportSet::finish`] then writes back and flushes each export that has
+//! something to make durable and returns a [`ShutdownReport`]: data counts
+//! as lost when an export had cached data that could not be written, or had
+//! writes since its last successful flush and the final flush failed (the
+//! target acknowledged them but may hold them only in a volatile cache;
+//! FUA writes do not count: they are durable when they complete). An
+//! export nothing was written to is not flushed at all, so a session whose
+//! target is gone for good does not make a read-only user's exit fail.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+use tracing::{debug, info, trace, warn};
+
+use crate::client::{ClientError, Lun, Target};
+use crate::device::{DeviceConfig, DeviceError, LunDevice};
+use crate::scsi::sense::errno;
+use crate::session::error_chain;
+
+pub use crate::device::LunBackend;
+
+/// The name of the export of LUN `number`: `lun<N>`.
+pub fn export_name(number: u64) -> String {
+    format!("lun{number}")
+}
+
+/// Why an export request failed.
+#[derive(Debug, Error)]
+pub enum ExportError {
+    /// The export is shutting down; nothing more is accepted.
+    #[error("{export}: the export is shutting down")]
+    ShutDown { export: String },
+    /// A write, zeroing or trim of a read-only export (write-protected LUN
+    /// or read-only by option).
+    #[error("{export} is read-only")]
+    ReadOnly { export: String },
+    /// A write that starts at or past the end of the export (or, through
+    /// [`Export::check_range`], reaches past it).
+    #[error("{export}: no space at offset {offset} ({size} bytes)")]
+    NoSpace {
+        export: String,
+        offset: u64,
+        size: u64,
+    },
+    /// A read or trim reaching past the end ([`Export::check_range`]), or a
+    /// range whose end overflows.
+    #[error("{export}: {len} bytes at offset {offset} reach past the end ({size} bytes)")]
+    OutOfRange {
+        export: String,
+        offset: u64,
+        len: u64,
+        size: u64,
+    },
+    /// The device (cache, or the LUN under it) failed.
+    #[error("{export}")]
+    Device {
+        export: String,
+        #[source]
+        source: DeviceError,
+    },
+}
+
+impl ExportError {
+    /// The Linux errno for this error, the one mapping front ends start
+    /// from: `EIO` when shut down, `EROFS`, `ENOSPC`, `EINVAL`, or the
+    /// device's own mapping ([`DeviceError::to_errno`]: SCSI sense → errno,
+    /// a lost session → `EIO`).
+    pub fn to_errno(&self) -> i32 {
+        match self {
+            ExportError::ShutDown { .. } => errno::EIO,
+            ExportError::ReadOnly { .. } => errno::EROFS,
+            ExportError::NoSpace { .. } => errno::ENOSPC,
+            ExportError::OutOfRange { .. } => errno::EINVAL,
+            ExportError::Device { source, .. } => source.to_errno(),
+        }
+    }
+
+    /// The device error underneath, if any.
+    pub fn device(&self) -> Option<&DeviceError> {
+        match self {
+            ExportError::Device { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The kind of request [`Export::check_range`] checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+    /// Write zeroes (with or without unmapping).
+    Zero,
+    Trim,
+}
+
+/// How [`Export::write_zeroes`] may make a range read as zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroMode {
+    /// Write zeros; the blocks stay allocated (fallocate `ZERO_RANGE`, NBD
+    /// `WRITE_ZEROES` with `NO_HOLE`).
+    Allocate,
+    /// Unmap whole blocks where they then read as zeros (LBPRZ), zero the
+    /// rest (fallocate `PUNCH_HOLE`, NBD `WRITE_ZEROES`).
+    MayUnmap,
+}
+
+/// What an export is and can do, for a front end's size and flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportInfo {
+    /// Size in bytes.
+    pub size: u64,
+    /// Logical block size of the LUN.
+    pub block_size: u32,
+    /// The unit I/O is most efficient in: the cache page (at least a block,
+    /// the LUN's optimal granularity when it states one).
+    pub preferred_size: u32,
+    /// Largest transfer of one SCSI command; larger requests are split.
+    pub max_transfer: u64,
+    /// Writes are refused.
+    pub read_only: bool,
+    /// [`Export::trim`] unmaps (the LUN supports UNMAP).
+    pub can_trim: bool,
+    /// [`ZeroMode::MayUnmap`] can unmap: unmapped blocks read as zeros.
+    pub fast_zero: bool,
+}
+
+/// One LUN as an export.
+pub struct Export<B: LunBackend> {
+    name: String,
+    number: u64,
+    /// Swapped when the capacity changes; the lock is held only to clone.
+    device: RwLock<Arc<LunDevice<B>>>,
+    seen_generation: AtomicU64,
+    refresh: tokio::sync::Mutex<()>,
+    cfg: DeviceConfig,
+    read_only: bool,
+    shut: AtomicBool,
+    /// Modifying requests (but FUA writes, durable when they complete), and
+    /// how many of them the last successful flush covered: writes since
+    /// are not known to be durable.
+    writes: AtomicU64,
+    synced: AtomicU64,
+}
+
+impl<B: LunBackend> Export<B> {
+    fn new(
+        number: u64,
+        backend: B,
+        cfg: &DeviceConfig,
+        read_only: bool,
+    ) -> Result<Export<B>, DeviceError> {
+        let generation = backend.capacity_generation();
+        let device = LunDevice::new(backend, cfg.clone())?;
+        Ok(Export {
+            name: export_name(number),
+            number,
+            read_only: read_only || device.read_only(),
+            device: RwLock::new(Arc::new(device)),
+            seen_generation: AtomicU64::new(generation),
+            refresh: tokio::sync::Mutex::new(()),
+            cfg: cfg.clone(),
+            shut: AtomicBool::new(false),
+            writes: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+        })
+    }
+
+    /// `lun<N>`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The LUN number.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+    /// The current device (a new one after a capacity change).
+    pub fn device(&self) -> Arc<LunDevice<B>> {
+        self.device
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+    /// Writes are refused (write-protected LUN or read-only by option).
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.device().size()
+    }
+    /// Size, block sizes, limits and capabilities.
+    pub fn info(&self) -> ExportInfo {
+        let dev = self.device();
+        let backend = dev.backend();
+        ExportInfo {
+            size: dev.size(),
+            block_size: dev.block_size(),
+            preferred_size: dev.page_size().max(dev.block_size()),
+            max_transfer: backend.max_transfer_bytes(),
+            read_only: self.read_only,
+            can_trim: !self.read_only && backend.can_unmap(),
+            fast_zero: !self.read_only && backend.unmap_reads_zeros(),
+        }
+    }
+    /// Bytes written into the cache and not yet to the target.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.device().stats().dirty_bytes
+    }
+
+    fn error(&self, source: DeviceError) -> ExportError {
+        ExportError::Device {
+            export: self.name.clone(),
+            source,
+        }
+    }
+
+    fn check_live(&self) -> Result<(), ExportError> {
+        if self.shut.load(Ordering::Acquire) {
+            Err(ExportError::ShutDown {
+                export: self.name.clone(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), ExportError> {
+        if self.read_only {
+            Err(ExportError::ReadOnly {
+                export: self.name.clone(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Refuse a request that reaches past the end: a read or trim with
+    /// [`ExportError::OutOfRange`], a write or zeroing with
+    /// [`ExportError::NoSpace`]. For front ends that do not clip.
+    pub fn check_range(&self, access: Access, offset: u64, len: u64) -> Result<(), ExportError> {
+        let size = self.size();
+        let fits = offset.checked_add(len).is_some_and(|end| end <= size);
+        if fits {
+            return Ok(());
+        }
+        Err(match access {
+            Access::Write | Access::Zero => ExportError::NoSpace {
+                export: self.name.clone(),
+                offset,
+                size,
+            },
+            Access::Read | Access::Trim => ExportError::OutOfRange {
+                export: self.name.clone(),
+                offset,
+                len,
+                size,
+            },
+        })
+    }
+
+    /// Read up to `len` bytes at `offset` (fewer at the end of the LUN,
+    /// none at or past it).
+    pub async fn read(&self, offset: u64, len: usize) -> Result<Bytes, ExportError> {
+        self.check_live()?;
+        let dev = self.device();
+        let end = dev.size();
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        let len = (len as u64).min(end - offset) as usize;
+        trace!(lun = self.number, offset, len, "read");
+        dev.read_at(offset, len).await.map_err(|e| {
+            debug!(lun = self.number, offset, len, error = %error_chain(&e), "read failed");
+            self.error(e)
+        })
+    }
+
+    /// Write `data` at `offset`; returns the bytes written: all of them, or
+    /// fewer when the write crosses the end of the LUN;
+    /// [`ExportError::NoSpace`] when it starts at or past the end. `fua`
+    /// makes the data durable on the target before this returns.
+    pub async fn write(&self, offset: u64, mut data: Bytes, fua: bool) -> Result<u32, ExportError> {
+        self.check_live()?;
+        self.check_writable()?;
+        let dev = self.device();
+        let end = dev.size();
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if offset >= end {
+            return Err(ExportError::NoSpace {
+                export: self.name.clone(),
+                offset,
+                size: end,
+            });
+        }
+        let room = end - offset;
+        if (data.len() as u64) > room {
+            data.truncate(room as usize);
+        }
+        let n = data.len() as u32;
+        trace!(lun = self.number, offset, len = n, fua, "write");
+        let r = if fua {
+            dev.write_at_fua(offset, data).await
+        } else {
+            dev.write_at(offset, data).await
+        };
+        // A FUA write that completed is durable; one that failed was
+        // reported to its caller.
+        if !fua {
+            self.modified();
+        }
+        r.map_err(|e| {
+            warn!(lun = self.number, offset, len = n, error = %error_chain(&e), "write failed");
+            self.error(e)
+        })?;
+        Ok(n)
+    }
+
+    /// Write back dirty data, then SYNCHRONIZE CACHE.
+    pub async fn flush(&self) -> Result<(), ExportError> {
+        self.check_live()?;
+        self.flush_now().await
+    }
+
+    /// [`Export::flush`] without the shut-down check (for stopping).
+    async fn flush_now(&self) -> Result<(), ExportError> {
+        let covered = self.writes.load(Ordering::Acquire);
+        match self.device().flush().await {
+            Ok(()) => {
+                self.synced.fetch_max(covered, Ordering::AcqRel);
+                Ok(())
+            }
+            Err(e) => {
+                warn!(lun = self.number, error = %error_chain(&e), "flush failed");
+                Err(self.error(e))
+            }
+        }
+    }
+
+    /// Make `offset..offset+len` (clipped at the end of the LUN) read as
+    /// zeros; see [`ZeroMode`] and the module docs. A front end that must
+    /// make the zeros durable (NBD's FUA flag) follows with
+    /// [`Export::flush`].
+    pub async fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        mode: ZeroMode,
+    ) -> Result<(), ExportError> {
+        self.check_live()?;
+        self.check_writable()?;
+        let dev = self.device();
+        let end = offset.saturating_add(len).min(dev.size());
+        if offset >= end {
+            return Ok(());
+        }
+        let len = end - offset;
+        let r = if mode == ZeroMode::MayUnmap && dev.backend().unmap_reads_zeros() {
+            punch_by_unmap(&dev, offset, len).await
+        } else {
+            dev.write_zeroes(offset, len).await
+        };
+        self.modified();
+        r.map_err(|e| {
+            warn!(lun = self.number, offset, len, ?mode, error = %error_chain(&e), "zeroing failed");
+            self.error(e)
+        })
+    }
+
+    /// Tell the target the range (clipped at the end) is no longer needed:
+    /// UNMAP of the whole blocks inside it when the LUN supports UNMAP,
+    /// otherwise nothing. What the range reads afterwards is up to the
+    /// target (zeros on an LBPRZ LUN).
+    pub async fn trim(&self, offset: u64, len: u64) -> Result<(), ExportError> {
+        self.check_live()?;
+        self.check_writable()?;
+        let dev = self.device();
+        let end = offset.saturating_add(len).min(dev.size());
+        if offset >= end || !dev.backend().can_unmap() {
+            return Ok(());
+        }
+        match dev.discard(offset, end - offset).await {
+            Ok(()) => {
+                self.modified();
+                Ok(())
+            }
+            Err(DeviceError::Io { ref source, .. }) if source.is_unsupported() => {
+                debug!(lun = self.number, "UNMAP refused; trim ignored");
+                Ok(())
+            }
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    /// Read the range (clipped at the end) into the page cache, so later
+    /// reads are served from memory. Nothing to do without a cache.
+    pub async fn prefetch(&self, offset: u64, len: u64) -> Result<(), ExportError> {
+        self.check_live()?;
+        let dev = self.device();
+        if dev.mode() == crate::device::CacheMode::None {
+            return Ok(());
+        }
+        let end = offset.saturating_add(len).min(dev.size());
+        let mut at = offset;
+        // In pieces, so the caller's whole range is never one buffer.
+        let piece = dev.backend().max_transfer_bytes().max(1);
+        while at < end {
+            let n = (end - at).min(piece);
+            dev.read_at(at, n as usize)
+                .await
+                .map_err(|e| self.error(e))?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    fn modified(&self) {
+        self.writes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Writes completed since the last successful flush (they may sit in
+    /// the target's volatile cache, or in ours).
+    pub fn unsynced(&self) -> bool {
+        self.writes.load(Ordering::Acquire) > self.synced.load(Ordering::Acquire)
+    }
+
+    /// Re-read the capacity when the session reported a change since the
+    /// last look, and swap in a device of the new size. Returns the new
+    /// size when it changed. Failures are logged and retried at the next
+    /// call.
+    pub async fn refresh_capacity(&self) -> Option<u64> {
+        let current = self.device().backend().capacity_generation();
+        if current == self.seen_generation.load(Ordering::Acquire) {
+            return None;
+        }
+        let _one_at_a_time = self.refresh.lock().await;
+        let old = self.device();
+        let generation = old.backend().capacity_generation();
+        if generation == self.seen_generation.load(Ordering::Acquire) {
+            return None;
+        }
+        let backend = match old.backend().reread_capacity().await {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(lun = self.number, error = %error_chain(&e), "cannot re-read the capacity");
+                return None;
+            }
+        };
+        self.seen_generation.store(generation, Ordering::Release);
+        let (old_size, new_size) = (old.size(), backend.blocks() * backend.block_size() as u64);
+        if old_size == new_size && backend.block_size() == old.block_size() {
+            return None;
+        }
+        let device = match LunDevice::new(backend, self.cfg.clone()) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                warn!(lun = self.number, error = %e, "cannot use the new capacity");
+                return None;
+            }
+        };
+        info!(
+            lun = self.number,
+            old_size, new_size, "LUN capacity changed; the export follows"
+        );
+        *self.device.write().unwrap_or_else(|e| e.into_inner()) = device;
+        // The old device may still serve requests; flush it after the last.
+        tokio::spawn(retire(old));
+        Some(new_size)
+    }
+}
+
+/// Punch a hole with UNMAP: whole blocks are unmapped (they read as zeros,
+/// LBPRZ), partial blocks at either end are zeroed; a target that refuses
+/// UNMAP gets WRITE SAME of zeros for the whole range instead.
+async fn punch_by_unmap<B: LunBackend>(
+    dev: &LunDevice<B>,
+    offset: u64,
+    len: u64,
+) -> Result<(), DeviceError> {
+    let bs = dev.block_size() as u64;
+    let end = offset + len;
+    let (b0, b1) = (offset.div_ceil(bs) * bs, end / bs * bs);
+    if b0 >= b1 {
+        return dev.write_zeroes(offset, len).await;
+    }
+    match dev.discard(b0, b1 - b0).await {
+        Ok(()) => {}
+        Err(DeviceError::Io { ref source, .. }) if source.is_unsupported() => {
+            debug!("UNMAP refused; punching the hole with zeros");
+            return dev.write_zeroes(offset, len).await;
+        }
+        Err(e) => return Err(e),
+    }
+    if offset < b0 {
+        dev.write_zeroes(offset, b0 - offset).await?;
+    }
+    if b1 < end {
+        dev.write_zeroes(b1, end - b1).await?;
+    }
+    Ok(())
+}
+
+/// Flush and close a device that was replaced, once no request uses it.
+async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>) {
+    loop {
+        match Arc::try_unwrap(old) {
+            Ok(dev) => {
+                if let Err(e) = dev.close().await {
+                    warn!(error = %error_chain(&e), "flushing the replaced device failed");
+                }
+                return;
+            }
+            Err(still_used) => {
+                old = still_used;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// The exports of one target (or the one LUN a URL names).
+pub struct ExportSet<B: LunBackend> {
+    exports: Vec<Arc<Export<B>>>,
+}
+
+impl<B: LunBackend> ExportSet<B> {
+    /// One export per `(lun number, backend)`, each given a [`LunDevice`]
+    /// with `cfg`; `read_only` makes every export read-only. Must run inside
+    /// a Tokio runtime.
+    pub fn new(
+        luns: Vec<(u64, B)>,
+        cfg: &DeviceConfig,
+        read_only: bool,
+    ) -> Result<ExportSet<B>, DeviceError> {
+        let exports = luns
+            .into_iter()
+            .map(|(n, b)| Export::new(n, b, cfg, read_only).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ExportSet { exports })
+    }
+
+    /// The exports, in the order given (REPORT LUNS order).
+    pub fn exports(&self) -> &[Arc<Export<B>>] {
+        &self.exports
+    }
+
+    /// The export called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Export<B>>> {
+        self.exports.iter().find(|e| e.name == name)
+    }
+
+    /// Every export is read-only.
+    pub fn all_read_only(&self) -> bool {
+        self.exports.iter().all(|e| e.read_only)
+    }
+
+    /// Refuse every later request with [`ExportError::ShutDown`].
+    pub fn shut_down(&self) {
+        for e in &self.exports {
+            e.shut.store(true, Ordering::Release);
+        }
+    }
+
+    /// Flush every writable export (dirty write-back data, then
+    /// SYNCHRONIZE CACHE). Returns the first failure after trying all.
+    pub async fn flush_all(&self) -> Result<(), ExportError> {
+        let mut first = None;
+        for e in &self.exports {
+            if e.read_only {
+                continue;
+            }
+            if let Err(err) = e.flush_now().await {
+                first.get_or_insert(err);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Bytes written into caches and not yet to the target.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.exports.iter().map(|e| e.dirty_bytes()).sum()
+    }
+
+    /// The last step before logging out: flush each export that has cached
+    /// data or writes since its last flush, and report what could not be
+    /// made durable. Works after [`ExportSet::shut_down`] too.
+    pub async fn finish(&self) -> ShutdownReport {
+        let mut lost = Vec::new();
+        for e in &self.exports {
+            let dirty_bytes = e.dirty_bytes();
+            if e.read_only || (dirty_bytes == 0 && !e.unsynced()) {
+                continue;
+            }
+            if let Err(err) = e.flush_now().await {
+                lost.push(LostData {
+                    export: e.name.clone(),
+                    dirty_bytes: e.dirty_bytes(),
+                    error: err,
+                });
+            }
+        }
+        ShutdownReport { lost }
+    }
+}
+
+/// Data of one export that may not have reached the target's stable
+/// storage.
+#[derive(Debug)]
+pub struct LostData {
+    pub export: String,
+    /// Bytes still only in rlun's cache (0: the writes reached the target,
+    /// but the final SYNCHRONIZE CACHE failed).
+    pub dirty_bytes: u64,
+    /// Why the final flush failed.
+    pub error: ExportError,
+}
+
+/// What [`ExportSet::finish`] found.
+#[derive(Debug, Default)]
+pub struct ShutdownReport {
+    pub lost: Vec<LostData>,
+}
+
+impl ShutdownReport {
+    /// Some written data may not be on the target's stable storage.
+    pub fn data_lost(&self) -> bool {
+        !self.lost.is_empty()
+    }
+
+    /// `Ok` when nothing was lost, else the [`DataLost`] error to report.
+    pub fn into_result(self) -> Result<(), DataLost> {
+        if self.lost.is_empty() {
+            Ok(())
+        } else {
+            Err(DataLost { lost: self.lost })
+        }
+    }
+}
+
+/// Written data did not reach the target (or not its stable storage).
+#[derive(Debug, Error)]
+#[error("{}", describe_lost(.lost))]
+pub struct DataLost {
+    pub lost: Vec<LostData>,
+}
+
+fn describe_lost(lost: &[LostData]) -> String {
+    let parts: Vec<String> = lost
+        .iter()
+        .map(|l| {
+            let what = if l.dirty_bytes > 0 {
+                format!(
+                    "{} bytes of cached data could not be written",
+                    l.dirty_bytes
+                )
+            } else {
+                "written data could not be flushed to stable storage".to_string()
+            };
+            format!("{}: {what}: {}", l.export, error_chain(&l.error))
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// Why [`open_luns`] found nothing to export.
+#[derive(Debug, Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("target {target} has no disk LUNs")]
+    NoDiskLuns { target: String },
+}
+
+/// The LUN `only` (a LUN URL), or every disk LUN of the target in REPORT
+/// LUNS order (see the module docs for what is left out). An empty set is
+/// [`OpenError::NoDiskLuns`].
+pub async fn open_luns(
+    target: &Target,
+    target_name: &str,
+    only: Option<u64>,
+) -> Result<Vec<(u64, Lun)>, OpenError> {
+    if let Some(n) = only {
+        return Ok(vec![(n, target.open_lun(n).await?)]);
+    }
+    let mut luns = Vec::new();
+    for n in target.report_luns().await? {
+        match target.open_lun(n).await {
+            Ok(l) => luns.push((n, l)),
+            Err(ClientError::NotADisk { device_type, .. }) => {
+                debug!(lun = n, device_type, "not a disk; not exported");
+            }
+            Err(ClientError::LunNotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if luns.is_empty() {
+        return Err(OpenError::NoDiskLuns {
+            target: target_name.to_string(),
+        });
+    }
+    Ok(luns)
+}
+
+/// Test backends for the export layer and the front ends above it.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use bytes::Bytes;
+
+    use crate::device::{BackendError, BlockBackend, LunBackend, MemBackend};
+
+    /// A [`MemBackend`] that can pretend to be resized and can claim
+    /// LBPU/LBPRZ, for the parts of [`LunBackend`] a real LUN has.
+    #[derive(Clone)]
+    pub struct TestLun {
+        pub mem: Arc<MemBackend>,
+        pub generation: Arc<AtomicU64>,
+        pub resized: Arc<Mutex<Option<Arc<MemBackend>>>>,
+        pub lbpu: bool,
+        pub lbprz: bool,
+    }
+
+    impl TestLun {
+        pub fn new(mem: MemBackend) -> TestLun {
+            TestLun {
+                mem: Arc::new(mem),
+                generation: Arc::new(AtomicU64::new(0)),
+                resized: Arc::new(Mutex::new(None)),
+                lbpu: false,
+                lbprz: false,
+            }
+        }
+
+        /// Report a capacity change: the next refresh sees `mem`.
+        pub fn resize(&self, mem: MemBackend) {
+            *self.resized.lock().unwrap() = Some(Arc::new(mem));
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl BlockBackend for TestLun {
+        fn block_size(&self) -> u32 {
+            self.mem.block_size()
+        }
+        fn blocks(&self) -> u64 {
+            self.mem.blocks()
+        }
+        fn read_only(&self) -> bool {
+            BlockBackend::read_only(&*self.mem)
+        }
+        fn max_transfer_bytes(&self) -> u64 {
+            self.mem.max_transfer_bytes()
+        }
+        fn read_blocks(
+            &self,
+            lba: u64,
+            blocks: u32,
+        ) -> impl Future<Output = Result<Bytes, BackendError>> + Send {
+            self.mem.read_blocks(lba, blocks)
+        }
+        fn write_blocks(
+            &self,
+            lba: u64,
+            data: Bytes,
+            fua: bool,
+        ) -> impl Future<Output = Result<(), BackendError>> + Send {
+            self.mem.write_blocks(lba, data, fua)
+        }
+        fn flush(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
+            self.mem.flush()
+        }
+        fn unmap(
+            &self,
+            lba: u64,
+            blocks: u64,
+        ) -> impl Future<Output = Result<(), BackendError>> + Send {
+            self.mem.unmap(lba, blocks)
+        }
+        fn write_zeroes(
+            &self,
+            lba: u64,
+            blocks: u64,
+            unmap: bool,
+        ) -> impl Future<Output = Result<(), BackendError>> + Send {
+            self.mem.write_zeroes(lba, blocks, unmap)
+        }
+    }
+
+    impl LunBackend for TestLun {
+        fn capacity_generation(&self) -> u64 {
+            self.generation.load(Ordering::SeqCst)
+        }
+        fn reread_capacity(&self) -> impl Future<Output = Result<TestLun, BackendError>> + Send {
+            let mut next = self.clone();
+            if let Some(m) = self.resized.lock().unwrap().clone() {
+                next.mem = m;
+            }
+            async move { Ok(next) }
+        }
+        fn can_unmap(&self) -> bool {
+            self.lbpu || self.lbprz
+        }
+        fn unmap_reads_zeros(&self) -> bool {
+            self.lbprz
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::TestLun;
+    use super::*;
+    use crate::device::{CacheMode, MemBackend, MemOp};
+
+    fn set_of(luns: Vec<(u64, TestLun)>, mode: CacheMode, read_only: bool) -> ExportSet<TestLun> {
+        let cfg = DeviceConfig {
+            mode,
+            cache_size: 16 << 20,
+            ..DeviceConfig::default()
+        };
+        ExportSet::new(luns, &cfg, read_only).expect("export set")
+    }
+
+    fn one(mem: MemBackend, mode: CacheMode) -> (ExportSet<TestLun>, TestLun) {
+        let lun = TestLun::new(mem);
+        (set_of(vec![(4, lun.clone())], mode, false), lun)
+    }
+
+    #[tokio::test]
+    async fn exports_are_named_after_their_lun_numbers_in_order() {
+        let set = set_of(
+            vec![
+                (2, TestLun::new(MemBackend::new(512, 8))),
+                (0, TestLun::new(MemBackend::new(4096, 4))),
+            ],
+            CacheMode::None,
+            false,
+        );
+
+        let names: Vec<&str> = set.exports().iter().map(|e| e.name()).collect();
+
+        assert_eq!(names, ["lun2", "lun0"]);
+        assert_eq!(set.get("lun0").map(|e| e.size()), Some(4 * 4096));
+        assert!(set.get("lun1").is_none());
+    }
+
+    #[tokio::test]
+    async fn info_reports_size_blocks_and_capabilities() {
+        let mut thin = TestLun::new(MemBackend::new(4096, 32).with_max_transfer(64 << 10));
+        thin.lbprz = true;
+        let set = set_of(
+            vec![
+                (1, thin),
+                (2, TestLun::new(MemBackend::new(512, 64).read_only(true))),
+            ],
+            CacheMode::WriteThrough,
+            false,
+        );
+
+        let thin = set.exports()[0].info();
+        let ro = set.exports()[1].info();
+
+        assert_eq!(thin.size, 32 * 4096);
+        assert_eq!((thin.block_size, thin.preferred_size), (4096, 4096));
+        assert_eq!(thin.max_transfer, 64 << 10);
+        assert!(thin.can_trim && thin.fast_zero && !thin.read_only);
+        assert_eq!(ro.block_size, 512);
+        assert!(ro.read_only && !ro.can_trim && !ro.fast_zero);
+        assert!(!set.all_read_only());
+    }
+
+    #[tokio::test]
+    async fn write_across_the_end_is_short_and_at_the_end_is_no_space() {
+        let (set, lun) = one(MemBackend::new(512, 8), CacheMode::WriteThrough);
+        let e = &set.exports()[0];
+
+        let short = e.write(4000, Bytes::from(vec![9u8; 200]), false).await;
+        let at_end = e.write(4096, Bytes::from_static(b"x"), false).await;
+
+        assert_eq!(short.expect("short write"), 96);
+        assert_eq!(lun.mem.bytes_at(4000, 96), vec![9u8; 96]);
+        let err = at_end.expect_err("no space");
+        assert!(matches!(
+            err,
+            ExportError::NoSpace {
+                offset: 4096,
+                size: 4096,
+                ..
+            }
+        ));
+        assert_eq!(err.to_errno(), errno::ENOSPC);
+    }
+
+    #[tokio::test]
+    async fn check_range_refuses_reads_and_trims_with_einval_writes_with_enospc() {
+        let (set, _) = one(MemBackend::new(512, 8), CacheMode::None);
+        let e = &set.exports()[0];
+
+        let read = e.check_range(Access::Read, 4000, 200).unwrap_err();
+        let trim = e.check_range(Access::Trim, u64::MAX, 2).unwrap_err();
+        let write = e.check_range(Access::Write, 4000, 200).unwrap_err();
+        let zero = e.check_range(Access::Zero, 4096, 1).unwrap_err();
+
+        assert_eq!(read.to_errno(), errno::EINVAL);
+        assert_eq!(trim.to_errno(), errno::EINVAL);
+        assert_eq!(write.to_errno(), errno::ENOSPC);
+        assert_eq!(zero.to_errno(), errno::ENOSPC);
+        assert!(e.check_range(Access::Write, 0, 4096).is_ok());
+        assert!(e.check_range(Access::Read, 4096, 0).is_ok());
+    }
+
+    #[tokio::test]
+    async fn reads_are_clipped_and_read_only_refuses_every_change() {
+        let bytes: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        let (set, _) = one(MemBackend::from_data(512, bytes.clone()), CacheMode::None);
+        let ro = set_of(
+            vec![(1, TestLun::new(MemBackend::new(512, 8)))],
+            CacheMode::None,
+            true,
+        );
+        let r = &ro.exports()[0];
+
+        let tail = set.exports()[0].read(4000, 1000).await.expect("read");
+        let past = set.exports()[0].read(5000, 10).await.expect("read");
+
+        assert_eq!(&tail[..], &bytes[4000..]);
+        assert!(past.is_empty());
+        for err in [
+            r.write(0, Bytes::from_static(b"x"), false)
+                .await
+                .unwrap_err(),
+            r.write_zeroes(0, 512, ZeroMode::Allocate)
+                .await
+                .unwrap_err(),
+            r.trim(0, 512).await.unwrap_err(),
+        ] {
+            assert!(matches!(err, ExportError::ReadOnly { .. }), "{err:?}");
+            assert_eq!(err.to_errno(), errno::EROFS);
+        }
+        assert!(ro.all_read_only());
+    }
+
+    #[tokio::test]
+    async fn fua_writes_carry_fua_and_flush_sends_synchronize_cache() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteBack);
+        let e = &set.exports()[0];
+
+        e.write(0, Bytes::from(vec![1u8; 512]), true).await.unwrap();
+        e.flush().await.unwrap();
+
+        assert!(lun.mem.log().iter().any(|c| c.op == MemOp::Write && c.fua));
+        assert_eq!(lun.mem.counts().flushes, 1);
+        assert!(!e.unsynced());
+    }
+
+    #[tokio::test]
+    async fn zeroing_may_unmap_only_where_unmapped_blocks_read_as_zeros() {
+        let mut thin = TestLun::new(MemBackend::from_data(512, vec![0xAA; 64 * 512]));
+        thin.lbprz = true;
+        let thick = TestLun::new(MemBackend::from_data(512, vec![0xAA; 64 * 512]));
+        let set = set_of(
+            vec![(1, thin.clone()), (2, thick.clone())],
+            CacheMode::WriteThrough,
+            false,
+        );
+
+        set.exports()[0]
+            .write_zeroes(300, 2000, ZeroMode::MayUnmap)
+            .await
+            .unwrap();
+        set.exports()[1]
+            .write_zeroes(300, 2000, ZeroMode::MayUnmap)
+            .await
+            .unwrap();
+        set.exports()[0]
+            .write_zeroes(8192, 1024, ZeroMode::Allocate)
+            .await
+            .unwrap();
+
+        for lun in [&thin, &thick] {
+            assert_eq!(lun.mem.bytes_at(300, 2000), vec![0u8; 2000]);
+            assert_eq!(lun.mem.bytes_at(299, 1), vec![0xAA]);
+            assert_eq!(lun.mem.bytes_at(2300, 1), vec![0xAA]);
+        }
+        assert_eq!(thin.mem.counts().unmaps, 1, "blocks 1..4 unmapped once");
+        assert_eq!(thick.mem.counts().unmaps, 0);
+        assert_eq!(thin.mem.bytes_at(8192, 1024), vec![0u8; 1024]);
+    }
+
+    #[tokio::test]
+    async fn trim_unmaps_whole_blocks_only_where_the_lun_can() {
+        let mut thin = TestLun::new(MemBackend::new(512, 64));
+        thin.lbpu = true;
+        let thick = TestLun::new(MemBackend::new(512, 64));
+        let set = set_of(
+            vec![(1, thin.clone()), (2, thick.clone())],
+            CacheMode::None,
+            false,
+        );
+
+        set.exports()[0].trim(100, 2000).await.unwrap();
+        set.exports()[1].trim(100, 2000).await.unwrap();
+
+        assert_eq!(thin.mem.counts().unmaps, 1);
+        assert_eq!(thick.mem.counts().unmaps, 0);
+        assert_eq!(thick.mem.counts().writes, 0, "a trim never writes");
+    }
+
+    #[tokio::test]
+    async fn prefetch_fills_the_cache_so_reads_hit() {
+        let (set, lun) = one(MemBackend::new(512, 256), CacheMode::WriteThrough);
+        let e = &set.exports()[0];
+
+        e.prefetch(0, 64 << 10).await.unwrap();
+        let reads_after_prefetch = lun.mem.counts().reads;
+        e.read(4096, 4096).await.unwrap();
+
+        assert!(reads_after_prefetch > 0);
+        assert_eq!(
+            lun.mem.counts().reads,
+            reads_after_prefetch,
+            "served from cache"
+        );
+        assert!(e.device().stats().hits > 0);
+    }
+
+    #[tokio::test]
+    async fn capacity_change_swaps_in_a_device_of_the_new_size() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteThrough);
+        let e = &set.exports()[0];
+
+        let unreported = e.refresh_capacity().await;
+        lun.resize(MemBackend::new(512, 128));
+        let grown = e.refresh_capacity().await;
+        let again = e.refresh_capacity().await;
+
+        assert_eq!(unreported, None, "no report, no re-read");
+        assert_eq!(grown, Some(128 * 512));
+        assert_eq!(again, None);
+        assert_eq!(e.size(), 128 * 512);
+        assert_eq!(
+            e.write(100 * 512, Bytes::from(vec![3u8; 512]), false)
+                .await
+                .unwrap(),
+            512
+        );
+    }
+
+    #[tokio::test]
+    async fn shut_down_refuses_requests_and_finish_still_writes_back() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteBack);
+        let e = &set.exports()[0];
+        e.write(0, Bytes::from(vec![7u8; 1024]), false)
+            .await
+            .unwrap();
+
+        set.shut_down();
+        let read = e.read(0, 512).await.unwrap_err();
+        let report = set.finish().await;
+
+        assert!(matches!(read, ExportError::ShutDown { .. }));
+        assert_eq!(read.to_errno(), errno::EIO);
+        assert!(!report.data_lost(), "{report:?}");
+        assert_eq!(lun.mem.bytes_at(0, 1024), vec![7u8; 1024]);
+    }
+
+    #[tokio::test]
+    async fn finish_reports_lost_data_when_write_back_fails() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteBack);
+        let e = &set.exports()[0];
+        e.write(512, Bytes::from(vec![7u8; 4096]), false)
+            .await
+            .unwrap();
+        lun.mem.fail_next(MemOp::Write, u32::MAX, errno::EIO);
+
+        let report = set.finish().await;
+
+        assert!(report.data_lost());
+        assert_eq!(report.lost[0].export, "lun4");
+        assert_eq!(report.lost[0].dirty_bytes, 4096);
+        let msg = report.into_result().unwrap_err().to_string();
+        assert!(
+            msg.contains("lun4: 4096 bytes of cached data could not be written"),
+            "{msg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn finish_reports_unsynced_writes_when_the_final_flush_fails() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteThrough);
+        let e = &set.exports()[0];
+        e.write(0, Bytes::from(vec![1u8; 512]), false)
+            .await
+            .unwrap();
+        lun.mem.fail_next(MemOp::Flush, u32::MAX, errno::EIO);
+
+        let report = set.finish().await;
+
+        assert!(report.data_lost());
+        assert_eq!(report.lost[0].dirty_bytes, 0);
+        assert!(report
+            .into_result()
+            .unwrap_err()
+            .to_string()
+            .contains("could not be flushed to stable storage"));
+    }
+
+    #[tokio::test]
+    async fn fua_writes_need_no_final_flush() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteBack);
+        let e = &set.exports()[0];
+        e.write(0, Bytes::from(vec![1u8; 512]), true).await.unwrap();
+        lun.mem.fail_next(MemOp::Flush, u32::MAX, errno::EIO);
+
+        let unsynced = e.unsynced();
+        let report = set.finish().await;
+
+        assert!(!unsynced);
+        assert!(!report.data_lost(), "{report:?}");
+        assert_eq!(lun.mem.bytes_at(0, 512), vec![1u8; 512]);
+    }
+
+    #[tokio::test]
+    async fn finish_does_not_flush_exports_nothing_was_written_to() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteThrough);
+        let e = &set.exports()[0];
+        e.read(0, 4096).await.unwrap();
+        e.write(0, Bytes::from(vec![1u8; 512]), false)
+            .await
+            .unwrap();
+        e.flush().await.unwrap();
+        lun.mem.fail_next(MemOp::Flush, u32::MAX, errno::EIO);
+
+        let report = set.finish().await;
+
+        assert!(!report.data_lost(), "{report:?}");
+        assert_eq!(lun.mem.counts().flushes, 1, "only the explicit flush");
+    }
+
+    #[tokio::test]
+    async fn device_errors_keep_their_errno() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::None);
+        lun.mem.fail_next(MemOp::Read, 1, errno::ENOSPC);
+
+        let err = set.exports()[0].read(0, 512).await.unwrap_err();
+
+        assert!(err.device().is_some());
+        assert_eq!(err.to_errno(), errno::ENOSPC);
+    }
+}
