@@ -12,6 +12,8 @@ set -euo pipefail
 #   (and qemu-utils + qemu-block-extra, handled apart below: qemu-img/qemu-io/
 #    qemu-nbd, with iscsi:// support from qemu-block-extra)
 #   fio, fuse3, libfuse3-dev, libnbd-bin, e2fsprogs   FUSE and NBD front-end tests
+#   python3-libnbd   nbdsh, the scriptable libnbd client of tests/nbd_serve.rs
+#   openssl          throwaway TLS certificates for the `rlun serve` TLS tests
 #   iproute2, procps, util-linux (setpriv), time (/usr/bin/time), python3
 #   pkg-config       for -sys crates that look up system libraries
 PACKAGES=(
@@ -21,6 +23,8 @@ PACKAGES=(
     fuse3
     libfuse3-dev
     libnbd-bin
+    python3-libnbd
+    openssl
     e2fsprogs
     iproute2
     procps

@@ -52,10 +52,11 @@ Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
 #[command(
     name = "rlun",
     version,
-    about = "Userspace iSCSI initiator: discover targets, inspect, copy, benchmark and mount LUNs",
+    about = "Userspace iSCSI initiator: discover targets, inspect, copy, benchmark, mount and serve LUNs",
     long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) and works with their LUNs \
                   from user space: discover what a portal offers, inspect a LUN, copy whole LUNs \
-                  to and from files, benchmark them, and mount them as files (FUSE).",
+                  to and from files, benchmark them, mount them as files (FUSE) and serve them to NBD \
+                  clients.",
     after_help = AFTER_HELP,
     propagate_version = true
 )]
@@ -232,6 +233,33 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// Serve a target's LUNs to NBD clients: `lun<N>` for each disk LUN.
+    ///
+    /// Each disk LUN of the target (or the one LUN the URL names) becomes
+    /// an NBD export named `lun<N>`; the default export (empty name) is the
+    /// first. NBD clients reach them by URI, e.g.
+    /// `nbd+unix:///lun1?socket=PATH` or `nbd://host:port/lun1` (tested
+    /// with qemu-img/qemu-io and libnbd's nbdinfo, nbdcopy and nbdsh). All
+    /// connections to one LUN share one page cache and one iSCSI session,
+    /// so clients may use several connections at once (multi-conn).
+    ///
+    /// rlun stays in the foreground until SIGINT/SIGTERM, then lets the
+    /// requests in flight finish, writes back cached data and logs out.
+    #[command(after_help = SERVE_AFTER_HELP)]
+    Serve {
+        /// Target URL iscsi://host[:port]/<iqn> (every disk LUN), LUN URL
+        /// iscsi://host[:port]/<iqn>/<lun> (that LUN), or a config-file
+        /// target name.
+        target: String,
+        #[command(flatten)]
+        serve: ServeOpts,
+        #[command(flatten)]
+        daemon: DaemonOpts,
+        #[command(flatten)]
+        conn: ConnectOpts,
+        #[command(flatten)]
+        cache: CacheOpts,
+    },
     /// Print a shell completion script (bash, zsh or fish) to standard output.
     ///
     /// bash: `rlun completions bash > /etc/bash_completion.d/rlun`;
@@ -288,13 +316,14 @@ impl Pattern {
 }
 
 /// rlun's page cache, for every command that opens a device (`mount`,
-/// `bench`; `serve` and `attach` next).
+/// `bench`, `serve`; `attach` next).
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Cache options")]
 pub struct CacheOpts {
     /// rlun's own cache of LUN data. Default: for mount none (the kernel
-    /// page cache already caches), write-through with --direct-io; for bench
-    /// no cache at all (I/O goes straight to the LUN).
+    /// page cache already caches), write-through with --direct-io; for serve
+    /// write-through (shared by every connection); for bench no cache at all
+    /// (I/O goes straight to the LUN).
     #[arg(long, value_enum, value_name = "MODE")]
     pub cache: Option<CacheChoice>,
     /// Memory cap of rlun's cache, per LUN.
@@ -393,6 +422,60 @@ pub struct MountOpts {
     /// Threads reading requests from /dev/fuse.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub fuse_threads: u16,
+}
+
+const SERVE_AFTER_HELP: &str = "\
+Exports: lun<N> for LUN N (the default export is the first). Transmission
+flags: flush, FUA, write-zeroes, cache, multi-conn, and trim and fast-zero
+when the LUN can unmap (LBPU and LBPRZ); read-only for write-protected LUNs
+or --read-only. Block sizes: minimum = the LUN's block size (clients that
+ask for it must align; others may send any offset and length, served by
+read-modify-write), preferred = the cache page (4 KiB or more), maximum
+payload 32 MiB. base:allocation: GET LBA STATUS on thin LUNs (holes, and
+zeros with LBPRZ); everything else is reported as allocated data.
+
+Security: NBD has no authentication of its own. --socket is protected by
+the file's permissions (created 0600). --listen on anything but a loopback
+address needs TLS (--tls-cert/--tls-key, and --tls-ca to require client
+certificates) or an explicit --allow-insecure: otherwise anyone who can
+reach the port reads and writes the LUN.
+
+Examples:
+  rlun serve iscsi://10.0.0.5/iqn.2026-11.org.example:store --socket /run/rlun/store.sock
+  qemu-img info 'nbd+unix:///lun1?socket=/run/rlun/store.sock'
+  rlun serve store --listen 0.0.0.0:10809 --tls-cert srv.pem --tls-key srv.key
+  nbdinfo --list nbds://server.example/";
+
+/// Options of `rlun serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeOpts {
+    /// Listen on this Unix socket (created with mode 0600; a stale socket
+    /// file is replaced, a live one refused).
+    #[arg(
+        long,
+        value_name = "PATH",
+        required_unless_present = "listen",
+        conflicts_with = "listen"
+    )]
+    pub socket: Option<PathBuf>,
+    /// Listen on this TCP address, e.g. 127.0.0.1:10809 or [::1]:10809.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Refuse writes to every export.
+    #[arg(short, long)]
+    pub read_only: bool,
+    /// TLS certificate chain (PEM): clients must use TLS (NBD_OPT_STARTTLS).
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by these CAs (PEM).
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// Allow --listen on a non-loopback address without TLS.
+    #[arg(long)]
+    pub allow_insecure: bool,
 }
 
 /// Page cache mode for `--cache`.

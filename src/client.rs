@@ -310,6 +310,21 @@ impl Lun {
         })
     }
 
+    /// GET LBA STATUS from `lba` (SBC-4 5.8): the provisioning status of
+    /// runs of blocks starting there (up to 64 descriptors).
+    pub async fn get_lba_status(
+        &self,
+        lba: u64,
+    ) -> Result<Vec<crate::scsi::lba_status::LbaStatus>, ClientError> {
+        let r = self
+            .execute(&cdb::get_lba_status(lba, 8 + 16 * 64), Bytes::new())
+            .await?;
+        crate::scsi::lba_status::parse(&r.data).map_err(|e| ClientError::Parse {
+            what: "GET LBA STATUS data",
+            source: e,
+        })
+    }
+
     /// MODE SENSE(10), falling back to (6): the WP bit (SBC-4 §6.5.1).
     pub async fn mode_sense_write_protect(&self) -> Result<bool, ClientError> {
         let c = cdb::mode_sense10(0x3f, 0, true, 255)?;

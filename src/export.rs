@@ -178,6 +178,17 @@ pub struct ExportInfo {
     pub fast_zero: bool,
 }
 
+/// A run of bytes of an export and whether the target has storage for it
+/// ([`Export::allocation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub len: u64,
+    /// Deallocated (or anchored) on the target.
+    pub hole: bool,
+    /// Reads as zeros (a hole on an LBPRZ LUN).
+    pub zero: bool,
+}
+
 /// One LUN as an export.
 pub struct Export<B: LunBackend> {
     name: String,
@@ -467,6 +478,69 @@ impl<B: LunBackend> Export<B> {
             at += n;
         }
         Ok(())
+    }
+
+    /// The allocation of `offset..offset+len` (clipped at the end) on the
+    /// target, from its GET LBA STATUS (SBC-4 §5.8): runs that cover the
+    /// range from `offset` on, possibly fewer bytes than asked. Whatever
+    /// cannot be told — a LUN that is not thin, a target that refuses the
+    /// command or fails it, data still dirty in rlun's cache — is one
+    /// allocated extent, which is always a correct answer.
+    pub async fn allocation(&self, offset: u64, len: u64) -> Vec<Extent> {
+        let dev = self.device();
+        let end = offset.saturating_add(len).min(dev.size());
+        if offset >= end {
+            return Vec::new();
+        }
+        let whole = vec![Extent {
+            len: end - offset,
+            hole: false,
+            zero: false,
+        }];
+        if dev.stats().dirty_bytes > 0 {
+            return whole;
+        }
+        let bs = dev.block_size() as u64;
+        let zeros = dev.backend().unmap_reads_zeros();
+        let runs = match dev.backend().allocation(offset / bs).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return whole,
+            Err(e) => {
+                debug!(lun = self.number, error = %error_chain(&e), "GET LBA STATUS failed; reporting allocated");
+                return whole;
+            }
+        };
+        let mut out: Vec<Extent> = Vec::new();
+        let mut at = offset;
+        for r in runs {
+            let (start, stop) = (r.lba * bs, (r.lba + r.blocks as u64) * bs);
+            if start > at || stop <= at {
+                break; // a gap, or not about this range: stop here
+            }
+            let stop = stop.min(end);
+            let hole = matches!(
+                r.status,
+                crate::scsi::lba_status::Provisioning::Deallocated
+                    | crate::scsi::lba_status::Provisioning::Anchored
+            );
+            let e = Extent {
+                len: stop - at,
+                hole,
+                zero: hole && zeros,
+            };
+            match out.last_mut() {
+                Some(last) if last.hole == e.hole && last.zero == e.zero => last.len += e.len,
+                _ => out.push(e),
+            }
+            at = stop;
+            if at >= end {
+                break;
+            }
+        }
+        if out.is_empty() {
+            return whole;
+        }
+        out
     }
 
     fn modified(&self) {

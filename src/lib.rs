@@ -44,6 +44,7 @@ pub mod entropy;
 pub mod error;
 pub mod export;
 pub mod fuse;
+pub mod nbd;
 pub mod proto;
 pub mod scsi;
 pub mod secret;

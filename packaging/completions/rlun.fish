@@ -37,6 +37,7 @@ complete -c rlun -n "__fish_rlun_needs_command" -f -a "cp" -d 'Copy a whole LUN 
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "bench" -d 'Measure a LUN: IOPS, MB/s, latency percentiles and CPU time'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "umount" -d 'Unmount an rlun mount and wait until its rlun process has written back cached data and logged out'
+complete -c rlun -n "__fish_rlun_needs_command" -f -a "serve" -d 'Serve a target\'s LUNs to NBD clients: `lun<N>` for each disk LUN'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "generate-man" -d 'Write the man pages into a directory'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -142,13 +143,6 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l bs -d 'Block size of
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l qd -d 'I/Os kept in flight' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l duration -d 'How long to run (e.g. 10s, 500ms, 1m)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l size -d 'Limit I/O to the first SIZE bytes of the LUN (default: whole LUN)' -r
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache -d 'Send the I/O through the page cache (LunDevice) in this mode; without it, I/O goes straight to the LUN' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
-write-through\t'Reads cached; writes complete when the target has them'
-write-back\t'Writes complete in memory and are written back later'"
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache-size -d 'Memory cap of the page cache (with --cache)' -r
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l readahead -d 'Read ahead of sequential streams (with --cache)' -r -f -a "on\t''
-off\t''"
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l writeback-delay -d 'Longest time written data waits in the cache before it is written back (with --cache write-back)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
@@ -165,6 +159,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l nop-interval -d 'Pin
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l command-timeout -d 'Abort and retry a SCSI command that has no answer after this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache -d 'rlun\'s own cache of LUN data. Default: for mount none (the kernel page cache already caches), write-through with --direct-io; for serve write-through (shared by every connection); for bench no cache at all (I/O goes straight to the LUN)' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
+write-through\t'Reads cached; writes complete when the target has them'
+write-back\t'Writes complete in memory and are written back later'"
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
+off\t''"
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l json -d 'Print one JSON object instead of text'
@@ -176,16 +178,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -s V -l version -d 'Pri
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l uid -d 'Owner of the files (default: the user running rlun); another user needs --allow-other too' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l gid -d 'Group of the files (default: the group running rlun)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l mode -d 'Permission bits of the files, in octal (write bits are dropped for read-only LUNs). The kernel enforces them (default_permissions)' -r
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache -d 'rlun\'s own cache of LUN data (default: none with the kernel page cache, which already caches; write-through with --direct-io)' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
-write-through\t'Reads cached; writes complete when the target has them'
-write-back\t'Writes complete in memory and are written back later'"
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l readahead -d 'Read ahead of sequential streams: the kernel\'s read-ahead window is raised to 1 MiB (when rlun may write /sys/class/bdi), and rlun\'s cache reads ahead too. Off: no read-ahead at all' -r -f -a "on\t''
-off\t''"
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back' -r
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l log-file -d 'With --daemon: append log messages to this file (default: discarded)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l fuse-threads -d 'Threads reading requests from /dev/fuse' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l log-file -d 'With --daemon: append log messages to this file (default: discarded)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
@@ -202,13 +196,21 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l nop-interval -d 'Pin
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l command-timeout -d 'Abort and retry a SCSI command that has no answer after this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache -d 'rlun\'s own cache of LUN data. Default: for mount none (the kernel page cache already caches), write-through with --direct-io; for serve write-through (shared by every connection); for bench no cache at all (I/O goes straight to the LUN)' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
+write-through\t'Reads cached; writes complete when the target has them'
+write-back\t'Writes complete in memory and are written back later'"
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
+off\t''"
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l allow-other -d 'Let other users (and root) use the mount; non-root users need user_allow_other in /etc/fuse.conf'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s r -l read-only -d 'Refuse writes to every LUN'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l direct-io -d 'Bypass the kernel page cache (see below)'
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -s d -l daemon -d 'Detach once the mount is ready (exit 0), or report why it failed'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l no-auto-unmount -d 'Do not ask fusermount3 to unmount when rlun dies (by default a killed rlun leaves no dead mount behind)'
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed. Gives up when not ready within the connect and login timeouts plus 10 s'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -219,8 +221,47 @@ complete -c rlun -n "__fish_rlun_using_subcommand umount" -l config -d 'Configur
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s l -l lazy -d 'Detach even while files are open (lazy unmount); rlun serves them until they are closed, then exits'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s q -l quiet -d 'Only print errors'
-complete -c rlun -n "__fish_rlun_using_subcommand umount" -s h -l help -d 'Print help'
+complete -c rlun -n "__fish_rlun_using_subcommand umount" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s V -l version -d 'Print version'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l socket -d 'Listen on this Unix socket (created with mode 0600; a stale socket file is replaced, a live one refused)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l listen -d 'Listen on this TCP address, e.g. 127.0.0.1:10809 or [::1]:10809' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-cert -d 'TLS certificate chain (PEM): clients must use TLS (NBD_OPT_STARTTLS)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-key -d 'TLS private key (PEM) of --tls-cert' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-ca -d 'Require client certificates signed by these CAs (PEM)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l log-file -d 'With --daemon: append log messages to this file (default: discarded)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
+crc32c\t'Require CRC32C (login fails if the target refuses)'
+prefer\t'Offer CRC32C, accept None'"
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
+crc32c\t'Require CRC32C (login fails if the target refuses)'
+prefer\t'Offer CRC32C, accept None'"
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l connect-timeout -d 'Give up connecting after this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l login-timeout -d 'Give up logging in after this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l replacement-timeout -d 'When the connection is lost, keep logging in again for this long before failing pending and new I/O (0 disables reconnecting)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l nop-interval -d 'Ping the target (NOP-Out) after this much silence' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l command-timeout -d 'Abort and retry a SCSI command that has no answer after this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l cache -d 'rlun\'s own cache of LUN data. Default: for mount none (the kernel page cache already caches), write-through with --direct-io; for serve write-through (shared by every connection); for bench no cache at all (I/O goes straight to the LUN)' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
+write-through\t'Reads cached; writes complete when the target has them'
+write-back\t'Writes complete in memory and are written back later'"
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
+off\t''"
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -s r -l read-only -d 'Refuse writes to every export'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l allow-insecure -d 'Allow --listen on a non-loopback address without TLS'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed. Gives up when not ready within the connect and login timeouts plus 10 s'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -s q -l quiet -d 'Only print errors'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
@@ -233,13 +274,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s v -l verbose 
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s h -l help -d 'Print help'
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "discover" -d 'List the targets a portal offers (SendTargets discovery)'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "ls" -d 'List LUNs with size, block size, vendor and product'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "info" -d 'Show everything about one LUN: inquiry, capacity, VPD limits and the negotiated session parameters'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "cp" -d 'Copy a whole LUN to a file, a file to a LUN, or a LUN to a LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "bench" -d 'Measure a LUN: IOPS, MB/s, latency percentiles and CPU time'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "umount" -d 'Unmount an rlun mount and wait until its rlun process has written back cached data and logged out'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "generate-man" -d 'Write the man pages into a directory'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount completions generate-man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "discover" -d 'List the targets a portal offers (SendTargets discovery)'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "ls" -d 'List LUNs with size, block size, vendor and product'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "info" -d 'Show everything about one LUN: inquiry, capacity, VPD limits and the negotiated session parameters'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "cp" -d 'Copy a whole LUN to a file, a file to a LUN, or a LUN to a LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "bench" -d 'Measure a LUN: IOPS, MB/s, latency percentiles and CPU time'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "umount" -d 'Unmount an rlun mount and wait until its rlun process has written back cached data and logged out'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "serve" -d 'Serve a target\'s LUNs to NBD clients: `lun<N>` for each disk LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "generate-man" -d 'Write the man pages into a directory'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -15,6 +15,7 @@ mod cp;
 mod info;
 mod ls;
 pub mod mount;
+pub mod serve;
 
 use std::path::PathBuf;
 
@@ -384,6 +385,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             lazy,
             timeout,
         } => mount::umount(&mountpoint, lazy, timeout).await,
+        Command::Serve {
+            target,
+            serve,
+            daemon,
+            conn,
+            cache,
+        } => serve::run(&ctx, &target, &serve, &daemon, &cache, &conn).await,
         Command::GenerateMan { dir } => generate_man(&dir),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();

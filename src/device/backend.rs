@@ -9,6 +9,7 @@ use bytes::Bytes;
 use thiserror::Error;
 
 use crate::client::{ClientError, Lun};
+use crate::scsi::lba_status::LbaStatus;
 use crate::scsi::sense::errno;
 
 /// Why a backend command failed.
@@ -128,6 +129,16 @@ pub trait LunBackend: BlockBackend + Sized {
     /// UNMAP works and unmapped blocks read as zeros (LBPU and LBPRZ of the
     /// Logical Block Provisioning VPD page, SBC-4 §6.6.4).
     fn unmap_reads_zeros(&self) -> bool;
+    /// The provisioning status of runs of blocks from `lba` on (GET LBA
+    /// STATUS, SBC-4 §5.8), or `None` when the LUN cannot tell (not thin,
+    /// or the target refuses the command).
+    fn allocation(
+        &self,
+        lba: u64,
+    ) -> impl Future<Output = Result<Option<Vec<LbaStatus>>, BackendError>> + Send {
+        let _ = lba;
+        async { Ok(None) }
+    }
 }
 
 /// Largest block count one UNMAP descriptor or WRITE SAME(16) may carry on
@@ -211,6 +222,29 @@ impl LunBackend for Lun {
         self.provisioning
             .as_ref()
             .is_some_and(|p| p.lbpu && p.lbprz & 1 == 1)
+    }
+    fn allocation(
+        &self,
+        lba: u64,
+    ) -> impl Future<Output = Result<Option<Vec<LbaStatus>>, BackendError>> + Send {
+        // Only a thin LUN (one that can unmap) has anything to report.
+        let thin = self.can_unmap();
+        async move {
+            if !thin {
+                return Ok(None);
+            }
+            match self.get_lba_status(lba).await {
+                Ok(v) => Ok(Some(v)),
+                Err(e) => {
+                    let e = BackendError::Lun(e);
+                    if e.is_unsupported() {
+                        Ok(None)
+                    } else {
+                        Err(e)
+                    }
+                }
+            }
+        }
     }
 }
 

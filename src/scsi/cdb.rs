@@ -33,6 +33,8 @@ pub mod opcode {
 
 /// SERVICE ACTION IN(16) service action of READ CAPACITY(16) (SBC-4 5.21).
 pub const SA_READ_CAPACITY_16: u8 = 0x10;
+/// SERVICE ACTION IN(16) service action of GET LBA STATUS (SBC-4 5.8).
+pub const SA_GET_LBA_STATUS: u8 = 0x12;
 
 /// Mode page codes for MODE SENSE (SPC-5 7.5.1, SBC-4 6.5).
 pub mod mode_page {
@@ -332,6 +334,35 @@ pub fn read_capacity16(alloc_len: u32) -> Cdb {
             0,
             0,
             0,
+            a[0],
+            a[1],
+            a[2],
+            a[3],
+            0,
+            0,
+        ],
+        DataDirection::Read,
+        alloc_len,
+    )
+}
+
+/// GET LBA STATUS(16) from `lba` (SBC-4 5.8): bytes 2..10 STARTING LOGICAL
+/// BLOCK ADDRESS, 10..14 ALLOCATION LENGTH, byte 14 REPORT TYPE 0 (all).
+pub fn get_lba_status(lba: u64, alloc_len: u32) -> Cdb {
+    let l = lba.to_be_bytes();
+    let a = alloc_len.to_be_bytes();
+    Cdb::build(
+        [
+            opcode::SERVICE_ACTION_IN_16,
+            SA_GET_LBA_STATUS,
+            l[0],
+            l[1],
+            l[2],
+            l[3],
+            l[4],
+            l[5],
+            l[6],
+            l[7],
             a[0],
             a[1],
             a[2],

@@ -24,6 +24,7 @@
 pub mod capacity;
 pub mod cdb;
 pub mod inquiry;
+pub mod lba_status;
 pub mod luns;
 pub mod mode;
 pub mod sense;

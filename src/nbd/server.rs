@@ -1,0 +1,673 @@
+//! The NBD server: connections over TCP, Unix sockets or TLS, driven by the
+//! sans-IO [`proto`](super::proto) and served from one shared
+//! [`LunDevice`] per export.
+//!
+//! # One connection
+//!
+//! The handshake runs [`Handshake`] over the socket (upgrading it to TLS on
+//! `NBD_OPT_STARTTLS`). In the transmission phase the connection's task
+//! reads request headers (and WRITE payloads) and spawns one task per
+//! request; each task runs its command on the export's [`LunDevice`] and
+//! hands its encoded reply to a writer task, so replies go out in
+//! completion order while many requests are in flight.
+//!
+//! # Memory bound
+//!
+//! Each connection holds at most [`Limits::max_requests`] requests (default
+//! 128) and [`Limits::max_bytes`] bytes of payload (default 64 MiB: WRITE
+//! data received, READ data to send) between reading a request and writing
+//! its reply. The reader takes the permits before it reads a WRITE's
+//! payload and the reply gives them back once it is written, so a client
+//! that never reads its replies stops being read from (TCP pushes back)
+//! instead of growing the server; other connections are unaffected. One
+//! request larger than `max_bytes` waits for the whole budget and runs
+//! alone. Beyond that a connection keeps a 64 KiB read buffer and a 256 KiB
+//! write buffer.
+//!
+//! # Disconnects
+//!
+//! A client that disconnects (or breaks the protocol) mid-stream: requests
+//! whose header and payload were read in full run to completion (their
+//! replies are dropped); a WRITE whose payload did not arrive in full is
+//! never started, so nothing is half-applied. Other connections carry on.
+//!
+//! # Shutdown
+//!
+//! When the server's shutdown signal fires, connections stop reading
+//! requests, let the requests in flight finish and send their replies
+//! (waiting at most [`Limits::drain_timeout`] for a client that does not
+//! read), then close; the caller then flushes the devices.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use super::proto::{
+    self, cflag, err, errno_to_nbd, tflag, Command, ExportInfo, Handshake, HandshakeError,
+    HandshakeEvent, Negotiated, Request, TlsMode, Transmission,
+};
+use crate::export::{Export, ExportError, ExportSet, LunBackend, ZeroMode};
+
+/// Largest READ or WRITE payload advertised (`NBD_INFO_BLOCK_SIZE`
+/// maximum): the spec's 32 MiB that every client may send.
+pub const MAX_PAYLOAD: u32 = 32 << 20;
+
+/// Per-connection limits; see the module docs.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_requests: usize,
+    pub max_bytes: usize,
+    /// Longest wait for a client to finish the handshake.
+    pub handshake_timeout: Duration,
+    /// Longest wait for a client to take its last replies at shutdown.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_requests: 128,
+            max_bytes: 64 << 20,
+            handshake_timeout: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the handshake tells clients about `export` (its size now, the
+/// transmission flags and block sizes that follow from the LUN).
+pub fn export_info<B: LunBackend>(export: &Export<B>, description: String) -> ExportInfo {
+    let i = export.info();
+    let mut flags = tflag::HAS_FLAGS
+        | tflag::SEND_FLUSH
+        | tflag::SEND_FUA
+        | tflag::SEND_WRITE_ZEROES
+        | tflag::SEND_CACHE
+        | tflag::CAN_MULTI_CONN;
+    if i.read_only {
+        flags |= tflag::READ_ONLY;
+    }
+    if i.can_trim {
+        flags |= tflag::SEND_TRIM;
+    }
+    if i.fast_zero {
+        flags |= tflag::SEND_FAST_ZERO;
+    }
+    let preferred = i.preferred_size.max(4096).next_power_of_two();
+    ExportInfo {
+        name: export.name().to_string(),
+        description,
+        size: i.size,
+        flags,
+        block: proto::BlockSizes {
+            minimum: i.block_size.min(65536),
+            preferred,
+            maximum: MAX_PAYLOAD.max(preferred),
+        },
+    }
+}
+
+/// Errors that end one connection.
+#[derive(Debug, Error)]
+pub enum ConnError {
+    #[error("connection I/O failed")]
+    Io(#[from] io::Error),
+    #[error("handshake failed")]
+    Handshake(#[from] HandshakeError),
+    #[error("the client did not finish the handshake within {0:?}")]
+    HandshakeTimeout(Duration),
+    #[error("TLS handshake failed")]
+    Tls(#[source] io::Error),
+    #[error("the client broke the transmission protocol: {0}")]
+    Protocol(String),
+}
+
+/// A byte stream a connection runs on (TCP, Unix, or TLS over either).
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// The exports and settings shared by every connection.
+pub struct Server<B: LunBackend> {
+    exports: Arc<ExportSet<B>>,
+    descriptions: Vec<String>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: Limits,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl<B: LunBackend> Server<B> {
+    /// A server for `exports` (`descriptions` in the same order, shown by
+    /// `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`); connections stop reading
+    /// requests when `shutdown` turns true.
+    pub fn new(
+        exports: Arc<ExportSet<B>>,
+        descriptions: Vec<String>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        limits: Limits,
+        shutdown: watch::Receiver<bool>,
+    ) -> Server<B> {
+        Server {
+            exports,
+            descriptions,
+            tls,
+            limits,
+            shutdown,
+        }
+    }
+
+    /// What a new connection is told: the exports as they are now (a LUN
+    /// whose capacity changed is re-read first).
+    async fn infos(&self) -> Arc<[ExportInfo]> {
+        let mut v = Vec::new();
+        for (i, e) in self.exports.exports().iter().enumerate() {
+            e.refresh_capacity().await;
+            let d = self.descriptions.get(i).cloned().unwrap_or_default();
+            v.push(export_info(e, d));
+        }
+        v.into()
+    }
+
+    /// Serve one client until it disconnects or the server shuts down.
+    pub async fn serve<S: Stream + 'static>(
+        self: Arc<Self>,
+        stream: S,
+        peer: &str,
+    ) -> Result<(), ConnError> {
+        let stream: Box<dyn Stream> = Box::new(stream);
+        let mut buf = BytesMut::with_capacity(64 << 10);
+        let infos = self.infos().await;
+        let timeout = self.limits.handshake_timeout;
+        let (stream, negotiated) =
+            match tokio::time::timeout(timeout, self.handshake(stream, &mut buf, &infos)).await {
+                Ok(Ok(Some(done))) => done,
+                Ok(Ok(None)) => return Ok(()),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(ConnError::HandshakeTimeout(timeout)),
+            };
+        let info = &infos[negotiated.export];
+        info!(
+            peer,
+            export = %info.name,
+            structured = negotiated.structured,
+            block_sizes = negotiated.block_sizes_agreed,
+            "NBD client connected"
+        );
+        let tx = Transmission {
+            size: info.size,
+            flags: negotiated.flags,
+            block: info.block,
+            negotiated,
+        };
+        let r = self.clone().transmission(stream, buf, tx).await;
+        info!(peer, "NBD client disconnected");
+        r
+    }
+
+    /// Run the handshake; `None` when the client aborted.
+    async fn handshake(
+        &self,
+        mut stream: Box<dyn Stream>,
+        buf: &mut BytesMut,
+        infos: &Arc<[ExportInfo]>,
+    ) -> Result<Option<(Box<dyn Stream>, Negotiated)>, ConnError> {
+        let mode = if self.tls.is_some() {
+            TlsMode::Required
+        } else {
+            TlsMode::Off
+        };
+        let mut hs = Handshake::new(infos.clone(), mode);
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            let ev = hs.handle_input(buf)?;
+            let out = hs.take_output();
+            if !out.is_empty() {
+                let r = async {
+                    stream.write_all(&out).await?;
+                    stream.flush().await
+                }
+                .await;
+                // A client may close right after NBD_OPT_ABORT without
+                // reading the ACK; the spec asks servers to take that well.
+                if ev != HandshakeEvent::Abort {
+                    r?;
+                }
+            }
+            match ev {
+                HandshakeEvent::NeedInput => {
+                    tokio::select! {
+                        n = stream.read_buf(buf) => {
+                            if n? == 0 {
+                                return Err(ConnError::Io(io::ErrorKind::UnexpectedEof.into()));
+                            }
+                        }
+                        _ = shutdown.wait_for(|s| *s) => return Ok(None),
+                    }
+                }
+                HandshakeEvent::StartTls => {
+                    let acceptor = self.tls.clone().expect("StartTls only in TLS mode");
+                    let tls = acceptor.accept(stream).await.map_err(ConnError::Tls)?;
+                    stream = Box::new(tls);
+                    hs.tls_started();
+                }
+                HandshakeEvent::Abort => {
+                    let _ = stream.shutdown().await;
+                    return Ok(None);
+                }
+                HandshakeEvent::Transmission(n) => return Ok(Some((stream, n))),
+            }
+        }
+    }
+
+    async fn transmission(
+        self: Arc<Self>,
+        stream: Box<dyn Stream>,
+        mut buf: BytesMut,
+        tx: Transmission,
+    ) -> Result<(), ConnError> {
+        let (mut rd, wr) = tokio::io::split(stream);
+        let (reply_tx, reply_rx) = mpsc::unbounded_channel::<Reply>();
+        let writer = tokio::spawn(write_replies(wr, reply_rx));
+        let requests = Arc::new(Semaphore::new(self.limits.max_requests));
+        let bytes = Arc::new(Semaphore::new(self.limits.max_bytes));
+        let tx = Arc::new(tx);
+        let mut tasks = JoinSet::new();
+        let mut shutdown = self.shutdown.clone();
+        let result = loop {
+            while tasks.try_join_next().is_some() {}
+            let r = tokio::select! {
+                r = read_request(&mut rd, &mut buf) => r,
+                _ = shutdown.wait_for(|s| *s) => break Ok(()),
+            };
+            let req = match r {
+                Ok(Some(req)) => req,
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            };
+            if req.command == Command::Disc {
+                debug!("NBD_CMD_DISC");
+                break Ok(());
+            }
+            let payload = if req.command == Command::Write {
+                req.length as usize
+            } else {
+                0
+            };
+            if payload > self.limits.max_bytes.max(MAX_PAYLOAD as usize) {
+                break Err(ConnError::Protocol(format!(
+                    "WRITE of {payload} bytes exceeds the maximum payload"
+                )));
+            }
+            let check = tx.check(&req);
+            // Every request, refused ones too, holds a request permit until
+            // its reply is written: that bounds the replies queued for a
+            // client that does not read them.
+            let cost = match (check, req.command) {
+                (Ok(()), Command::Read | Command::Write) => {
+                    (req.length as usize).min(self.limits.max_bytes)
+                }
+                _ => 0,
+            };
+            let permits = tokio::select! {
+                p = acquire(&requests, &bytes, cost) => p,
+                _ = shutdown.wait_for(|s| *s) => break Ok(()),
+            };
+            if let Err(code) = check {
+                // Skip a refused WRITE's payload without keeping it.
+                if let Err(e) = discard_exact(&mut rd, &mut buf, payload).await {
+                    break Err(e);
+                }
+                let mut head = BytesMut::new();
+                proto::put_error_reply(
+                    &mut head,
+                    tx.negotiated.structured,
+                    req.cookie,
+                    code,
+                    &refusal(&req, code),
+                );
+                let _ = reply_tx.send(Reply {
+                    head,
+                    data: Bytes::new(),
+                    permits: Some(permits),
+                });
+                continue;
+            }
+            let data = if payload > 0 {
+                match read_exact_bytes(&mut rd, &mut buf, payload).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        warn!(
+                            cookie = req.cookie,
+                            len = payload,
+                            "client went away inside a WRITE payload; the write was not started"
+                        );
+                        break Err(e);
+                    }
+                }
+            } else {
+                Bytes::new()
+            };
+            let server = self.clone();
+            let tx = tx.clone();
+            let reply_tx = reply_tx.clone();
+            tasks.spawn(async move {
+                let mut reply = server.execute(&tx, req, data).await;
+                reply.permits = Some(permits);
+                let _ = reply_tx.send(reply);
+            });
+        };
+        // Requests read in full run to completion, whatever happened.
+        while tasks.join_next().await.is_some() {}
+        drop(reply_tx);
+        match tokio::time::timeout(self.limits.drain_timeout, writer).await {
+            Ok(Ok(Err(e))) => debug!(error = %e, "writing replies failed"),
+            Ok(_) => {}
+            Err(_) => warn!("client did not take its last replies in time; closing"),
+        }
+        result
+    }
+
+    /// Run one validated request and encode its reply.
+    async fn execute(&self, tx: &Transmission, req: Request, data: Bytes) -> Reply {
+        let export = &self.exports.exports()[tx.negotiated.export];
+        let structured = tx.negotiated.structured;
+        let fua = req.flags & cflag::FUA != 0;
+        let (off, len) = (req.offset, req.length as u64);
+        let mut head = BytesMut::with_capacity(32);
+        let done = |r: Result<(), ExportError>| r.map(|_| Bytes::new()).map_err(failure);
+        let result: Result<Bytes, (u32, String)> = match req.command {
+            Command::Read => export.read(off, req.length as usize).await.map_err(failure),
+            Command::Write => done(export.write(off, data, fua).await.map(|_| ())),
+            Command::Flush => done(export.flush().await),
+            Command::Trim => done(trim(export, off, len, fua).await),
+            Command::WriteZeroes => write_zeroes(export, req.flags, off, len)
+                .await
+                .map(|_| Bytes::new()),
+            Command::Cache => done(export.prefetch(off, len).await),
+            Command::BlockStatus => {
+                // From GET LBA STATUS on thin LUNs (see Export::allocation);
+                // otherwise one "allocated" extent, status 0, which the
+                // spec allows for any block.
+                let avail = tx.size - off;
+                let want = if len == 0 {
+                    avail.min(tx.block.minimum as u64)
+                } else {
+                    len.min(avail)
+                };
+                if want == 0 {
+                    Err((err::EINVAL, "block status at the end of the export".into()))
+                } else {
+                    let mut extents: Vec<(u32, u32)> = export
+                        .allocation(off, want)
+                        .await
+                        .into_iter()
+                        .map(|e| {
+                            let mut st = 0;
+                            if e.hole {
+                                st |= proto::state::HOLE;
+                            }
+                            if e.zero {
+                                st |= proto::state::ZERO;
+                            }
+                            (e.len.min(u32::MAX as u64) as u32, st)
+                        })
+                        .collect();
+                    if extents.is_empty() {
+                        extents.push((want.min(u32::MAX as u64) as u32, 0));
+                    }
+                    if req.flags & cflag::REQ_ONE != 0 {
+                        extents.truncate(1);
+                    }
+                    let ctx = tx
+                        .negotiated
+                        .allocation
+                        .unwrap_or(proto::BASE_ALLOCATION_ID);
+                    proto::put_block_status(&mut head, req.cookie, true, ctx, &extents);
+                    return Reply {
+                        head,
+                        data: Bytes::new(),
+                        permits: None,
+                    };
+                }
+            }
+            Command::Disc | Command::Unknown(_) => Err((err::EINVAL, "unexpected command".into())),
+        };
+        match result {
+            Ok(data) if req.command == Command::Read => {
+                if !structured {
+                    proto::put_simple_reply(&mut head, req.cookie, 0);
+                } else if data.is_empty() {
+                    proto::put_none_chunk(&mut head, req.cookie);
+                } else {
+                    proto::put_offset_data_head(
+                        &mut head,
+                        req.cookie,
+                        true,
+                        off,
+                        data.len() as u32,
+                    );
+                }
+                Reply {
+                    head,
+                    data,
+                    permits: None,
+                }
+            }
+            Ok(_) => {
+                proto::put_simple_reply(&mut head, req.cookie, 0);
+                Reply {
+                    head,
+                    data: Bytes::new(),
+                    permits: None,
+                }
+            }
+            Err((code, message)) => {
+                debug!(cookie = req.cookie, ?req.command, off, len, code, %message, "request failed");
+                proto::put_error_reply(&mut head, structured, req.cookie, code, &message);
+                Reply {
+                    head,
+                    data: Bytes::new(),
+                    permits: None,
+                }
+            }
+        }
+    }
+}
+
+/// The NBD error and message for a failed request: `NBD_ESHUTDOWN` when
+/// the server is stopping, else the export layer's errno mapped by
+/// [`errno_to_nbd`] (write-protect → `EPERM`, no space → `ENOSPC`, a SCSI
+/// or session failure → its errno, usually `EIO`).
+fn failure(e: ExportError) -> (u32, String) {
+    let code = match e {
+        ExportError::ShutDown { .. } => err::ESHUTDOWN,
+        ref e => errno_to_nbd(e.to_errno()),
+    };
+    (code, crate::session::error_chain(&e))
+}
+
+fn refusal(r: &Request, code: u32) -> String {
+    let why = match code {
+        err::EPERM => "the export is read-only",
+        err::ENOSPC => "past the end of the export",
+        _ => "invalid request (range, alignment, flags or command)",
+    };
+    format!(
+        "{:?} of {} bytes at offset {}: {why}",
+        r.command, r.length, r.offset
+    )
+}
+
+/// TRIM: UNMAP of the whole blocks inside the range (a no-op on a LUN
+/// without UNMAP, which then does not advertise trim); FUA flushes after.
+async fn trim<B: LunBackend>(
+    e: &Export<B>,
+    off: u64,
+    len: u64,
+    fua: bool,
+) -> Result<(), ExportError> {
+    e.trim(off, len).await?;
+    if fua {
+        e.flush().await?;
+    }
+    Ok(())
+}
+
+/// WRITE_ZEROES: with NO_HOLE the blocks stay allocated (WRITE SAME),
+/// without it whole blocks may be unmapped on an LBPRZ LUN. FAST_ZERO is
+/// refused with ENOTSUP unless the unmap path applies (the spec: fail fast
+/// rather than be no faster than a write).
+async fn write_zeroes<B: LunBackend>(
+    e: &Export<B>,
+    flags: u16,
+    off: u64,
+    len: u64,
+) -> Result<(), (u32, String)> {
+    let no_hole = flags & cflag::NO_HOLE != 0;
+    if flags & cflag::FAST_ZERO != 0 && (no_hole || !e.info().fast_zero) {
+        return Err((
+            err::ENOTSUP,
+            "fast zeroing needs UNMAP (and no NO_HOLE flag)".into(),
+        ));
+    }
+    let mode = if no_hole {
+        ZeroMode::Allocate
+    } else {
+        ZeroMode::MayUnmap
+    };
+    e.write_zeroes(off, len, mode).await.map_err(failure)?;
+    if flags & cflag::FUA != 0 {
+        e.flush().await.map_err(failure)?;
+    }
+    Ok(())
+}
+
+/// An encoded reply: header bytes, then data, and the permits it holds
+/// until it is written.
+struct Reply {
+    head: BytesMut,
+    data: Bytes,
+    permits: Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>,
+}
+
+async fn acquire(
+    requests: &Arc<Semaphore>,
+    bytes: &Arc<Semaphore>,
+    cost: usize,
+) -> (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>) {
+    let r = requests
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("never closed");
+    let b = if cost > 0 {
+        Some(
+            bytes
+                .clone()
+                .acquire_many_owned(cost as u32)
+                .await
+                .expect("never closed"),
+        )
+    } else {
+        None
+    };
+    (r, b)
+}
+
+/// Write replies as they come; batch small ones into one write.
+async fn write_replies<W: AsyncWrite + Unpin>(
+    wr: W,
+    mut rx: mpsc::UnboundedReceiver<Reply>,
+) -> io::Result<()> {
+    let mut w = BufWriter::with_capacity(256 << 10, wr);
+    let mut failed = None;
+    while let Some(reply) = rx.recv().await {
+        if failed.is_some() {
+            continue; // drop it; the permits go back
+        }
+        let r = async {
+            w.write_all(&reply.head).await?;
+            if !reply.data.is_empty() {
+                w.write_all(&reply.data).await?;
+            }
+            if rx.is_empty() {
+                w.flush().await?;
+            }
+            Ok::<_, io::Error>(())
+        }
+        .await;
+        if let Err(e) = r {
+            failed = Some(e);
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    w.flush().await?;
+    // Closes TLS properly (close_notify) and the socket's write side.
+    w.shutdown().await
+}
+
+/// Read one request header; `None` on a clean EOF between requests.
+async fn read_request<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+) -> Result<Option<Request>, ConnError> {
+    loop {
+        match proto::parse_request(buf) {
+            Ok(Some(r)) => {
+                buf.advance(proto::REQUEST_LEN);
+                return Ok(Some(r));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(ConnError::Protocol(e.to_string())),
+        }
+        if rd.read_buf(buf).await? == 0 {
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            return Err(ConnError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
+}
+
+/// Exactly `n` bytes, from what is buffered and then the stream.
+async fn read_exact_bytes<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    n: usize,
+) -> Result<Bytes, ConnError> {
+    if buf.len() >= n {
+        return Ok(buf.split_to(n).freeze());
+    }
+    let mut data = BytesMut::with_capacity(n);
+    data.extend_from_slice(&buf.split());
+    let have = data.len();
+    data.resize(n, 0);
+    rd.read_exact(&mut data[have..]).await?;
+    Ok(data.freeze())
+}
+
+/// Drop `n` bytes of the stream without keeping them.
+async fn discard_exact<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    mut n: usize,
+) -> Result<(), ConnError> {
+    let k = n.min(buf.len());
+    buf.advance(k);
+    n -= k;
+    let mut scratch = [0u8; 8192];
+    while n > 0 {
+        let m = n.min(scratch.len());
+        rd.read_exact(&mut scratch[..m]).await?;
+        n -= m;
+    }
+    Ok(())
+}

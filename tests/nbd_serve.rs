@@ -1,0 +1,799 @@
+//! `rlun serve` driven by real NBD clients against a private tgtd: qemu-img
+//! and qemu-io (qemu's NBD client), nbdinfo, nbdcopy and nbdsh (libnbd),
+//! plus a raw Python client for what no well-behaved client does (a
+//! disconnect inside a WRITE payload, never reading replies). Every data
+//! check compares with tgtd's backing file.
+//!
+//! Each server is held by a [`Served`] guard that stops rlun (SIGTERM, then
+//! SIGKILL) when the test ends, also on failure.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::cli::{assert_failure, assert_same_bytes, both, json};
+use common::{
+    make_backing_file, pattern_bytes, run_rlun, run_with_timeout, spawn_rlun, ChildGuard, Tgtd,
+};
+
+const IQN: &str = "iqn.2026-11.org.example:nbd";
+const MIB: u64 = 1 << 20;
+const SIZE: u64 = 32 * MIB;
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running `rlun serve`.
+struct Served {
+    child: Option<ChildGuard>,
+    socket: Option<PathBuf>,
+    tcp: Option<String>,
+}
+
+impl Served {
+    fn uri(&self, export: &str) -> String {
+        match (&self.socket, &self.tcp) {
+            (Some(s), _) => format!("nbd+unix:///{export}?socket={}", s.display()),
+            (_, Some(a)) => format!("nbd://{a}/{export}"),
+            _ => unreachable!(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGTERM and wait for a clean exit; the exit code.
+    fn stop(&mut self) -> i32 {
+        let mut child = self.child.take().expect("running");
+        sh("kill", &["-TERM", &child.id().to_string()]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rlun serve did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .output();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Start `rlun serve URL --socket DIR/nbd.sock ARGS...` and wait until an
+/// NBD client gets the export list.
+fn serve(url: &str, dir: &Path, args: &[&str]) -> Served {
+    let socket = dir.join("nbd.sock");
+    let mut argv = vec![
+        "serve".to_string(),
+        url.to_string(),
+        "--socket".into(),
+        socket.display().to_string(),
+    ];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let s = Served {
+        child: Some(spawn_rlun(&argv, &[])),
+        socket: Some(socket),
+        tcp: None,
+    };
+    wait_ready(s, "")
+}
+
+/// `rlun serve ... --listen 127.0.0.1:PORT ARGS...` on a free port.
+fn serve_tcp(url: &str, args: &[&str], tls: bool) -> Served {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut argv = vec![
+        "serve".to_string(),
+        url.to_string(),
+        "--listen".into(),
+        addr.clone(),
+    ];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let s = Served {
+        child: Some(spawn_rlun(&argv, &[])),
+        socket: None,
+        tcp: Some(addr.clone()),
+    };
+    if tls {
+        // A TLS server answers plain clients only with errors: wait for the port.
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "rlun serve never listened on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return s;
+    }
+    wait_ready(s, "")
+}
+
+fn wait_ready(mut s: Served, export: &str) -> Served {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(status) = s.child.as_mut().unwrap().try_wait().expect("try_wait") {
+            panic!("rlun serve exited early: {status}");
+        }
+        let out = Command::new("nbdinfo")
+            .arg("--size")
+            .arg(s.uri(export))
+            .output()
+            .expect("nbdinfo");
+        if out.status.success() {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rlun serve not ready: {}",
+            both(&out)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Run a tool with [`TOOL_TIMEOUT`]; it must succeed.
+fn sh(program: &str, args: &[&str]) -> Output {
+    let out = run_with_timeout(Command::new(program).args(args), TOOL_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "{program} {} failed ({}):\n{}",
+        args.join(" "),
+        out.status,
+        both(&out)
+    );
+    out
+}
+
+/// Run a Python script with libnbd (`nbdsh` is Debian's python3 with the
+/// `nbd` module; the script is passed as nbdsh's `-c`). Returns stdout.
+fn nbdsh(script: &str) -> String {
+    let out = run_with_timeout(
+        Command::new("nbdsh")
+            .env("PATH", "/usr/bin:/bin")
+            .arg("-c")
+            .arg(script),
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        out.status.success(),
+        "nbdsh script failed ({}):\n{}\n--- script:\n{script}",
+        out.status,
+        both(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A raw socket client in Debian's python3 (no libnbd).
+fn python(script: &str) -> String {
+    let out = run_with_timeout(
+        Command::new("/usr/bin/python3").arg("-c").arg(script),
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        out.status.success(),
+        "python script failed ({}):\n{}\n--- script:\n{script}",
+        out.status,
+        both(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn read_range(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let data = fs::read(path).expect("read backing file");
+    data[offset as usize..offset as usize + len].to_vec()
+}
+
+/// tgtd with LUN 1 (a thick file of pattern bytes, seed 1) and LUN 2 (a
+/// thin-provisioned file, seed 2: UNMAP works and reads back zeros).
+fn tgtd_two_luns(dir: &Path) -> (Tgtd, PathBuf, PathBuf) {
+    let f1 = make_backing_file(dir, SIZE, 1);
+    let f2 = make_backing_file(dir, SIZE, 2);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &f1, 512)
+        .lun_file(2, &f2, 512)
+        .create()
+        .expect("create target");
+    tgtd.tgtadm(&[
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "2",
+        "--params",
+        "thin_provisioning=1",
+    ])
+    .expect("thin LUN 2");
+    (tgtd, f1, f2)
+}
+
+fn target_url(tgtd: &Tgtd) -> String {
+    format!("iscsi://{}/{IQN}", tgtd.portal())
+}
+
+#[test]
+fn qemu_img_info_and_convert_from_and_to_the_export_match_the_backing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let mut s = serve(&target_url(&tgtd), dir.path(), &[]);
+    let uri = s.uri("lun1");
+
+    let info = String::from_utf8_lossy(&sh("qemu-img", &["info", "--output=json", &uri]).stdout)
+        .into_owned();
+    assert_eq!(json(&info)["virtual-size"], SIZE, "{info}");
+
+    let copy = dir.path().join("copy.img");
+    sh(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &uri,
+            &copy.display().to_string(),
+        ],
+    );
+    assert_same_bytes(
+        &fs::read(&copy).unwrap(),
+        &fs::read(&f1).unwrap(),
+        "qemu-img convert from lun1",
+    );
+
+    let src = dir.path().join("src.img");
+    fs::write(&src, pattern_bytes(9, 0, SIZE as usize)).unwrap();
+    sh(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &src.display().to_string(),
+            &uri,
+        ],
+    );
+    assert_eq!(s.stop(), 0, "clean exit after SIGTERM");
+    assert_same_bytes(
+        &fs::read(&f1).unwrap(),
+        &fs::read(&src).unwrap(),
+        "qemu-img convert to lun1",
+    );
+}
+
+#[test]
+fn qemu_io_patterns_write_zeroes_and_discard_reach_the_lun() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, f2) = tgtd_two_luns(dir.path());
+    let s = serve(&target_url(&tgtd), dir.path(), &[]);
+
+    let out = sh(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0xab 4096 1M",
+            "-c",
+            "read -P 0xab 4096 1M",
+            "-c",
+            "write -P 0x5a -f 3M 4k", // FUA
+            "-c",
+            "write -z 2M 64k",
+            "-c",
+            "read -P 0 2M 64k",
+            "-c",
+            "flush",
+            &s.uri("lun1"),
+        ],
+    );
+    assert!(
+        !both(&out).contains("Pattern verification failed"),
+        "{}",
+        both(&out)
+    );
+    assert_eq!(
+        read_range(&f1, 4096, MIB as usize),
+        vec![0xab; MIB as usize]
+    );
+    assert_eq!(read_range(&f1, 3 * MIB, 4096), vec![0x5a; 4096]);
+    assert_eq!(read_range(&f1, 2 * MIB, 65536), vec![0; 65536]);
+    assert_eq!(
+        read_range(&f1, 2 * MIB + 65536, 512),
+        pattern_bytes(1, 2 * MIB + 65536, 512),
+        "untouched after the zeroed range"
+    );
+
+    // LUN 2 is thin: discard unmaps, and the range reads back as zeros.
+    sh(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "discard 1M 1M",
+            "-c",
+            "read -P 0 1M 1M",
+            &s.uri("lun2"),
+        ],
+    );
+    assert_eq!(read_range(&f2, MIB, MIB as usize), vec![0; MIB as usize]);
+    assert_eq!(read_range(&f2, 0, 4096), pattern_bytes(2, 0, 4096));
+
+    // base:allocation comes from tgtd's GET LBA STATUS on the thin LUN.
+    let map =
+        String::from_utf8_lossy(&sh("nbdinfo", &["--map", &s.uri("lun2")]).stdout).into_owned();
+    let rows: Vec<Vec<&str>> = map
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let want: Vec<Vec<String>> = [
+        (0, MIB, "0", "data"),
+        (MIB, MIB, "3", "hole,zero"),
+        (2 * MIB, SIZE - 2 * MIB, "0", "data"),
+    ]
+    .iter()
+    .map(|(o, l, f, d)| vec![o.to_string(), l.to_string(), f.to_string(), d.to_string()])
+    .collect();
+    assert_eq!(rows, want, "{map}");
+}
+
+#[test]
+fn nbdinfo_lists_exports_with_flags_block_sizes_and_contexts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, _, _) = tgtd_two_luns(dir.path());
+    let s = serve(&target_url(&tgtd), dir.path(), &[]);
+
+    let out = sh("nbdinfo", &["--list", "--json", &s.uri("")]);
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    let exports = v["exports"].as_array().expect("exports");
+    let names: Vec<&str> = exports
+        .iter()
+        .map(|e| e["export-name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lun1", "lun2"]);
+    for e in exports {
+        assert_eq!(e["export-size"], SIZE);
+        assert_eq!(e["block_size_minimum"], 512);
+        assert_eq!(e["block_size_preferred"], 4096);
+        assert_eq!(e["block_size_maximum"], 32 * MIB);
+        for flag in [
+            "can_flush",
+            "can_fua",
+            "can_multi_conn",
+            "can_zero",
+            "can_cache",
+            "can_df",
+        ] {
+            assert_eq!(e[flag], true, "{flag} on {}", e["export-name"]);
+        }
+        assert_eq!(e["is_read_only"], false);
+        assert!(e["description"].as_str().unwrap().contains(IQN), "{e}");
+        assert_eq!(e["contexts"], serde_json::json!(["base:allocation"]));
+    }
+    // Only the thin LUN (LBPU + LBPRZ) can trim and zero fast.
+    assert_eq!(exports[0]["can_trim"], false);
+    assert_eq!(exports[1]["can_trim"], true);
+    assert_eq!(exports[0]["can_fast_zero"], false);
+    assert_eq!(exports[1]["can_fast_zero"], true);
+
+    let map =
+        String::from_utf8_lossy(&sh("nbdinfo", &["--map", &s.uri("lun1")]).stdout).into_owned();
+    let fields: Vec<&str> = map.split_whitespace().collect();
+    assert_eq!(fields, ["0", &SIZE.to_string(), "0", "data"], "{map}");
+}
+
+#[test]
+fn nbdcopy_round_trips_match_the_backing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let s = serve(&target_url(&tgtd), dir.path(), &[]);
+    let uri = s.uri("lun1");
+
+    let copy = dir.path().join("copy.img");
+    sh("nbdcopy", &[&uri, &copy.display().to_string()]);
+    assert_same_bytes(
+        &fs::read(&copy).unwrap(),
+        &fs::read(&f1).unwrap(),
+        "nbdcopy from lun1",
+    );
+
+    let src = dir.path().join("src.img");
+    fs::write(&src, pattern_bytes(5, 0, SIZE as usize)).unwrap();
+    sh("nbdcopy", &["--flush", &src.display().to_string(), &uri]);
+    assert_same_bytes(
+        &fs::read(&f1).unwrap(),
+        &fs::read(&src).unwrap(),
+        "nbdcopy to lun1",
+    );
+}
+
+#[test]
+fn read_only_exports_refuse_writes_with_eperm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let s = serve(&target_url(&tgtd), dir.path(), &["--read-only"]);
+    let out = nbdsh(&format!(
+        r#"
+h.connect_uri("{uri}")
+assert h.is_read_only()
+assert not h.can_trim()
+h.set_strict_mode(0)   # send the write anyway: the server must refuse it
+try:
+    h.pwrite(b"x" * 512, 0)
+    print("WRITTEN")
+except nbd.Error as e:
+    print("refused", e.errno)  # libnbd gives the errno's name
+"#,
+        uri = s.uri("lun1")
+    ));
+    assert_eq!(out.trim(), "refused EPERM");
+    assert_eq!(read_range(&f1, 0, 512), pattern_bytes(1, 0, 512));
+}
+
+#[test]
+fn protocol_edge_cases_get_the_errors_the_spec_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let s = serve(&target_url(&tgtd), dir.path(), &[]);
+    let sock = s.socket.clone().unwrap();
+    let sock = sock.display();
+    let out = nbdsh(&format!(
+        r#"
+sock = "{sock}"
+# An unknown export: NBD_REP_ERR_UNKNOWN ends the connect with an error.
+bad = nbd.NBD()
+bad.set_export_name("lun9")
+try:
+    bad.connect_unix(sock)
+    print("unknown: connected")
+except nbd.Error as e:
+    print("unknown:", "lun9" in str(e) or "unknown" in str(e).lower())
+
+h.set_export_name("lun1")
+h.connect_unix(sock)
+size = h.get_size()
+h.set_strict_mode(0)  # let requests that break the rules reach the server
+def err(f):
+    try:
+        f()
+        return "ok"
+    except nbd.Error as e:
+        return str(e.errno)  # libnbd gives the errno's name
+print("read past end:", err(lambda: h.pread(1024, size - 512)))
+print("write past end:", err(lambda: h.pwrite(b"y" * 1024, size - 512)))
+print("unaligned read:", err(lambda: h.pread(512, 100)))
+print("unaligned write:", err(lambda: h.pwrite(b"z" * 100, 512)))
+print("zero past end:", err(lambda: h.zero(1024, size - 512)))
+print("block status past end:", err(lambda: h.block_status(512, size, lambda *a: 0)))
+# Writes, then FLUSH: the data must be on the target when FLUSH returns.
+for i in range(8):
+    h.pwrite(bytes([i + 1]) * 65536, 8 * 1048576 + i * 65536)
+h.flush()
+print("flushed")
+# Several connections at once see each other's writes (multi-conn).
+h2 = nbd.NBD()
+h2.set_export_name("lun1")
+h2.connect_unix(sock)
+print("multi-conn:", h.can_multi_conn(), h2.pread(65536, 8 * 1048576 + 7 * 65536) == bytes([8]) * 65536)
+h2.pwrite(b"\xee" * 4096, 12 * 1048576, nbd.CMD_FLAG_FUA)
+print("h sees h2:", h.pread(4096, 12 * 1048576) == b"\xee" * 4096)
+# Many requests in flight on one connection, completed in any order.
+cookies = [h.aio_pread(nbd.Buffer(65536), i * 65536) for i in range(64)]
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+print("in flight:", all(h.aio_command_completed(c) for c in cookies))
+h.shutdown()
+"#
+    ));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "unknown: True",
+            "read past end: EINVAL",
+            "write past end: ENOSPC",
+            "unaligned read: EINVAL",
+            "unaligned write: EINVAL",
+            "zero past end: ENOSPC",
+            "block status past end: EINVAL",
+            "flushed",
+            "multi-conn: True True",
+            "h sees h2: True",
+            "in flight: True",
+        ],
+        "{out}"
+    );
+    let mut want = Vec::new();
+    for i in 0..8u8 {
+        want.extend(std::iter::repeat_n(i + 1, 65536));
+    }
+    assert_eq!(
+        read_range(&f1, 8 * MIB, 8 * 65536),
+        want,
+        "flushed writes on the target"
+    );
+    assert_eq!(read_range(&f1, 12 * MIB, 4096), vec![0xee; 4096]);
+    assert_eq!(
+        read_range(&f1, 0, 1024),
+        pattern_bytes(1, 0, 1024),
+        "refused requests wrote nothing"
+    );
+}
+
+/// A raw client: handshake with NBD_OPT_EXPORT_NAME, then helpers to send
+/// requests. Python, because no NBD library misbehaves on purpose.
+const RAW_CLIENT: &str = r#"
+import socket, struct, sys
+def connect(path, name=b"lun1"):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    hello = recv(s, 18)
+    assert hello[:16] == b"NBDMAGICIHAVEOPT", hello
+    s.sendall(struct.pack(">I", 3))                       # fixed newstyle, no zeroes
+    s.sendall(b"IHAVEOPT" + struct.pack(">II", 1, len(name)) + name)
+    size, flags = struct.unpack(">QH", recv(s, 10))
+    return s, size
+def recv(s, n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c: raise EOFError
+        b += c
+    return b
+def request(s, cmd, cookie, offset, length, flags=0):
+    s.sendall(struct.pack(">IHHQQI", 0x25609513, flags, cmd, cookie, offset, length))
+"#;
+
+#[test]
+fn a_client_that_disconnects_inside_a_write_leaves_whole_writes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let s = serve(&target_url(&tgtd), dir.path(), &[]);
+    let sock = s.socket.clone().unwrap();
+    python(&format!(
+        r#"{RAW_CLIENT}
+s, size = connect("{sock}", b"lun1")
+# Eight whole 256 KiB writes, none of whose replies we wait for...
+for i in range(8):
+    request(s, 1, i, i * 262144, 262144)
+    s.sendall(bytes([0x40 + i]) * 262144)
+# ...then a write whose payload stops halfway, and the connection drops.
+request(s, 1, 99, 4 * 1048576, 1048576)
+s.sendall(b"\xff" * 524288)
+s.close()
+"#,
+        sock = sock.display()
+    ));
+    // The server finishes what it read in full; ask it over a new connection.
+    let out = nbdsh(&format!(
+        r#"
+h.connect_uri("{uri}")
+h.flush()
+ok = all(h.pread(262144, i * 262144) == bytes([0x40 + i]) * 262144 for i in range(8))
+print("whole writes:", ok)
+print("partial write applied:", h.pread(1048576, 4 * 1048576) != open("{f1}", "rb").read()[4 * 1048576:5 * 1048576])
+"#,
+        uri = s.uri("lun1"),
+        f1 = f1.display()
+    ));
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["whole writes: True", "partial write applied: False"],
+        "{out}"
+    );
+    assert_eq!(
+        read_range(&f1, 4 * MIB, MIB as usize),
+        pattern_bytes(1, 4 * MIB, MIB as usize)
+    );
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn a_client_that_never_reads_replies_is_bounded_and_others_carry_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let s = serve(&target_url(&tgtd), dir.path(), &["--cache-size", "64M"]);
+    let sock = s.socket.clone().unwrap();
+    // 100000 reads of 1 MiB (about 100 GiB of replies) that are never
+    // read: the server must stop reading requests instead of queueing the
+    // replies (the requests alone, 2.8 MB, overflow the socket buffers).
+    let script = format!(
+        r#"{RAW_CLIENT}
+import time
+s, size = connect("{sock}", b"lun1")
+s.settimeout(5)
+sent = 0
+try:
+    for i in range(100000):
+        request(s, 0, i, (i % 32) * 1048576, 1048576)
+        sent += 1
+except socket.timeout:
+    pass
+print("sent", sent, flush=True)
+time.sleep(3)  # the server is stuck on us; the test checks the others
+"#,
+        sock = sock.display()
+    );
+    let mut hog = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start python");
+    std::thread::sleep(Duration::from_secs(3));
+    // Another client is served normally meanwhile.
+    let copy = dir.path().join("copy.img");
+    sh("nbdcopy", &[&s.uri("lun1"), &copy.display().to_string()]);
+    assert_same_bytes(
+        &fs::read(&copy).unwrap(),
+        &fs::read(&f1).unwrap(),
+        "nbdcopy beside a stuck client",
+    );
+    let rss = rss_kib(s.pid());
+    let status = hog.wait().expect("python");
+    assert!(status.success());
+    let mut sent = String::new();
+    std::io::Read::read_to_string(hog.stdout.as_mut().unwrap(), &mut sent).unwrap();
+    let sent: u64 = sent
+        .trim()
+        .strip_prefix("sent ")
+        .and_then(|n| n.parse().ok())
+        .expect(&sent);
+    assert!(
+        sent < 100000,
+        "the server kept reading requests it could not answer ({sent} sent)"
+    );
+    // 64 MiB of replies per connection + 64 MiB cache + base: far below 4 GiB.
+    assert!(rss < 512 * 1024, "rlun serve grew to {rss} KiB");
+}
+
+#[test]
+fn sigterm_writes_back_the_write_back_cache_before_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let mut s = serve(
+        &target_url(&tgtd),
+        dir.path(),
+        &["--cache", "write-back", "--writeback-delay", "1h"],
+    );
+    nbdsh(&format!(
+        r#"
+h.connect_uri("{uri}")
+h.pwrite(b"\x77" * 1048576, 1048576)
+"#,
+        uri = s.uri("lun1")
+    ));
+    assert_eq!(s.stop(), 0);
+    assert_eq!(read_range(&f1, MIB, MIB as usize), vec![0x77; MIB as usize]);
+    assert!(
+        !s.socket.as_ref().unwrap().exists(),
+        "socket removed at exit"
+    );
+}
+
+/// A throwaway CA-less self-signed certificate for 127.0.0.1.
+fn make_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+    sh(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            &key.display().to_string(),
+            "-out",
+            &cert.display().to_string(),
+        ],
+    );
+    // libnbd (GnuTLS) reads the CA from DIR/ca-cert.pem.
+    let certs = dir.join("certs");
+    fs::create_dir(&certs).unwrap();
+    fs::copy(&cert, certs.join("ca-cert.pem")).unwrap();
+    (cert, key)
+}
+
+#[test]
+fn tls_exports_serve_nbds_clients_and_refuse_plaintext_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let (cert, key) = make_cert(dir.path());
+    let s = serve_tcp(
+        &target_url(&tgtd),
+        &[
+            "--tls-cert",
+            &cert.display().to_string(),
+            "--tls-key",
+            &key.display().to_string(),
+        ],
+        true,
+    );
+    let addr = s.tcp.clone().unwrap();
+    let certs = dir.path().join("certs");
+    let tls_uri = format!("nbds://{addr}/lun1?tls-certificates={}", certs.display());
+
+    let out = sh("nbdinfo", &["--json", &tls_uri]);
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["TLS"], true, "{v}");
+    assert_eq!(v["exports"][0]["export-size"], SIZE);
+    let copy = dir.path().join("copy.img");
+    sh("nbdcopy", &[&tls_uri, &copy.display().to_string()]);
+    assert_same_bytes(
+        &fs::read(&copy).unwrap(),
+        &fs::read(&f1).unwrap(),
+        "nbdcopy over TLS",
+    );
+
+    // A plaintext client gets NBD_REP_ERR_TLS_REQD, not the export.
+    let out = run_with_timeout(
+        Command::new("nbdinfo").arg(format!("nbd://{addr}/lun1")),
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        !out.status.success(),
+        "plaintext client was served: {}",
+        both(&out)
+    );
+    assert!(both(&out).to_lowercase().contains("tls"), "{}", both(&out));
+}
+
+#[test]
+fn listen_beyond_loopback_without_tls_is_refused_with_the_reason() {
+    let out = run_rlun(
+        [
+            "serve",
+            "iscsi://127.0.0.1:1/iqn.2026-11.org.example:x",
+            "--listen",
+            "0.0.0.0:10809",
+        ],
+        &[],
+    );
+    let text = assert_failure(&out, 2, &["without TLS", "--allow-insecure"]);
+    assert!(text.contains("--tls-cert"), "{text}");
+}
