@@ -16,6 +16,8 @@ set -euo pipefail
 #   openssl          throwaway TLS certificates for the `rlun serve` TLS tests
 #   iproute2, procps, util-linux (setpriv), time (/usr/bin/time), python3
 #   pkg-config       for -sys crates that look up system libraries
+#   lintian, rpm, rpm2cpio, cpio, file, man-db, systemd (systemd-analyze)
+#                    tests/packaging/run.sh: check the .deb/.rpm and the units
 PACKAGES=(
     tgt
     libiscsi-bin
@@ -32,6 +34,13 @@ PACKAGES=(
     time
     python3
     pkg-config
+    lintian
+    rpm
+    rpm2cpio
+    cpio
+    file
+    man-db
+    systemd
 )
 
 as_root() {
@@ -106,9 +115,24 @@ if command -v rustup >/dev/null 2>&1; then
     done
 fi
 
+# The packagers scripts/package.sh runs (tests/packaging/run.sh builds both
+# packages). Built from crates.io with the versions pinned and their
+# Cargo.lock, only when missing; on an idle 2-core machine that takes about
+# CARGO_PACKAGERS_MINUTES minutes for both.
+cargo_packager() {
+    local cmd=$1 crate=$2 version=$3
+    if ! cargo "$cmd" --version >/dev/null 2>&1; then
+        echo "install-test-deps: cargo install --locked $crate@$version"
+        cargo install --locked "$crate@$version"
+    fi
+}
+cargo_packager deb cargo-deb 3.8.0
+cargo_packager generate-rpm cargo-generate-rpm 0.21.1
+
 # Fail here, with a clear message, rather than deep inside a test.
 for tool in tgtd tgtadm iscsi-ls iscsi-inq iscsi-readcapacity16 iscsi-perf \
-    qemu-img qemu-io fio setpriv python3 cargo; do
+    qemu-img qemu-io fio setpriv python3 cargo lintian rpm rpm2cpio cpio \
+    systemd-analyze man; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "install-test-deps: '$tool' is still missing after installing packages" >&2
         exit 1

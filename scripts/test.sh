@@ -3,6 +3,7 @@
 #
 #   scripts/test.sh              install test deps, lint, build, run all tests
 #   RLUN_SKIP_LAB=1 scripts/test.sh   the same without the VM lab (tests/lab)
+#   RLUN_SKIP_PACKAGING=1 ...         without tests/packaging (needs root)
 #
 # Exits non-zero on the first failure.
 set -euo pipefail
@@ -33,6 +34,16 @@ fi
 step "cargo test"
 cargo test --all-targets
 cargo test --doc
+
+# Packaging (tests/packaging/run.sh): build the .deb and .rpm, inspect them,
+# install the .deb, run it as root and as an unprivileged user, purge it.
+# Needs root; RLUN_SKIP_PACKAGING=1 skips it for quick local loops.
+if [ "${RLUN_SKIP_PACKAGING:-}" = 1 ]; then
+    step "packaging: skipped (RLUN_SKIP_PACKAGING=1)"
+else
+    step "packaging (tests/packaging/run.sh)"
+    RLUN_PACKAGE_NO_BUILD=$([ "${CI:-}" = "true" ] && echo 1 || echo 0) tests/packaging/run.sh
+fi
 
 # VM lab (tests/lab): the kernel paths the host kernel lacks (soft-RoCE, LIO
 # iSCSI/iSER target, kernel nbd, open-iscsi) in one small VM, one boot for all
