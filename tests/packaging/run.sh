@@ -87,11 +87,18 @@ if ! scripts/package.sh deb >"$work/deb.log" 2>&1; then
     tail -n 30 "$work/deb.log"
     finish
 fi
-RLUN_PACKAGE_NO_BUILD=1 scripts/package.sh rpm >"$work/rpm.log" 2>&1 ||
-    { bad "scripts/package.sh rpm"; tail -n 30 "$work/rpm.log"; finish; }
 deb=$(ls target/debian/rlun_"$version"-1_*.deb)
-rpm=$(ls target/generate-rpm/rlun-"$version"-1.*.rpm)
-ok "built $deb and $rpm"
+ok "built $deb"
+# The .rpm checks are skipped (as failures) when it cannot be built; the
+# .deb ones still run.
+rpm=
+if RLUN_PACKAGE_NO_BUILD=1 scripts/package.sh rpm >"$work/rpm.log" 2>&1; then
+    rpm=$(ls target/generate-rpm/rlun-"$version"-1.*.rpm)
+    ok "built $rpm"
+else
+    bad "scripts/package.sh rpm"
+    tail -n 30 "$work/rpm.log" | sed 's/^/     | /'
+fi
 
 echo "== .deb contents"
 info=$(dpkg-deb -I "$deb")
@@ -124,7 +131,7 @@ done
 check "deb: the binary is stripped" bash -c "! file -L '$work/deb/usr/bin/rlun' | grep -q 'not stripped'"
 
 echo "== lintian"
-lintian --no-tag-display-limit "$deb" >"$work/lintian.txt" 2>&1
+lintian --tag-display-limit 0 "$deb" >"$work/lintian.txt" 2>&1
 if grep -q '^E: ' "$work/lintian.txt"; then
     bad "lintian: errors"
     sed 's/^/     | /' "$work/lintian.txt"
@@ -133,6 +140,7 @@ else
     sed -n 's/^\(W: .*\)/     | \1/p' "$work/lintian.txt"
 fi
 
+if [ -n "$rpm" ]; then
 echo "== .rpm contents"
 check "rpm: Version $version, Release 1" bash -c "rpm -qip '$rpm' | grep -Eq '^Version *: $version\$' && rpm -qip '$rpm' | grep -Eq '^Release *: 1\$'"
 check "rpm: /etc/rlun/rlun.toml is a config file" bash -c "rpm -qp --configfiles '$rpm' | grep -qx /etc/rlun/rlun.toml"
@@ -153,6 +161,7 @@ mkdir -p "$work/rpmroot"
 (cd "$work/rpmroot" && rpm2cpio "$ROOT/$rpm" | cpio -idm --quiet)
 check "rpm: its rlun --version says $version" bash -c "'$work/rpmroot/usr/bin/rlun' --version | grep -qx 'rlun $version'"
 check "rpm: its man page is the committed one" bash -c "zcat '$work/rpmroot/usr/share/man/man8/rlun.8.gz' | cmp - man/rlun.8"
+fi
 
 # --------------------------------------------------------------- 2. install
 echo "== apt install ./$(basename "$deb")"
