@@ -50,7 +50,7 @@ CHANGELOG
 
 case "$kind" in
 deb)
-    cargo deb --no-build --locked
+    cargo deb --no-build --locked --strip
     ls -1 target/debian/rlun_"${version}"-1_*.deb
     ;;
 rpm)

@@ -116,7 +116,7 @@ for f in ./usr/bin/rlun ./usr/share/man/man8/rlun.8.gz ./usr/share/man/man8/rlun
     ./usr/share/doc/rlun/copyright ./usr/share/doc/rlun/changelog.Debian.gz; do
     check "deb contains $f" grep -Eq " $f\$" <<<"$list"
 done
-check "deb: rlun.toml has mode 600" grep -Eq '^-rw------- root/root .* \./etc/rlun/rlun\.toml$' <<<"$list"
+check "deb: rlun.toml has mode 600" grep -Eq '^-rw------- (root/root|0/0) .* \./etc/rlun/rlun\.toml$' <<<"$list"
 mkdir -p "$work/deb"
 dpkg-deb -x "$deb" "$work/deb"
 for c in rlun.bash:usr/share/bash-completion/completions/rlun \
@@ -206,8 +206,11 @@ cfg=$work/cfg
 mkdir -p "$cfg"
 printf '[targets.store]\nurl = "%s"\nchap_user = "u"\nchap_secret_file = "store.secret"\n' "$URL" >"$cfg/rlun.toml"
 chmod 600 "$cfg/rlun.toml"
-expect_err "config: unknown target name" "no target named 'nope'.*known: store|no target named 'nope'" \
+expect_err "config: unknown target name (info)" "no target named 'nope' in config file $cfg/rlun.toml.*store" \
     $R --config "$cfg/rlun.toml" info nope
+mkdir -p "$work/mnt-nope"
+expect_err "config: unknown target name (mount, as rlun-mount@nope runs it)" "no target named 'nope'.*store" \
+    $R --config "$cfg/rlun.toml" mount nope "$work/mnt-nope"
 expect_err "config: missing secret file" "cannot read secret file $cfg/store.secret" \
     $R --config "$cfg/rlun.toml" info store
 echo secret123456 >"$cfg/store.secret"
@@ -237,7 +240,9 @@ check "user: write through the mount" as_user dd if=/dev/urandom of="$work/user/
 as_user dd if="$work/user/mnt/lun1" of="$work/user/written" bs=64k count=16 skip=64 status=none
 check "user: rlun umount" as_user $R umount "$work/user/mnt"
 check "user: the write reached the target" cmp -n 1048576 -i 4194304:0 "$work/lun.img" "$work/user/written"
-as_user $R serve "$URL" --socket "$work/user/nbd.sock" >"$work/serve.log" 2>&1 &
+# setpriv execs rlun: $! is rlun's pid, so SIGTERM reaches rlun itself.
+setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env -- \
+    $R serve "$URL" --socket "$work/user/nbd.sock" >"$work/serve.log" 2>&1 &
 serve_pid=$!
 for _ in $(seq 150); do
     as_user nbdinfo --size "nbd+unix:///lun1?socket=$work/user/nbd.sock" >/dev/null 2>&1 && break
@@ -247,8 +252,9 @@ check "user: rlun serve --socket in the user's dir answers nbdinfo" \
     bash -c "setpriv --reuid=$USER_NAME --regid=$USER_NAME --init-groups nbdinfo --size 'nbd+unix:///lun1?socket=$work/user/nbd.sock' | grep -qx 67108864"
 check "user: the socket is the user's, mode 600" bash -c "[ \"\$(stat -c %a:%U '$work/user/nbd.sock')\" = 600:$USER_NAME ]"
 kill -TERM "$serve_pid" 2>/dev/null
-wait "$serve_pid"
-check "user: rlun serve stops cleanly on SIGTERM" test $? -eq 0
+serve_rc=0
+wait "$serve_pid" || serve_rc=$?
+check "user: rlun serve stops cleanly on SIGTERM (exit $serve_rc)" test "$serve_rc" -eq 0
 
 # ----------------------------------------------------------------- 4. purge
 echo "== apt purge rlun"
