@@ -22,6 +22,8 @@ set -euo pipefail
 #                    layouts against rdma-core's headers compiles a C program
 #   g++              libfuzzer-sys compiles libFuzzer (scripts/fuzz.sh; the
 #                    nightly toolchain it needs is never installed from here)
+#   lintian, rpm, rpm2cpio, cpio, file, man-db, systemd (systemd-analyze)
+#                    tests/packaging/run.sh: check the .deb/.rpm and the units
 PACKAGES=(
     tgt
     libiscsi-bin
@@ -45,6 +47,13 @@ PACKAGES=(
     librdmacm-dev
     gcc
     g++
+    lintian
+    rpm
+    rpm2cpio
+    cpio
+    file
+    man-db
+    systemd
 )
 
 as_root() {
@@ -119,9 +128,26 @@ if command -v rustup >/dev/null 2>&1; then
     done
 fi
 
+# The packagers scripts/package.sh runs (tests/packaging/run.sh builds both
+# packages). Built from crates.io with the versions pinned and their
+# Cargo.lock, only when missing and only when the packaging tests will run
+# (RLUN_PACKAGING=1): compiling them takes minutes on a fresh machine.
+cargo_packager() {
+    local cmd=$1 crate=$2 version=$3
+    if ! cargo "$cmd" --version >/dev/null 2>&1; then
+        echo "install-test-deps: cargo install --locked $crate@$version"
+        cargo install --locked "$crate@$version"
+    fi
+}
+if [ "${RLUN_PACKAGING:-}" = 1 ]; then
+    cargo_packager deb cargo-deb 3.8.0
+    cargo_packager generate-rpm cargo-generate-rpm 0.21.1
+fi
+
 # Fail here, with a clear message, rather than deep inside a test.
 for tool in tgtd tgtadm iscsi-ls iscsi-inq iscsi-readcapacity16 iscsi-perf \
-    qemu-img qemu-io fio setpriv python3 cargo; do
+    qemu-img qemu-io fio setpriv python3 cargo lintian rpm rpm2cpio cpio \
+    systemd-analyze man; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "install-test-deps: '$tool' is still missing after installing packages" >&2
         exit 1

@@ -134,6 +134,24 @@ DESCRIPTION
     rlun refuses a secret file, a credentials file, or this file when it
     holds a secret inline, if its group or others can read it.
 
+SYSTEMD
+    The packages install two unit templates that run a target of this file
+    by its name; the instance name is the <name> of [targets.<name>]:
+    rlun-mount@<name>.service
+        rlun mount <name> /run/rlun/mount/<name>: each disk LUN as a file
+        in that directory (`systemctl enable --now rlun-mount@store`).
+    rlun-serve@<name>.service
+        rlun serve <name> --socket /run/rlun/nbd/<name>.sock: each disk LUN
+        as the NBD export lun<N> on that socket (mode 0600: root's clients).
+    The mount point and the socket follow that fixed layout. To use another
+    one, replace the unit's command with a drop-in (`systemctl edit
+    rlun-mount@store`: an empty ExecStart= line, then your ExecStart=).
+    Both are Type=notify: the unit is started only when the mount answers or
+    the socket accepts clients. Stopping writes back cached data, logs out
+    and unmounts within TimeoutStopSec=150; the unit fails when written data
+    did not reach the target. Restart=on-failure; LimitMEMLOCK=infinity for
+    iSER.
+
 EXAMPLE
     [defaults]
     initiator_name = "iqn.2026-11.org.example:db1"
@@ -371,6 +389,18 @@ impl Config {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound && !explicit => {
                 return Ok(Config::default())
+            }
+            // The packaged /etc/rlun/rlun.toml is root's (mode 600, for the
+            // systemd units): an ordinary user goes on without it.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !explicit => {
+                return Ok(Config {
+                    warnings: vec![format!(
+                        "config file {} is not readable by this user; going on without it \
+                         (name targets in a file of your own with --config PATH)",
+                        path.display()
+                    )],
+                    ..Config::default()
+                });
             }
             Err(source) => {
                 return Err(ConfigError::ReadConfig {

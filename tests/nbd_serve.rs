@@ -1020,3 +1020,81 @@ print("then a read:", error, cookie, len(data))
         "after the garbage",
     );
 }
+
+/// What `rlun-serve@store.service` runs (`rlun serve store --socket ...`, a
+/// config-file target by name) under systemd's notify protocol: READY=1
+/// arrives only once the socket answers NBD clients, STOPPING=1 on SIGTERM.
+#[test]
+fn systemd_hears_ready_only_once_the_socket_serves_and_stopping_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, _f1, _) = tgtd_two_luns(dir.path());
+    let config = dir.path().join("rlun.toml");
+    fs::write(
+        &config,
+        format!("[targets.store]\nurl = \"{}\"\n", target_url(&tgtd)),
+    )
+    .unwrap();
+    let notify_path = dir.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("bind notify socket");
+    notify
+        .set_read_timeout(Some(READY_TIMEOUT))
+        .expect("timeout");
+    let socket = dir.path().join("store.sock");
+    let argv = [
+        "--config".to_string(),
+        config.display().to_string(),
+        "serve".into(),
+        "store".into(),
+        "--socket".into(),
+        socket.display().to_string(),
+    ];
+    let mut s = Served {
+        child: Some(spawn_rlun(
+            &argv,
+            &[("NOTIFY_SOCKET", &notify_path.to_string_lossy())],
+        )),
+        socket: Some(socket),
+        tcp: None,
+    };
+    let mut buf = [0u8; 4096];
+
+    let n = notify.recv(&mut buf).expect("READY=1 within 30 s");
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    // Straight after READY=1, with no retry: the export must answer.
+    let size_then = Command::new("nbdinfo")
+        .args(["--size", &s.uri("lun1")])
+        .output()
+        .expect("nbdinfo");
+    let pid = s.pid();
+    let code = {
+        let mut child = s.child.take().expect("running");
+        sh("kill", &["-TERM", &child.id().to_string()]);
+        let n = notify.recv(&mut buf).expect("STOPPING=1 within 30 s");
+        let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(stopping.starts_with("STOPPING=1\n"), "{stopping:?}");
+        run_with_timeout_wait(&mut child)
+    };
+
+    assert!(
+        ready.starts_with(&format!("READY=1\nMAINPID={pid}\nSTATUS=serving ")),
+        "{ready:?}"
+    );
+    assert!(size_then.status.success(), "{}", both(&size_then));
+    assert_eq!(
+        String::from_utf8_lossy(&size_then.stdout).trim(),
+        SIZE.to_string()
+    );
+    assert_eq!(code, 0);
+}
+
+/// Wait (at most 30 s) for a stopped child's exit code.
+fn run_with_timeout_wait(child: &mut ChildGuard) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status.code().unwrap_or(-1);
+        }
+        assert!(Instant::now() < deadline, "rlun serve did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

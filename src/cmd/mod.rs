@@ -132,6 +132,21 @@ impl Ctx {
         Ok((TargetUrl::parse(arg)?, None))
     }
 
+    /// [`Ctx::resolve_url`] for commands that need a target: a bare word
+    /// that is neither a configured name nor a URL naming a target is
+    /// reported as an unknown config-file target (what a systemd unit
+    /// instance name or a typo most likely is), listing the known names.
+    pub fn resolve_target_url(&self, arg: &str) -> Result<(TargetUrl, Option<String>), CliError> {
+        let (url, entry) = self.resolve_url(arg)?;
+        let bare_word = !arg.contains("://") && !arg.contains('/') && !arg.contains(':');
+        if entry.is_none() && url.target.is_none() && bare_word {
+            if let Err(e) = self.config.require_target(arg) {
+                return Err(e.into());
+            }
+        }
+        Ok((url, entry))
+    }
+
     /// Everything needed to log in to `url`.
     pub fn session_config(
         &self,
@@ -208,7 +223,7 @@ impl Ctx {
 
     /// Log in to the target of `url` and open its LUN.
     pub async fn open_lun(&self, arg: &str, opts: &ConnectOpts) -> Result<(Target, Lun), CliError> {
-        let (url, entry) = self.resolve_url(arg)?;
+        let (url, entry) = self.resolve_target_url(arg)?;
         url.require_target()?;
         let lun = url.require_lun()?;
         let cfg = self.session_config(&url, entry.as_deref(), opts)?;

@@ -58,7 +58,7 @@ async fn serve(
     readiness: &mut Readiness,
 ) -> Result<(), CliError> {
     // Local problems first: they need no network.
-    let (url, entry) = ctx.resolve_url(arg)?;
+    let (url, entry) = ctx.resolve_target_url(arg)?;
     let Some(iqn) = url.target.clone() else {
         return Err(CliError::Usage(format!(
             "{arg} names a portal, not a target: serve one target (iscsi://host/<iqn>) or one \

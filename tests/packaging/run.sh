@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# Packaging tests (issue 13), run by scripts/test.sh as root on Debian 12:
+#
+#   1. build the .deb and the .rpm (scripts/package.sh) and look inside:
+#      dpkg-deb -I/-c, lintian (no errors), rpm -qip/-qlp/--configfiles/
+#      --requires/--recommends; man pages and completions in both, equal to
+#      the committed (fresh) ones;
+#   2. install the .deb with apt: rlun --version, man rlun, bash completion,
+#      systemd-analyze verify on the installed units, the README's main job
+#      (info, cp both ways, mount + read/write + umount) against a loopback
+#      tgtd; config errors (unknown target, missing and world-readable secret
+#      file, malformed TOML with its line);
+#   3. as an unprivileged user created here: info, cp, bench, mount through
+#      the setuid fusermount3 with a read and a write, umount, serve --socket
+#      in a directory the user owns;
+#   4. apt purge: nothing of rlun is left;
+#   5. unpack the .rpm into a scratch root and run its binary.
+#
+#   tests/packaging/run.sh          (root; RLUN_PACKAGE_NO_BUILD=1 to package
+#                                    the existing target/release/rlun)
+# Prints one line per check and a final "N passed, N failed" line; exits
+# non-zero when a check failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   - $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL - $*"; }
+# check NAME COMMAND...: COMMAND must succeed.
+check() {
+    local name=$1
+    shift
+    local out
+    if out=$("$@" 2>&1); then ok "$name"; else
+        bad "$name"
+        printf '%s\n' "$out" | tail -n 20 | sed 's/^/     | /'
+    fi
+}
+# expect_err NAME PATTERN COMMAND...: COMMAND must fail and say PATTERN (ERE).
+expect_err() {
+    local name=$1 pattern=$2
+    shift 2
+    local out rc=0
+    out=$("$@" 2>&1) || rc=$?
+    if [ "$rc" -ne 0 ] && grep -Eq -- "$pattern" <<<"$out"; then ok "$name"; else
+        bad "$name (exit $rc, wanted /$pattern/)"
+        printf '%s\n' "$out" | tail -n 10 | sed 's/^/     | /'
+    fi
+}
+finish() {
+    echo "packaging: $passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit $?
+}
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "tests/packaging/run.sh needs root (apt install, useradd)" >&2
+    exit 2
+fi
+
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+work=$(mktemp -d /tmp/rlun-pkgtest.XXXXXX)
+chmod 755 "$work"
+USER_NAME=rlun-pkgtest
+PORT=${RLUN_PKGTEST_PORT:-3295}
+CTL=${RLUN_PKGTEST_CTL:-3295}
+IQN=iqn.2026-11.org.rlun:pkgtest
+TGTD_PID=
+cleanup() {
+    for mp in "$work/mnt" "$work/user/mnt"; do
+        mountpoint -q "$mp" 2>/dev/null && fusermount3 -uz "$mp"
+    done
+    [ -n "$TGTD_PID" ] && kill -9 "$TGTD_PID" 2>/dev/null
+    id "$USER_NAME" >/dev/null 2>&1 && userdel "$USER_NAME" 2>/dev/null
+    dpkg-query -W -f='${db:Status-Status}' rlun 2>/dev/null | grep -q . &&
+        DEBIAN_FRONTEND=noninteractive apt-get purge -y -q rlun >/dev/null 2>&1
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------- 1. build
+echo "== building the packages"
+if ! scripts/package.sh deb >"$work/deb.log" 2>&1; then
+    bad "scripts/package.sh deb"
+    tail -n 30 "$work/deb.log"
+    finish
+fi
+deb=$(ls target/debian/rlun_"$version"-1_*.deb)
+ok "built $deb"
+# The .rpm checks are skipped (as failures) when it cannot be built; the
+# .deb ones still run.
+rpm=
+if RLUN_PACKAGE_NO_BUILD=1 scripts/package.sh rpm >"$work/rpm.log" 2>&1; then
+    rpm=$(ls target/generate-rpm/rlun-"$version"-1.*.rpm)
+    ok "built $rpm"
+else
+    bad "scripts/package.sh rpm"
+    tail -n 30 "$work/rpm.log" | sed 's/^/     | /'
+fi
+
+echo "== .deb contents"
+info=$(dpkg-deb -I "$deb")
+check "deb: Package rlun, Version $version-1" grep -Eq "^ Version: $version-1$" <<<"$info"
+check "deb: Depends has fuse3 and kmod" grep -Eq '^ Depends: .*fuse3.*kmod' <<<"$info"
+check "deb: Recommends libibverbs1, librdmacm1" grep -Eq '^ Recommends: libibverbs1, librdmacm1' <<<"$info"
+check "deb: /etc/rlun/rlun.toml is a conffile" \
+    bash -c "dpkg-deb --ctrl-tarfile '$deb' | tar -xO ./conffiles | grep -qx /etc/rlun/rlun.toml"
+list=$(dpkg-deb -c "$deb")
+for f in ./usr/bin/rlun ./usr/share/man/man8/rlun.8.gz ./usr/share/man/man8/rlun-mount.8.gz \
+    ./usr/share/man/man8/rlun-serve.8.gz ./usr/share/man/man5/rlun.toml.5.gz \
+    ./usr/share/bash-completion/completions/rlun ./usr/share/zsh/vendor-completions/_rlun \
+    ./usr/share/fish/vendor_completions.d/rlun.fish ./etc/rlun/rlun.toml \
+    ./lib/systemd/system/rlun-mount@.service ./lib/systemd/system/rlun-serve@.service \
+    ./usr/share/doc/rlun/copyright ./usr/share/doc/rlun/changelog.Debian.gz; do
+    check "deb contains $f" grep -Eq " $f\$" <<<"$list"
+done
+check "deb: rlun.toml has mode 600" grep -Eq '^-rw------- (root/root|0/0) .* \./etc/rlun/rlun\.toml$' <<<"$list"
+mkdir -p "$work/deb"
+dpkg-deb -x "$deb" "$work/deb"
+for c in rlun.bash:usr/share/bash-completion/completions/rlun \
+    _rlun:usr/share/zsh/vendor-completions/_rlun rlun.fish:usr/share/fish/vendor_completions.d/rlun.fish; do
+    check "deb: ${c%%:*} is the committed completion" cmp "packaging/completions/${c%%:*}" "$work/deb/${c#*:}"
+done
+for page in man/*.[0-9]; do
+    sec=${page##*.}
+    check "deb: $page gzipped as the committed page" \
+        bash -c "zcat '$work/deb/usr/share/man/man$sec/$(basename "$page").gz' | cmp - '$page'"
+done
+check "deb: the binary is stripped" bash -c "! file -L '$work/deb/usr/bin/rlun' | grep -q 'not stripped'"
+
+echo "== lintian"
+lintian --tag-display-limit 0 "$deb" >"$work/lintian.txt" 2>&1
+if grep -q '^E: ' "$work/lintian.txt"; then
+    bad "lintian: errors"
+    sed 's/^/     | /' "$work/lintian.txt"
+else
+    ok "lintian: no errors ($(grep -c '^W: ' "$work/lintian.txt") warnings)"
+    sed -n 's/^\(W: .*\)/     | \1/p' "$work/lintian.txt"
+fi
+
+if [ -n "$rpm" ]; then
+echo "== .rpm contents"
+check "rpm: Version $version, Release 1" bash -c "rpm -qip '$rpm' | grep -Eq '^Version *: $version\$' && rpm -qip '$rpm' | grep -Eq '^Release *: 1\$'"
+check "rpm: /etc/rlun/rlun.toml is a config file" bash -c "rpm -qp --configfiles '$rpm' | grep -qx /etc/rlun/rlun.toml"
+check "rpm: noreplace, mode 600" bash -c "rpm -qp --queryformat '[%{FILENAMES} %{FILEFLAGS:fflags} %{FILEMODES:perms}\n]' '$rpm' | grep -Eq '^/etc/rlun/rlun.toml cn -rw-------\$'"
+check "rpm: requires fuse3 and kmod" bash -c "rpm -qp --requires '$rpm' | grep -qx fuse3 && rpm -qp --requires '$rpm' | grep -qx kmod"
+check "rpm: recommends libibverbs and librdmacm" bash -c "rpm -qp --recommends '$rpm' | grep -qx libibverbs && rpm -qp --recommends '$rpm' | grep -qx librdmacm"
+rlist=$(rpm -qlp "$rpm")
+for f in /usr/bin/rlun /usr/share/man/man8/rlun.8.gz /usr/share/man/man8/rlun-serve.8.gz \
+    /usr/share/man/man5/rlun.toml.5.gz /usr/share/bash-completion/completions/rlun \
+    /usr/share/zsh/site-functions/_rlun /usr/share/fish/vendor_completions.d/rlun.fish \
+    /usr/lib/systemd/system/rlun-mount@.service /usr/lib/systemd/system/rlun-serve@.service \
+    /usr/share/licenses/rlun/copyright; do
+    check "rpm contains $f" grep -qx "$f" <<<"$rlist"
+done
+
+echo "== .rpm unpacked into a scratch root"
+mkdir -p "$work/rpmroot"
+(cd "$work/rpmroot" && rpm2cpio "$ROOT/$rpm" | cpio -idm --quiet)
+check "rpm: its rlun --version says $version" bash -c "'$work/rpmroot/usr/bin/rlun' --version | grep -qx 'rlun $version'"
+check "rpm: its man page is the committed one" bash -c "zcat '$work/rpmroot/usr/share/man/man8/rlun.8.gz' | cmp - man/rlun.8"
+fi
+
+# --------------------------------------------------------------- 2. install
+echo "== apt install ./$(basename "$deb")"
+if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "./$deb" >"$work/apt.log" 2>&1; then
+    bad "apt install"
+    tail -n 30 "$work/apt.log"
+    finish
+fi
+ok "apt install"
+check "installed: rlun --version" bash -c "/usr/bin/rlun --version | grep -qx 'rlun $version'"
+check "installed: man rlun" bash -c "MANWIDTH=80 man -P cat rlun 2>/dev/null | grep -q 'rlun-mount(8)'"
+check "installed: man 5 rlun.toml has the SYSTEMD section" bash -c "man -P cat 5 rlun.toml 2>/dev/null | grep -q 'rlun-mount@<name>.service'"
+check "installed: bash completion" bash -c "source /usr/share/bash-completion/completions/rlun && complete -p rlun | grep -q ' rlun\$'"
+check "installed: /etc/rlun/rlun.toml mode 600 root" bash -c "[ \"\$(stat -c %a:%U /etc/rlun/rlun.toml)\" = 600:root ]"
+check "installed: systemd-analyze verify the units" \
+    systemd-analyze verify --man=no /lib/systemd/system/rlun-mount@store.service /lib/systemd/system/rlun-serve@store.service
+
+echo "== the README's main job with the installed binary against a loopback tgtd"
+truncate -s 64M "$work/lun.img"
+head -c 16M /dev/urandom >"$work/image"
+tgtd -f -C "$CTL" --iscsi portal=127.0.0.1:$PORT >"$work/tgtd.log" 2>&1 &
+TGTD_PID=$!
+for _ in $(seq 100); do tgtadm -C "$CTL" --op show --mode sys >/dev/null 2>&1 && break; sleep 0.1; done
+tgtadm -C "$CTL" --lld iscsi --op new --mode target --tid 1 -T "$IQN" &&
+    tgtadm -C "$CTL" --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 -b "$work/lun.img" &&
+    tgtadm -C "$CTL" --lld iscsi --op bind --mode target --tid 1 -I ALL ||
+    { bad "tgtd on 127.0.0.1:$PORT"; cat "$work/tgtd.log"; finish; }
+URL=iscsi://127.0.0.1:$PORT/$IQN/1
+R=/usr/bin/rlun
+check "installed: rlun info" bash -c "$R info '$URL' | grep -q 67108864"
+check "installed: rlun cp image -> LUN" $R cp --no-progress "$work/image" "$URL"
+check "installed: rlun cp LUN -> file, same bytes" bash -c "$R cp --no-progress '$URL' '$work/back' && cmp -n 16777216 '$work/image' '$work/back'"
+mkdir -p "$work/mnt"
+check "installed: rlun mount --daemon" $R mount --daemon "$URL" "$work/mnt"
+check "installed: read through the mount" cmp -n 16777216 "$work/image" "$work/mnt/lun1"
+check "installed: write through the mount" dd if=/dev/zero of="$work/mnt/lun1" bs=1M count=1 seek=2 conv=notrunc,fsync status=none
+check "installed: rlun umount" $R umount "$work/mnt"
+check "installed: the write reached the target" bash -c "cmp -n 1048576 -i 2097152:0 '$work/lun.img' /dev/zero"
+
+echo "== config errors (installed binary)"
+cfg=$work/cfg
+mkdir -p "$cfg"
+printf '[targets.store]\nurl = "%s"\nchap_user = "u"\nchap_secret_file = "store.secret"\n' "$URL" >"$cfg/rlun.toml"
+chmod 600 "$cfg/rlun.toml"
+expect_err "config: unknown target name (info)" "no target named 'nope' in config file $cfg/rlun.toml.*store" \
+    $R --config "$cfg/rlun.toml" info nope
+mkdir -p "$work/mnt-nope"
+expect_err "config: unknown target name (mount, as rlun-mount@nope runs it)" "no target named 'nope'.*store" \
+    $R --config "$cfg/rlun.toml" mount nope "$work/mnt-nope"
+expect_err "config: missing secret file" "cannot read secret file $cfg/store.secret" \
+    $R --config "$cfg/rlun.toml" info store
+echo secret123456 >"$cfg/store.secret"
+chmod 644 "$cfg/store.secret"
+expect_err "config: world-readable secret file, with the fix" "readable by .*chmod 600 $cfg/store.secret" \
+    $R --config "$cfg/rlun.toml" info store
+printf '[defaults]\nconnect_timeout_secs = 10\n[targets.store\nurl = "x"\n' >"$cfg/bad.toml"
+expect_err "config: malformed TOML points at its line" "bad.toml: .*line 3" \
+    $R --config "$cfg/bad.toml" info store
+
+# -------------------------------------------------------------- 3. non-root
+echo "== as the unprivileged user $USER_NAME"
+useradd --system --no-create-home --home-dir "$work/user" --shell /bin/bash "$USER_NAME"
+mkdir -p "$work/user/mnt"
+chown -R "$USER_NAME:" "$work/user"
+as_user() { setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env -- "$@"; }
+check "user: is not root" bash -c "[ \"\$(setpriv --reuid=$USER_NAME --regid=$USER_NAME --init-groups id -u)\" != 0 ]"
+as_user $R info "$URL" >"$work/user-info.txt" 2>&1
+check "user: rlun info (root's /etc/rlun/rlun.toml unreadable: a warning, not an error)" \
+    bash -c "grep -q 67108864 '$work/user-info.txt' && grep -q 'not readable by this user' '$work/user-info.txt'"
+check "user: rlun cp LUN -> own file" bash -c "setpriv --reuid=$USER_NAME --regid=$USER_NAME --init-groups --reset-env $R cp --no-progress '$URL' '$work/user/copy' && cmp -n 16777216 '$work/user/copy' '$work/lun.img'"
+check "user: rlun bench" bash -c "setpriv --reuid=$USER_NAME --regid=$USER_NAME --init-groups --reset-env $R bench '$URL' --duration 1s --size 16M | grep -Eiq 'iops|MB/s|MiB/s'"
+check "user: rlun mount through setuid fusermount3" as_user $R mount --daemon "$URL" "$work/user/mnt"
+check "user: the mount is the user's" bash -c "findmnt -no OPTIONS '$work/user/mnt' | grep -q user_id=$(id -u "$USER_NAME")"
+check "user: read through the mount" as_user cmp -n 1048576 "$work/image" "$work/user/mnt/lun1"
+check "user: write through the mount" as_user dd if=/dev/urandom of="$work/user/mnt/lun1" bs=64k count=16 seek=64 conv=notrunc,fsync status=none
+as_user dd if="$work/user/mnt/lun1" of="$work/user/written" bs=64k count=16 skip=64 status=none
+check "user: rlun umount" as_user $R umount "$work/user/mnt"
+check "user: the write reached the target" cmp -n 1048576 -i 4194304:0 "$work/lun.img" "$work/user/written"
+# setpriv execs rlun: $! is rlun's pid, so SIGTERM reaches rlun itself.
+setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env -- \
+    $R serve "$URL" --socket "$work/user/nbd.sock" >"$work/serve.log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 150); do
+    as_user nbdinfo --size "nbd+unix:///lun1?socket=$work/user/nbd.sock" >/dev/null 2>&1 && break
+    sleep 0.2
+done
+check "user: rlun serve --socket in the user's dir answers nbdinfo" \
+    bash -c "setpriv --reuid=$USER_NAME --regid=$USER_NAME --init-groups nbdinfo --size 'nbd+unix:///lun1?socket=$work/user/nbd.sock' | grep -qx 67108864"
+check "user: the socket is the user's, mode 600" bash -c "[ \"\$(stat -c %a:%U '$work/user/nbd.sock')\" = 600:$USER_NAME ]"
+kill -TERM "$serve_pid" 2>/dev/null
+serve_rc=0
+wait "$serve_pid" || serve_rc=$?
+check "user: rlun serve stops cleanly on SIGTERM (exit $serve_rc)" test "$serve_rc" -eq 0
+
+# ----------------------------------------------------------------- 4. purge
+echo "== apt purge rlun"
+check "apt purge" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q rlun
+check "purged: dpkg knows no rlun" bash -c "! dpkg-query -W -f='\${db:Status-Status}' rlun 2>/dev/null | grep -q ."
+for f in /usr/bin/rlun /etc/rlun /lib/systemd/system/rlun-mount@.service /lib/systemd/system/rlun-serve@.service \
+    /usr/share/doc/rlun /usr/share/man/man8/rlun.8.gz /usr/share/bash-completion/completions/rlun; do
+    check "purged: $f is gone" test ! -e "$f"
+done
+
+finish
