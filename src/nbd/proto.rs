@@ -819,8 +819,8 @@ impl Transmission {
         }
         if self.negotiated.block_sizes_agreed {
             let min = self.block.minimum as u64;
-            let end_ok = r.command == BlockStatus || len % min == 0;
-            if r.offset % min != 0 || !end_ok {
+            let end_ok = r.command == BlockStatus || len.is_multiple_of(min);
+            if !r.offset.is_multiple_of(min) || !end_ok {
                 return Err(err::EINVAL);
             }
         }
