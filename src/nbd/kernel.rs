@@ -53,9 +53,10 @@ const NBD_ATTR_SOCKETS: u16 = 7;
 const NBD_ATTR_DEAD_CONN_TIMEOUT: u16 = 8;
 const NBD_SOCK_ITEM: u16 = 1;
 const NBD_SOCK_FD: u16 = 1;
-/// `NBD_CFLAG_DISCONNECT_ON_CLOSE`: if rlun dies, the kernel disconnects
-/// the device rather than keeping it around waiting for a reconfigure.
-const NBD_CFLAG_DISCONNECT_ON_CLOSE: u64 = 2;
+/// No client flags: not `NBD_CFLAG_DISCONNECT_ON_CLOSE`, which would
+/// disconnect the device whenever its last opener (mkfs, mount) closes it,
+/// nor `NBD_CFLAG_DESTROY_ON_DISCONNECT`.
+const NBD_CLIENT_FLAGS: u64 = 0;
 
 /// Why the kernel's NBD client could not be driven.
 #[derive(Debug, thiserror::Error)]
@@ -148,7 +149,7 @@ pub fn encode_connect(family: u16, p: &ConnectParams, fds: &[RawFd], seq: u32) -
     put_attr(
         &mut a,
         NBD_ATTR_CLIENT_FLAGS,
-        &NBD_CFLAG_DISCONNECT_ON_CLOSE.to_ne_bytes(),
+        &NBD_CLIENT_FLAGS.to_ne_bytes(),
     );
     put_attr(&mut a, NBD_ATTR_TIMEOUT, &p.timeout.to_ne_bytes());
     put_attr(
