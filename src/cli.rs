@@ -297,6 +297,10 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// List what this user's rlun processes have mounted, served and
+    /// attached: one line each, kind (mounted, served, attached), mount
+    /// point / socket or address / device, and pid.
+    List,
     /// Print a shell completion script (bash, zsh or fish) to standard output.
     ///
     /// bash: `rlun completions bash > /etc/bash_completion.d/rlun`;

@@ -312,6 +312,73 @@ pub async fn detach(device: &Path, timeout: Duration) -> Result<(), CliError> {
     }
 }
 
+/// What one live rlun process of this user holds, from its pid file.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Held {
+    pub kind: &'static str,
+    pub what: String,
+    pub pid: u32,
+}
+
+/// Undo [`daemon::state_file`]'s escaping of a pid file's name.
+fn unescape(name: &str) -> String {
+    name.replace("%2F", "/").replace("%25", "%")
+}
+
+/// How a pid file's key reads: `attached` (`/dev/nbdN`), `served` (an
+/// NBD socket or TCP address) or `mounted` (a mount point).
+fn classify(what: &str) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if what.starts_with("/dev/nbd") {
+        "attached"
+    } else if what.starts_with("nbd-")
+        || std::fs::metadata(what).is_ok_and(|m| m.file_type().is_socket())
+    {
+        "served"
+    } else {
+        "mounted"
+    }
+}
+
+/// The live rlun processes under `dir`, sorted by what they hold.
+pub fn held(dir: &Path) -> Vec<Held> {
+    let mut v = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return v;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(key) = name.strip_suffix(".pid") else {
+            continue;
+        };
+        let pid = std::fs::read_to_string(e.path())
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .filter(|p| super::mount::process_alive(*p));
+        if let Some(pid) = pid {
+            let what = unescape(key);
+            v.push(Held {
+                kind: classify(&what),
+                what,
+                pid,
+            });
+        }
+    }
+    v.sort_by(|a, b| a.what.cmp(&b.what));
+    v
+}
+
+/// `rlun list`: what this user's rlun processes have mounted, served and
+/// attached (one line each: kind, path or address, pid).
+pub fn list() -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for h in held(&daemon::state_dir()) {
+        writeln!(out, "{}\t{}\t{}", h.kind, h.what, h.pid).map_err(super::stdout_error)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,5 +389,28 @@ mod tests {
         assert_eq!(parse_device(Path::new("nbd12")).unwrap(), 12);
         assert!(parse_device(Path::new("/dev/sda")).is_err());
         assert!(parse_device(Path::new("/dev/nbd")).is_err());
+    }
+
+    #[test]
+    fn list_reads_live_pid_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        std::fs::write(dir.path().join("%2Fdev%2Fnbd3.pid"), format!("{me}\n")).unwrap();
+        std::fs::write(dir.path().join("%2Fmnt%2Fa%25b.pid"), format!("{me}\n")).unwrap();
+        std::fs::write(dir.path().join("nbd-127.0.0.1:10809.pid"), format!("{me}\n")).unwrap();
+        // A dead pid and an exit status are not listed.
+        std::fs::write(dir.path().join("%2Fdev%2Fnbd4.pid"), "999999999\n").unwrap();
+        std::fs::write(dir.path().join("%2Fdev%2Fnbd5.exit"), "1 0 \n").unwrap();
+        let h = held(dir.path());
+        let got: Vec<(&str, &str)> = h.iter().map(|h| (h.kind, h.what.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("attached", "/dev/nbd3"),
+                ("mounted", "/mnt/a%b"),
+                ("served", "nbd-127.0.0.1:10809")
+            ]
+        );
+        assert!(h.iter().all(|h| h.pid == me));
     }
 }

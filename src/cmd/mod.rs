@@ -413,6 +413,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             .await
         }
         Command::Detach { device, timeout } => attach::detach(&device, timeout).await,
+        Command::List => attach::list(),
         Command::GenerateMan { dir } => generate_man(&dir),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();
