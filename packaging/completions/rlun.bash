@@ -43,6 +43,9 @@ _rlun() {
             rlun,info)
                 cmd="rlun__subcmd__info"
                 ;;
+            rlun,list)
+                cmd="rlun__subcmd__list"
+                ;;
             rlun,ls)
                 cmd="rlun__subcmd__ls"
                 ;;
@@ -82,6 +85,9 @@ _rlun() {
             rlun__subcmd__help,info)
                 cmd="rlun__subcmd__help__subcmd__info"
                 ;;
+            rlun__subcmd__help,list)
+                cmd="rlun__subcmd__help__subcmd__list"
+                ;;
             rlun__subcmd__help,ls)
                 cmd="rlun__subcmd__help__subcmd__ls"
                 ;;
@@ -101,7 +107,7 @@ _rlun() {
 
     case "${cmd}" in
         rlun)
-            opts="-v -q -h -V --verbose --quiet --threads --config --help --version discover ls info cp bench mount umount serve attach detach completions generate-man help"
+            opts="-v -q -h -V --verbose --quiet --threads --config --help --version discover ls info cp bench mount umount serve attach detach list completions generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -549,7 +555,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help)
-            opts="discover ls info cp bench mount umount serve attach detach completions generate-man help"
+            opts="discover ls info cp bench mount umount serve attach detach list completions generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -688,6 +694,20 @@ _rlun() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        rlun__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         rlun__subcmd__help__subcmd__ls)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -799,6 +819,28 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__list)
+            opts="-v -q -h -V --verbose --quiet --threads --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -397,7 +397,11 @@ mod tests {
         let me = std::process::id();
         std::fs::write(dir.path().join("%2Fdev%2Fnbd3.pid"), format!("{me}\n")).unwrap();
         std::fs::write(dir.path().join("%2Fmnt%2Fa%25b.pid"), format!("{me}\n")).unwrap();
-        std::fs::write(dir.path().join("nbd-127.0.0.1:10809.pid"), format!("{me}\n")).unwrap();
+        std::fs::write(
+            dir.path().join("nbd-127.0.0.1:10809.pid"),
+            format!("{me}\n"),
+        )
+        .unwrap();
         // A dead pid and an exit status are not listed.
         std::fs::write(dir.path().join("%2Fdev%2Fnbd4.pid"), "999999999\n").unwrap();
         std::fs::write(dir.path().join("%2Fdev%2Fnbd5.exit"), "1 0 \n").unwrap();
