@@ -260,6 +260,47 @@ pub enum Command {
         #[command(flatten)]
         cache: CacheOpts,
     },
+    /// Attach one LUN as a kernel block device /dev/nbdN (needs root and
+    /// the nbd module).
+    ///
+    /// rlun serves the LUN to the kernel's NBD client over socketpairs
+    /// (one per --connections) and prints the device it attached. The
+    /// device is named (it must be free) or, when left out, the kernel
+    /// picks a free one. rlun stays in the foreground until
+    /// SIGINT/SIGTERM or `rlun detach`, then disconnects the device, lets
+    /// the requests in flight finish, writes back cached data and logs out.
+    /// Not root, the nbd module not loaded (`modprobe nbd`) and a device in
+    /// use are refused before any network I/O, with exit code 1.
+    #[command(after_help = ATTACH_AFTER_HELP)]
+    Attach {
+        /// LUN URL iscsi://host[:port]/<iqn>/<lun>, a target URL whose
+        /// target has one disk LUN, or a config-file target name.
+        target: String,
+        /// The device, e.g. /dev/nbd0; a free one when left out.
+        device: Option<PathBuf>,
+        #[command(flatten)]
+        attach: AttachOpts,
+        #[command(flatten)]
+        daemon: DaemonOpts,
+        #[command(flatten)]
+        conn: ConnectOpts,
+        #[command(flatten)]
+        cache: CacheOpts,
+    },
+    /// Detach a device attached by `rlun attach`: the owning rlun
+    /// disconnects it, writes back and logs out; fails if written data did
+    /// not reach the target.
+    Detach {
+        /// The device, e.g. /dev/nbd0.
+        device: PathBuf,
+        /// Longest wait for the rlun process to finish.
+        #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+    /// List what this user's rlun processes have mounted, served and
+    /// attached: one line each, kind (mounted, served, attached), mount
+    /// point / socket or address / device, and pid.
+    List,
     /// Print a shell completion script (bash, zsh or fish) to standard output.
     ///
     /// bash: `rlun completions bash > /etc/bash_completion.d/rlun`;
@@ -445,6 +486,28 @@ Examples:
   qemu-img info 'nbd+unix:///lun1?socket=/run/rlun/store.sock'
   rlun serve store --listen 0.0.0.0:10809 --tls-cert srv.pem --tls-key srv.key
   nbdinfo --list nbds://server.example/";
+
+const ATTACH_AFTER_HELP: &str = "\
+Unmount file systems on the device before detaching: the kernel's own page
+cache of /dev/nbdN is written back by umount/sync, not by the disconnect.
+
+Examples:
+  modprobe nbd
+  rlun attach iscsi://10.0.0.5/iqn.2026-11.org.example:store/1 --daemon
+  rlun attach store /dev/nbd2 --connections 4
+  rlun detach /dev/nbd0";
+
+/// Options of `rlun attach`.
+#[derive(Debug, Clone, Args)]
+pub struct AttachOpts {
+    /// Sockets between rlun and the kernel (multi-conn): the kernel
+    /// spreads requests over them.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub connections: u32,
+    /// Attach the device read-only.
+    #[arg(short, long)]
+    pub read_only: bool,
+}
 
 /// Options of `rlun serve`.
 #[derive(Debug, Clone, Args)]

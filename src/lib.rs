@@ -29,7 +29,7 @@
 //! Nowhere but the modules that talk to the kernel or the RDMA stack through
 //! C interfaces: the RDMA verbs/CM module of the iSER transport
 //! (`transport::iser::{sys, conn}`) and the nbd kernel-attach module
-//! (planned). The crate denies `unsafe_code`; only
+//! ([`nbd::kernel`]). The crate denies `unsafe_code`; only
 //! those modules say `#[allow(unsafe_code)]`, and every `unsafe` block there
 //! carries a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks` is
 //! denied).

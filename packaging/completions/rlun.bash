@@ -16,6 +16,9 @@ _rlun() {
             ",$1")
                 cmd="rlun"
                 ;;
+            rlun,attach)
+                cmd="rlun__subcmd__attach"
+                ;;
             rlun,bench)
                 cmd="rlun__subcmd__bench"
                 ;;
@@ -24,6 +27,9 @@ _rlun() {
                 ;;
             rlun,cp)
                 cmd="rlun__subcmd__cp"
+                ;;
+            rlun,detach)
+                cmd="rlun__subcmd__detach"
                 ;;
             rlun,discover)
                 cmd="rlun__subcmd__discover"
@@ -37,6 +43,9 @@ _rlun() {
             rlun,info)
                 cmd="rlun__subcmd__info"
                 ;;
+            rlun,list)
+                cmd="rlun__subcmd__list"
+                ;;
             rlun,ls)
                 cmd="rlun__subcmd__ls"
                 ;;
@@ -49,6 +58,9 @@ _rlun() {
             rlun,umount)
                 cmd="rlun__subcmd__umount"
                 ;;
+            rlun__subcmd__help,attach)
+                cmd="rlun__subcmd__help__subcmd__attach"
+                ;;
             rlun__subcmd__help,bench)
                 cmd="rlun__subcmd__help__subcmd__bench"
                 ;;
@@ -57,6 +69,9 @@ _rlun() {
                 ;;
             rlun__subcmd__help,cp)
                 cmd="rlun__subcmd__help__subcmd__cp"
+                ;;
+            rlun__subcmd__help,detach)
+                cmd="rlun__subcmd__help__subcmd__detach"
                 ;;
             rlun__subcmd__help,discover)
                 cmd="rlun__subcmd__help__subcmd__discover"
@@ -69,6 +84,9 @@ _rlun() {
                 ;;
             rlun__subcmd__help,info)
                 cmd="rlun__subcmd__help__subcmd__info"
+                ;;
+            rlun__subcmd__help,list)
+                cmd="rlun__subcmd__help__subcmd__list"
                 ;;
             rlun__subcmd__help,ls)
                 cmd="rlun__subcmd__help__subcmd__ls"
@@ -89,12 +107,110 @@ _rlun() {
 
     case "${cmd}" in
         rlun)
-            opts="-v -q -h -V --verbose --quiet --threads --config --help --version discover ls info cp bench mount umount serve completions generate-man help"
+            opts="-v -q -h -V --verbose --quiet --threads --config --help --version discover ls info cp bench mount umount serve attach detach list completions generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__attach)
+            opts="-r -d -v -q -h -V --connections --read-only --daemon --log-file --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --connections)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --initiator-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --chap-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --chap-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --header-digest)
+                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    return 0
+                    ;;
+                --data-digest)
+                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --login-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replacement-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nop-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nop-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-recv-segment)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cache)
+                    COMPREPLY=($(compgen -W "none write-through write-back" -- "${cur}"))
+                    return 0
+                    ;;
+                --cache-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --readahead)
+                    COMPREPLY=($(compgen -W "on off" -- "${cur}"))
+                    return 0
+                    ;;
+                --writeback-delay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stats-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -320,6 +436,32 @@ _rlun() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        rlun__subcmd__detach)
+            opts="-v -q -h -V --timeout --verbose --quiet --threads --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         rlun__subcmd__discover)
             opts="-v -q -h -V --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -413,8 +555,22 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help)
-            opts="discover ls info cp bench mount umount serve completions generate-man help"
+            opts="discover ls info cp bench mount umount serve attach detach list completions generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__help__subcmd__attach)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -455,6 +611,20 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help__subcmd__cp)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__help__subcmd__detach)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -511,6 +681,20 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help__subcmd__info)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__help__subcmd__list)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -635,6 +819,28 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__list)
+            opts="-v -q -h -V --verbose --quiet --threads --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -38,6 +38,9 @@ complete -c rlun -n "__fish_rlun_needs_command" -f -a "bench" -d 'Measure a LUN:
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "umount" -d 'Unmount an rlun mount and wait until its rlun process has written back cached data and logged out'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "serve" -d 'Serve a target\'s LUNs to NBD clients: `lun<N>` for each disk LUN'
+complete -c rlun -n "__fish_rlun_needs_command" -f -a "attach" -d 'Attach one LUN as a kernel block device /dev/nbdN (needs root and the nbd module)'
+complete -c rlun -n "__fish_rlun_needs_command" -f -a "detach" -d 'Detach a device attached by `rlun attach`: the owning rlun disconnects it, writes back and logs out; fails if written data did not reach the target'
+complete -c rlun -n "__fish_rlun_needs_command" -f -a "list" -d 'List what this user\'s rlun processes have mounted, served and attached: one line each, kind (mounted, served, attached), mount point / socket or address / device, and pid'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "generate-man" -d 'Write the man pages into a directory'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -262,6 +265,53 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -s v -l verbose -d 'Mor
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s V -l version -d 'Print version'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l connections -d 'Sockets between rlun and the kernel (multi-conn): the kernel spreads requests over them' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l log-file -d 'With --daemon: append log messages to this file (default: discarded)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
+crc32c\t'Require CRC32C (login fails if the target refuses)'
+prefer\t'Offer CRC32C, accept None'"
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
+crc32c\t'Require CRC32C (login fails if the target refuses)'
+prefer\t'Offer CRC32C, accept None'"
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l connect-timeout -d 'Give up connecting after this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l login-timeout -d 'Give up logging in after this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l nop-interval -d 'Ping the target (NOP-Out) after this much silence' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l command-timeout -d 'Abort and retry a SCSI command that has no answer after this long' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l cache -d 'rlun\'s own cache of LUN data. Default: for mount none (the kernel page cache already caches), write-through with --direct-io; for serve write-through (shared by every connection); for bench no cache at all (I/O goes straight to the LUN)' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
+write-through\t'Reads cached; writes complete when the target has them'
+write-back\t'Writes complete in memory and are written back later'"
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
+off\t''"
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -s r -l read-only -d 'Attach the device read-only'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed. Gives up when not ready within the connect and login timeouts plus 10 s'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -s q -l quiet -d 'Only print errors'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -s V -l version -d 'Print version'
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -l timeout -d 'Longest wait for the rlun process to finish' -r
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -s q -l quiet -d 'Only print errors'
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -s h -l help -d 'Print help'
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -s V -l version -d 'Print version'
+complete -c rlun -n "__fish_rlun_using_subcommand list" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand list" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand list" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
+complete -c rlun -n "__fish_rlun_using_subcommand list" -s q -l quiet -d 'Only print errors'
+complete -c rlun -n "__fish_rlun_using_subcommand list" -s h -l help -d 'Print help'
+complete -c rlun -n "__fish_rlun_using_subcommand list" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
@@ -274,14 +324,17 @@ complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s v -l verbose 
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s h -l help -d 'Print help'
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "discover" -d 'List the targets a portal offers (SendTargets discovery)'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "ls" -d 'List LUNs with size, block size, vendor and product'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "info" -d 'Show everything about one LUN: inquiry, capacity, VPD limits and the negotiated session parameters'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "cp" -d 'Copy a whole LUN to a file, a file to a LUN, or a LUN to a LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "bench" -d 'Measure a LUN: IOPS, MB/s, latency percentiles and CPU time'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "umount" -d 'Unmount an rlun mount and wait until its rlun process has written back cached data and logged out'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "serve" -d 'Serve a target\'s LUNs to NBD clients: `lun<N>` for each disk LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "generate-man" -d 'Write the man pages into a directory'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve completions generate-man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "discover" -d 'List the targets a portal offers (SendTargets discovery)'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "ls" -d 'List LUNs with size, block size, vendor and product'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "info" -d 'Show everything about one LUN: inquiry, capacity, VPD limits and the negotiated session parameters'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "cp" -d 'Copy a whole LUN to a file, a file to a LUN, or a LUN to a LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "bench" -d 'Measure a LUN: IOPS, MB/s, latency percentiles and CPU time'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "umount" -d 'Unmount an rlun mount and wait until its rlun process has written back cached data and logged out'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "serve" -d 'Serve a target\'s LUNs to NBD clients: `lun<N>` for each disk LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "attach" -d 'Attach one LUN as a kernel block device /dev/nbdN (needs root and the nbd module)'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "detach" -d 'Detach a device attached by `rlun attach`: the owning rlun disconnects it, writes back and logs out; fails if written data did not reach the target'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "list" -d 'List what this user\'s rlun processes have mounted, served and attached: one line each, kind (mounted, served, attached), mount point / socket or address / device, and pid'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "generate-man" -d 'Write the man pages into a directory'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach list completions generate-man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -10,6 +10,7 @@ macro_rules! out {
     }};
 }
 
+pub mod attach;
 mod bench;
 mod cp;
 mod info;
@@ -409,6 +410,27 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             conn,
             cache,
         } => serve::run(&ctx, &target, &serve, &daemon, &cache, &conn).await,
+        Command::Attach {
+            target,
+            device,
+            attach,
+            daemon,
+            conn,
+            cache,
+        } => {
+            attach::run(
+                &ctx,
+                &target,
+                device.as_deref(),
+                &attach,
+                &daemon,
+                &cache,
+                &conn,
+            )
+            .await
+        }
+        Command::Detach { device, timeout } => attach::detach(&device, timeout).await,
+        Command::List => attach::list(),
         Command::GenerateMan { dir } => generate_man(&dir),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();

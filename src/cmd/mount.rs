@@ -504,7 +504,7 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
 }
 
 /// Whether process `pid` still runs (a zombie does not).
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name, which ends with the last ')'.
         Ok(stat) => stat

@@ -210,6 +210,49 @@ impl<B: LunBackend> Server<B> {
         r
     }
 
+    /// What a client that skips the handshake is told about export
+    /// `index` (`None` when there is no such export): for the kernel's NBD
+    /// client, whose size, block size and flags `rlun attach` passes over
+    /// netlink instead.
+    pub async fn preset_info(&self, index: usize) -> Option<ExportInfo> {
+        let infos = self.infos().await;
+        infos.get(index).cloned()
+    }
+
+    /// Serve a connection already past negotiation (the kernel's NBD
+    /// client on a socketpair): export `info` (from
+    /// [`Server::preset_info`] for `index`), simple replies, the block
+    /// sizes the kernel was given. Requests are handled exactly as after a
+    /// handshake.
+    pub async fn serve_negotiated<S: Stream + 'static>(
+        self: Arc<Self>,
+        stream: S,
+        index: usize,
+        info: &ExportInfo,
+        peer: &str,
+    ) -> Result<(), ConnError> {
+        let flags = info.flags | tflag::HAS_FLAGS;
+        let tx = Transmission {
+            size: info.size,
+            flags,
+            block: info.block,
+            negotiated: Negotiated {
+                export: index,
+                structured: false,
+                allocation: None,
+                block_sizes_agreed: true,
+                flags,
+            },
+        };
+        info!(peer, export = %info.name, "NBD connection without handshake");
+        let r = self
+            .clone()
+            .transmission(Box::new(stream), BytesMut::with_capacity(64 << 10), tx)
+            .await;
+        info!(peer, "NBD connection closed");
+        r
+    }
+
     /// Run the handshake; `None` when the client aborted.
     async fn handshake(
         &self,

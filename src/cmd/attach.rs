@@ -1,0 +1,426 @@
+//! `rlun attach` / `rlun detach`: one LUN as a kernel block device
+//! (`/dev/nbdN`) through the kernel's NBD client (see
+//! [`crate::nbd::kernel`]).
+//!
+//! rlun creates `--connections` socketpairs, serves one end of each with
+//! the NBD server in transmission phase (no handshake: the kernel is told
+//! size, block size and flags over netlink) and hands the other ends to
+//! the kernel. Local problems come first, before any network I/O: not
+//! root, the nbd module not loaded ("modprobe nbd"), the named device in
+//! use. On SIGINT/SIGTERM (or `rlun detach`) rlun disconnects the device,
+//! lets the requests in flight finish, writes back its cache and logs out.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use super::{CliError, Ctx};
+use crate::cli::{AttachOpts, CacheChoice, CacheOpts, ConnectOpts, DaemonOpts};
+use crate::client::Target;
+use crate::daemon::{self, Launched, PidFile, Readiness, Signals};
+use crate::export::{open_luns, ExportSet, OpenError};
+use crate::nbd::kernel::{self, flags, ConnectParams, KernelError};
+use crate::nbd::server::{Limits, Server};
+
+/// The index N of `/dev/nbdN` (or `nbdN`).
+pub fn parse_device(dev: &Path) -> Result<u32, CliError> {
+    let s = dev.to_string_lossy();
+    s.strip_prefix("/dev/")
+        .unwrap_or(&s)
+        .strip_prefix("nbd")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| CliError::Usage(format!("{s} is not an NBD device (expected /dev/nbd<N>)")))
+}
+
+fn kernel_error(e: KernelError) -> CliError {
+    CliError::Other(e.to_string())
+}
+
+/// The checks that need no network: root, the nbd module, a free device.
+pub fn check_local(index: Option<u32>) -> Result<(), CliError> {
+    if daemon::current_uid() != 0 {
+        return Err(kernel_error(KernelError::NotRoot));
+    }
+    kernel::probe().map_err(kernel_error)?;
+    if let Some(i) = index {
+        if !Path::new(&format!("/sys/block/nbd{i}")).exists() {
+            return Err(CliError::Usage(format!(
+                "/dev/nbd{i} does not exist (the nbd module's nbds_max is lower)"
+            )));
+        }
+        if Path::new(&format!("/sys/block/nbd{i}/pid")).exists() {
+            return Err(kernel_error(KernelError::Busy(i)));
+        }
+    }
+    Ok(())
+}
+
+fn state_key(index: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/nbd{index}"))
+}
+
+/// `rlun attach`.
+pub async fn run(
+    ctx: &Ctx,
+    arg: &str,
+    device: Option<&Path>,
+    o: &AttachOpts,
+    d: &DaemonOpts,
+    cache: &CacheOpts,
+    conn: &ConnectOpts,
+) -> Result<(), CliError> {
+    let index = device.map(parse_device).transpose()?;
+    if o.connections == 0 {
+        return Err(CliError::Usage("--connections must be at least 1".into()));
+    }
+    check_local(index)?;
+    let deadline = daemon::ready_deadline(
+        conn.connect_timeout.unwrap_or(ctx.config.connect_timeout()),
+        conn.login_timeout.unwrap_or(ctx.config.login_timeout()),
+    );
+    let mut readiness = match daemon::launch(d, deadline).await? {
+        Launched::Detached => return Ok(()),
+        Launched::Serve(r) => r,
+    };
+    let result = attach(ctx, arg, index, o, cache, conn, &mut readiness).await;
+    readiness.finished(&result);
+    result
+}
+
+async fn attach(
+    ctx: &Ctx,
+    arg: &str,
+    index: Option<u32>,
+    o: &AttachOpts,
+    cache: &CacheOpts,
+    conn: &ConnectOpts,
+    readiness: &mut Readiness,
+) -> Result<(), CliError> {
+    let (url, entry) = ctx.resolve_url(arg)?;
+    let Some(iqn) = url.target.clone() else {
+        return Err(CliError::Usage(format!(
+            "{arg} names a portal, not a LUN: attach one LUN (iscsi://host/<iqn>/<lun>)"
+        )));
+    };
+    let dev_cfg = cache.device_config(cache.cache.unwrap_or(CacheChoice::WriteThrough).mode());
+    let cfg = ctx.session_config(&url, entry.as_deref(), conn)?;
+    let target = Target::login(cfg).await?;
+    let luns = match open_luns(&target, &iqn, url.lun).await {
+        Ok(l) if l.len() == 1 => l,
+        Ok(l) => {
+            let _ = target.logout().await;
+            return Err(CliError::Usage(format!(
+                "{arg} has {} disk LUNs: name one (iscsi://host/{iqn}/<lun>)",
+                l.len()
+            )));
+        }
+        Err(e) => {
+            let _ = target.logout().await;
+            return Err(match e {
+                OpenError::Client(e) => e.into(),
+                e @ OpenError::NoDiskLuns { .. } => CliError::Other(format!("{e} to attach")),
+            });
+        }
+    };
+    let exports = match ExportSet::new(luns, &dev_cfg, o.read_only) {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            let _ = target.logout().await;
+            return Err(CliError::Usage(crate::session::error_chain(&e)));
+        }
+    };
+    let mut signals = Signals::install()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let server = Arc::new(Server::new(
+        exports.clone(),
+        vec![String::new()],
+        None,
+        Limits::default(),
+        stop_rx,
+    ));
+    let mut info = server
+        .preset_info(0)
+        .await
+        .ok_or_else(|| CliError::Other("no export to attach".into()))?;
+    // No FUA for the kernel: the device layer sends WRITE with FUA even to
+    // LUNs that do not advertise DPOFUA (LIO refuses those with ILLEGAL
+    // REQUEST). Without SEND_FUA the kernel uses FLUSH for durability,
+    // which every LUN honours. To be lifted once the device layer checks
+    // DPOFUA.
+    info.flags &= !crate::nbd::proto::tflag::SEND_FUA;
+
+    let mut conns = JoinSet::new();
+    let mut kernel_ends: Vec<OwnedFd> = Vec::new();
+    for n in 0..o.connections {
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(|source| CliError::LocalFile {
+                what: "cannot create a socketpair for",
+                path: PathBuf::from("the kernel NBD client"),
+                source,
+            })?;
+        ours.set_nonblocking(true)
+            .and_then(|()| tokio::net::UnixStream::from_std(ours))
+            .map(|s| {
+                let server = server.clone();
+                let info = info.clone();
+                conns.spawn(async move {
+                    if let Err(e) = server
+                        .serve_negotiated(s, 0, &info, &format!("kernel#{n}"))
+                        .await
+                    {
+                        warn!(error = %e, "kernel NBD connection failed");
+                    }
+                });
+            })
+            .map_err(|source| CliError::LocalFile {
+                what: "cannot use a socketpair for",
+                path: PathBuf::from("the kernel NBD client"),
+                source,
+            })?;
+        kernel_ends.push(theirs.into());
+    }
+    let mut server_flags = u64::from(info.flags) | flags::HAS_FLAGS;
+    if o.connections > 1 {
+        server_flags |= flags::CAN_MULTI_CONN;
+    }
+    // A request waits in the kernel while rlun reconnects to the target;
+    // rlun itself fails it after --replacement-timeout without progress,
+    // so the kernel must wait longer than that (plus a margin) before it
+    // fails requests on its own.
+    let timeout = conn.replacement_timeout.as_secs().max(30) + 30;
+    let params = ConnectParams {
+        index,
+        size: info.size,
+        block_size: u64::from(info.block.minimum.clamp(512, 4096)),
+        server_flags,
+        timeout,
+        dead_conn_timeout: timeout,
+    };
+    let connected = tokio::task::spawn_blocking(move || {
+        let r = kernel::connect(&params, &kernel_ends);
+        drop(kernel_ends); // the kernel holds its own references
+        r
+    })
+    .await
+    .map_err(|e| CliError::Other(format!("netlink task failed: {e}")))?;
+    let index = match connected {
+        Ok(i) => i,
+        Err(e) => {
+            let _ = stop_tx.send(true);
+            conns.shutdown().await;
+            exports.shut_down();
+            let _ = daemon::finish_exports(&exports, &target).await;
+            return Err(kernel_error(e));
+        }
+    };
+    let dev = state_key(index);
+    let pid_file = PidFile::create(daemon::state_file(&dev));
+    info!("attached {} as {}", url, dev.display());
+    readiness.ready(&format!("attached {}", dev.display()));
+    if !readiness.is_daemon_child() {
+        println!("{}", dev.display());
+    }
+
+    let ended_by_kernel = tokio::select! {
+        s = signals.recv() => {
+            info!("{}: disconnecting {}", s.name(), dev.display());
+            false
+        }
+        _ = async { while conns.join_next().await.is_some() {} } => true,
+    };
+    readiness.stopping("disconnecting the device");
+    if !ended_by_kernel {
+        if let Err(e) = tokio::task::spawn_blocking(move || kernel::disconnect(index))
+            .await
+            .unwrap_or_else(|e| Err(KernelError::Io(std::io::Error::other(e))))
+        {
+            warn!(error = %e, "NBD_CMD_DISCONNECT failed");
+        }
+        let grace = Limits::default().drain_timeout + Duration::from_secs(5);
+        tokio::select! {
+            _ = async { while conns.join_next().await.is_some() {} } => {}
+            _ = tokio::time::sleep(grace) => warn!("the kernel did not close its sockets in {grace:?}"),
+            _ = signals.recv() => warn!("second signal: closing the connections"),
+        }
+    }
+    let _ = stop_tx.send(true);
+    exports.shut_down();
+    conns.shutdown().await;
+    drop(server);
+    let result = daemon::finish_exports(&exports, &target)
+        .await
+        .map_err(|e| {
+            CliError::Other(format!(
+                "detached, but written data did not reach the target: {e}"
+            ))
+        });
+    if let Some(p) = pid_file {
+        p.finish(&result);
+    }
+    result
+}
+
+/// `rlun detach /dev/nbdN`: ask the rlun that attached it to stop, wait,
+/// and fail when written data did not reach the target.
+pub async fn detach(device: &Path, timeout: Duration) -> Result<(), CliError> {
+    let index = parse_device(device)?;
+    let dev = state_key(index);
+    let state = daemon::state_file(&dev);
+    let pid = std::fs::read_to_string(&state)
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .filter(|p| super::mount::process_alive(*p))
+        .ok_or_else(|| {
+            CliError::Other(format!(
+                "{} is not attached by rlun (no live process in {})",
+                dev.display(),
+                state.display()
+            ))
+        })?;
+    let status = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .await
+        .map_err(|e| CliError::Other(format!("cannot run kill: {e}")))?;
+    if !status.success() {
+        return Err(CliError::Other(format!("cannot signal rlun (pid {pid})")));
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let alive = super::mount::process_alive(pid);
+        let file_ours = std::fs::read_to_string(&state).is_ok_and(|t| t.trim() == pid.to_string());
+        if !alive || !file_ours {
+            return match daemon::read_exit_status(&state, pid) {
+                Some((0, _)) => Ok(()),
+                Some((code, message)) => Err(CliError::Child {
+                    message: format!("rlun (pid {pid}) attached as {}: {message}", dev.display()),
+                    code,
+                }),
+                None if file_ours => Err(CliError::Other(format!(
+                    "rlun (pid {pid}) ended without saying whether written data reached the \
+                     target"
+                ))),
+                None => Ok(()),
+            };
+        }
+        if Instant::now() >= deadline {
+            return Err(CliError::Other(format!(
+                "rlun (pid {pid}) is still detaching {} after {timeout:?}",
+                dev.display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What one live rlun process of this user holds, from its pid file.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Held {
+    pub kind: &'static str,
+    pub what: String,
+    pub pid: u32,
+}
+
+/// Undo [`daemon::state_file`]'s escaping of a pid file's name.
+fn unescape(name: &str) -> String {
+    name.replace("%2F", "/").replace("%25", "%")
+}
+
+/// How a pid file's key reads: `attached` (`/dev/nbdN`), `served` (an
+/// NBD socket or TCP address) or `mounted` (a mount point).
+fn classify(what: &str) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if what.starts_with("/dev/nbd") {
+        "attached"
+    } else if what.starts_with("nbd-")
+        || std::fs::metadata(what).is_ok_and(|m| m.file_type().is_socket())
+    {
+        "served"
+    } else {
+        "mounted"
+    }
+}
+
+/// The live rlun processes under `dir`, sorted by what they hold.
+pub fn held(dir: &Path) -> Vec<Held> {
+    let mut v = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return v;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(key) = name.strip_suffix(".pid") else {
+            continue;
+        };
+        let pid = std::fs::read_to_string(e.path())
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .filter(|p| super::mount::process_alive(*p));
+        if let Some(pid) = pid {
+            let what = unescape(key);
+            v.push(Held {
+                kind: classify(&what),
+                what,
+                pid,
+            });
+        }
+    }
+    v.sort_by(|a, b| a.what.cmp(&b.what));
+    v
+}
+
+/// `rlun list`: what this user's rlun processes have mounted, served and
+/// attached (one line each: kind, path or address, pid).
+pub fn list() -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for h in held(&daemon::state_dir()) {
+        writeln!(out, "{}\t{}\t{}", h.kind, h.what, h.pid).map_err(super::stdout_error)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names() {
+        assert_eq!(parse_device(Path::new("/dev/nbd3")).unwrap(), 3);
+        assert_eq!(parse_device(Path::new("nbd12")).unwrap(), 12);
+        assert!(parse_device(Path::new("/dev/sda")).is_err());
+        assert!(parse_device(Path::new("/dev/nbd")).is_err());
+    }
+
+    #[test]
+    fn list_reads_live_pid_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        std::fs::write(dir.path().join("%2Fdev%2Fnbd3.pid"), format!("{me}\n")).unwrap();
+        std::fs::write(dir.path().join("%2Fmnt%2Fa%25b.pid"), format!("{me}\n")).unwrap();
+        std::fs::write(
+            dir.path().join("nbd-127.0.0.1:10809.pid"),
+            format!("{me}\n"),
+        )
+        .unwrap();
+        // A dead pid and an exit status are not listed.
+        std::fs::write(dir.path().join("%2Fdev%2Fnbd4.pid"), "999999999\n").unwrap();
+        std::fs::write(dir.path().join("%2Fdev%2Fnbd5.exit"), "1 0 \n").unwrap();
+        let h = held(dir.path());
+        let got: Vec<(&str, &str)> = h.iter().map(|h| (h.kind, h.what.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("attached", "/dev/nbd3"),
+                ("mounted", "/mnt/a%b"),
+                ("served", "nbd-127.0.0.1:10809")
+            ]
+        );
+        assert!(h.iter().all(|h| h.pid == me));
+    }
+}

@@ -1,0 +1,480 @@
+//! The kernel's NBD client (`/dev/nbdN`), driven over generic netlink.
+//!
+//! `rlun attach` hands the kernel one end of one or more socketpairs whose
+//! other ends the in-process NBD server serves in transmission phase (the
+//! kernel expects sockets already past negotiation). This module speaks the
+//! generic-netlink family `nbd` (resolved through `CTRL_CMD_GETFAMILY`):
+//! [`connect`] (`NBD_CMD_CONNECT`, the kernel may pick the device) and
+//! [`disconnect`] (`NBD_CMD_DISCONNECT`).
+//!
+//! Messages are built and parsed in safe code ([`encode_connect`],
+//! [`parse_reply`]); `unsafe` is confined to the socket, bind, send and
+//! receive calls, each with a `// SAFETY:` comment. The ioctl interface
+//! (`NBD_SET_SOCK`, `NBD_DO_IT`, …) used by kernels without the netlink
+//! family is not implemented yet: on such kernels [`connect`] reports
+//! [`KernelError::NoNetlink`].
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// NBD transmission flags the kernel is told (`NBD_ATTR_SERVER_FLAGS`).
+pub mod flags {
+    pub const HAS_FLAGS: u64 = 1 << 0;
+    pub const READ_ONLY: u64 = 1 << 1;
+    pub const SEND_FLUSH: u64 = 1 << 2;
+    pub const SEND_FUA: u64 = 1 << 3;
+    pub const SEND_TRIM: u64 = 1 << 5;
+    pub const SEND_WRITE_ZEROES: u64 = 1 << 6;
+    pub const CAN_MULTI_CONN: u64 = 1 << 8;
+}
+
+const NETLINK_GENERIC: i32 = 16;
+const GENL_ID_CTRL: u16 = 0x10;
+const CTRL_CMD_GETFAMILY: u8 = 3;
+const CTRL_ATTR_FAMILY_ID: u16 = 1;
+const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_ACK: u16 = 4;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLA_F_NESTED: u16 = 0x8000;
+const NLA_TYPE_MASK: u16 = 0x3fff;
+
+const NBD_CMD_CONNECT: u8 = 1;
+const NBD_CMD_DISCONNECT: u8 = 2;
+const NBD_ATTR_INDEX: u16 = 1;
+const NBD_ATTR_SIZE_BYTES: u16 = 2;
+const NBD_ATTR_BLOCK_SIZE_BYTES: u16 = 3;
+const NBD_ATTR_TIMEOUT: u16 = 4;
+const NBD_ATTR_SERVER_FLAGS: u16 = 5;
+const NBD_ATTR_CLIENT_FLAGS: u16 = 6;
+const NBD_ATTR_SOCKETS: u16 = 7;
+const NBD_ATTR_DEAD_CONN_TIMEOUT: u16 = 8;
+const NBD_SOCK_ITEM: u16 = 1;
+const NBD_SOCK_FD: u16 = 1;
+/// No client flags: not `NBD_CFLAG_DISCONNECT_ON_CLOSE`, which would
+/// disconnect the device whenever its last opener (mkfs, mount) closes it,
+/// nor `NBD_CFLAG_DESTROY_ON_DISCONNECT`.
+const NBD_CLIENT_FLAGS: u64 = 0;
+
+/// Why the kernel's NBD client could not be driven.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("the nbd kernel module is not loaded (run `modprobe nbd`)")]
+    ModuleMissing,
+    #[error("the kernel has no NBD netlink interface (Linux 4.12 or later needed)")]
+    NoNetlink,
+    #[error("attaching NBD devices needs root (CAP_SYS_ADMIN)")]
+    NotRoot,
+    #[error("/dev/nbd{0} is in use")]
+    Busy(u32),
+    #[error("malformed netlink reply: {0}")]
+    Malformed(&'static str),
+    #[error("netlink: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// What `NBD_CMD_CONNECT` asks for.
+#[derive(Debug, Clone)]
+pub struct ConnectParams {
+    /// `Some(n)` for `/dev/nbdN`, `None` to let the kernel pick a free one.
+    pub index: Option<u32>,
+    pub size: u64,
+    pub block_size: u64,
+    pub server_flags: u64,
+    /// Seconds before a request with no reply fails (`NBD_ATTR_TIMEOUT`).
+    pub timeout: u64,
+    /// Seconds the kernel waits for a dead connection to be replaced.
+    pub dead_conn_timeout: u64,
+}
+
+/// Append one netlink attribute (4-byte aligned).
+fn put_attr(buf: &mut Vec<u8>, ty: u16, payload: &[u8]) {
+    let len = 4 + payload.len();
+    buf.extend_from_slice(&(len as u16).to_ne_bytes());
+    buf.extend_from_slice(&ty.to_ne_bytes());
+    buf.extend_from_slice(payload);
+    buf.resize(buf.len().next_multiple_of(4), 0);
+}
+
+/// Start a nested attribute; returns the offset to close with [`end_nest`].
+fn begin_nest(buf: &mut Vec<u8>, ty: u16) -> usize {
+    let at = buf.len();
+    buf.extend_from_slice(&[0, 0]);
+    buf.extend_from_slice(&(ty | NLA_F_NESTED).to_ne_bytes());
+    at
+}
+
+fn end_nest(buf: &mut [u8], at: usize) {
+    let len = (buf.len() - at) as u16;
+    buf[at..at + 2].copy_from_slice(&len.to_ne_bytes());
+}
+
+/// A whole generic-netlink request: nlmsghdr, genlmsghdr, then `attrs`.
+fn message(family: u16, cmd: u8, seq: u32, attrs: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(20 + attrs.len());
+    m.extend_from_slice(&((20 + attrs.len()) as u32).to_ne_bytes());
+    m.extend_from_slice(&family.to_ne_bytes());
+    m.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    m.extend_from_slice(&seq.to_ne_bytes());
+    m.extend_from_slice(&0u32.to_ne_bytes());
+    m.extend_from_slice(&[cmd, 1, 0, 0]);
+    m.extend_from_slice(attrs);
+    m
+}
+
+/// `CTRL_CMD_GETFAMILY` for `name`.
+pub fn encode_getfamily(name: &str, seq: u32) -> Vec<u8> {
+    let mut a = Vec::new();
+    let mut n = name.as_bytes().to_vec();
+    n.push(0);
+    put_attr(&mut a, CTRL_ATTR_FAMILY_NAME, &n);
+    message(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, seq, &a)
+}
+
+/// `NBD_CMD_CONNECT` with these sockets.
+pub fn encode_connect(family: u16, p: &ConnectParams, fds: &[RawFd], seq: u32) -> Vec<u8> {
+    let mut a = Vec::new();
+    if let Some(i) = p.index {
+        put_attr(&mut a, NBD_ATTR_INDEX, &i.to_ne_bytes());
+    }
+    put_attr(&mut a, NBD_ATTR_SIZE_BYTES, &p.size.to_ne_bytes());
+    put_attr(
+        &mut a,
+        NBD_ATTR_BLOCK_SIZE_BYTES,
+        &p.block_size.to_ne_bytes(),
+    );
+    put_attr(&mut a, NBD_ATTR_SERVER_FLAGS, &p.server_flags.to_ne_bytes());
+    put_attr(
+        &mut a,
+        NBD_ATTR_CLIENT_FLAGS,
+        &NBD_CLIENT_FLAGS.to_ne_bytes(),
+    );
+    put_attr(&mut a, NBD_ATTR_TIMEOUT, &p.timeout.to_ne_bytes());
+    put_attr(
+        &mut a,
+        NBD_ATTR_DEAD_CONN_TIMEOUT,
+        &p.dead_conn_timeout.to_ne_bytes(),
+    );
+    let socks = begin_nest(&mut a, NBD_ATTR_SOCKETS);
+    for fd in fds {
+        let item = begin_nest(&mut a, NBD_SOCK_ITEM);
+        put_attr(&mut a, NBD_SOCK_FD, &(*fd as u32).to_ne_bytes());
+        end_nest(&mut a, item);
+    }
+    end_nest(&mut a, socks);
+    message(family, NBD_CMD_CONNECT, seq, &a)
+}
+
+/// `NBD_CMD_DISCONNECT` of `/dev/nbd<index>`.
+pub fn encode_disconnect(family: u16, index: u32, seq: u32) -> Vec<u8> {
+    let mut a = Vec::new();
+    put_attr(&mut a, NBD_ATTR_INDEX, &index.to_ne_bytes());
+    message(family, NBD_CMD_DISCONNECT, seq, &a)
+}
+
+/// One reply: the kernel's errno (0 = success) or the attributes of a
+/// data message (type, payload).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    Ack(i32),
+    Data(Vec<(u16, Vec<u8>)>),
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// Parse the messages of one datagram (every length checked).
+pub fn parse_reply(b: &[u8]) -> Result<Vec<Reply>, KernelError> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 16 <= b.len() {
+        let len = u32_at(b, at).ok_or(KernelError::Malformed("header"))? as usize;
+        let ty = u16_at(b, at + 4).ok_or(KernelError::Malformed("header"))?;
+        if len < 16 || at + len > b.len() {
+            return Err(KernelError::Malformed("message length"));
+        }
+        let body = &b[at + 16..at + len];
+        match ty {
+            NLMSG_ERROR => {
+                let e = u32_at(body, 0).ok_or(KernelError::Malformed("error message"))? as i32;
+                out.push(Reply::Ack(-e));
+            }
+            NLMSG_DONE => {}
+            _ => {
+                if body.len() < 4 {
+                    return Err(KernelError::Malformed("generic netlink header"));
+                }
+                out.push(Reply::Data(parse_attrs(&body[4..])?));
+            }
+        }
+        at += len.next_multiple_of(4);
+    }
+    Ok(out)
+}
+
+fn parse_attrs(mut b: &[u8]) -> Result<Vec<(u16, Vec<u8>)>, KernelError> {
+    let mut v = Vec::new();
+    while b.len() >= 4 {
+        let len = u16_at(b, 0).unwrap_or(0) as usize;
+        let ty = u16_at(b, 2).unwrap_or(0) & NLA_TYPE_MASK;
+        if len < 4 || len > b.len() {
+            return Err(KernelError::Malformed("attribute length"));
+        }
+        v.push((ty, b[4..len].to_vec()));
+        b = &b[len.next_multiple_of(4).min(b.len())..];
+    }
+    Ok(v)
+}
+
+/// A generic-netlink socket.
+struct Genl {
+    fd: OwnedFd,
+    seq: u32,
+}
+
+impl Genl {
+    fn open() -> Result<Genl, KernelError> {
+        // SAFETY: socket(2) with constant arguments; the result is checked
+        // before it is wrapped in an OwnedFd, which then owns it alone.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                NETLINK_GENERIC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        // SAFETY: fd is a fresh, valid descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sockaddr_nl is plain data; all-zero is a valid value.
+        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        sa.nl_family = libc::AF_NETLINK as u16;
+        // SAFETY: sa is a valid sockaddr_nl and its size is passed with it.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        Ok(Genl { fd, seq: 1 })
+    }
+
+    /// Send one request and collect the replies up to its ACK.
+    fn request(&mut self, msg: &[u8]) -> Result<(i32, Vec<Reply>), KernelError> {
+        // SAFETY: msg is a live slice; send(2) reads at most msg.len() bytes.
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        self.seq += 1;
+        let mut data = Vec::new();
+        let mut buf = vec![0u8; 16384];
+        loop {
+            // SAFETY: buf is a live, writable buffer of buf.len() bytes.
+            let n =
+                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                return Err(io::Error::last_os_error().into());
+            }
+            for r in parse_reply(&buf[..n as usize])? {
+                match r {
+                    Reply::Ack(e) => return Ok((e, data)),
+                    d => data.push(d),
+                }
+            }
+        }
+    }
+
+    /// The id of the `nbd` family; [`KernelError::ModuleMissing`] when the
+    /// module is not loaded.
+    fn nbd_family(&mut self) -> Result<u16, KernelError> {
+        let (e, replies) = self.request(&encode_getfamily("nbd", self.seq))?;
+        if e == libc::ENOENT {
+            return Err(KernelError::ModuleMissing);
+        }
+        if e != 0 {
+            return Err(io::Error::from_raw_os_error(e).into());
+        }
+        family_id(&replies).ok_or(KernelError::Malformed("no CTRL_ATTR_FAMILY_ID"))
+    }
+}
+
+fn family_id(replies: &[Reply]) -> Option<u16> {
+    replies.iter().find_map(|r| match r {
+        Reply::Data(attrs) => attrs
+            .iter()
+            .find(|(t, _)| *t == CTRL_ATTR_FAMILY_ID)
+            .and_then(|(_, p)| u16_at(p, 0)),
+        _ => None,
+    })
+}
+
+fn errno_error(e: i32, index: Option<u32>) -> KernelError {
+    match e {
+        libc::EPERM | libc::EACCES => KernelError::NotRoot,
+        libc::EBUSY => KernelError::Busy(index.unwrap_or(u32::MAX)),
+        _ => io::Error::from_raw_os_error(e).into(),
+    }
+}
+
+/// Whether the `nbd` family exists (the module is loaded).
+pub fn probe() -> Result<(), KernelError> {
+    Genl::open()?.nbd_family().map(|_| ())
+}
+
+/// Connect a device to `socks`; returns its index (`/dev/nbd<index>`).
+/// The kernel holds its own references to the sockets once this returns.
+pub fn connect(p: &ConnectParams, socks: &[OwnedFd]) -> Result<u32, KernelError> {
+    let mut g = Genl::open()?;
+    let family = g.nbd_family()?;
+    let fds: Vec<RawFd> = socks.iter().map(|s| s.as_raw_fd()).collect();
+    let (e, replies) = g.request(&encode_connect(family, p, &fds, g.seq))?;
+    if e != 0 {
+        return Err(errno_error(e, p.index));
+    }
+    let index = replies.iter().find_map(|r| match r {
+        Reply::Data(a) => a
+            .iter()
+            .find(|(t, _)| *t == NBD_ATTR_INDEX)
+            .and_then(|(_, v)| u32_at(v, 0)),
+        _ => None,
+    });
+    index
+        .or(p.index)
+        .ok_or(KernelError::Malformed("no NBD_ATTR_INDEX in the reply"))
+}
+
+/// Disconnect `/dev/nbd<index>`.
+pub fn disconnect(index: u32) -> Result<(), KernelError> {
+    let mut g = Genl::open()?;
+    let family = g.nbd_family()?;
+    let (e, _) = g.request(&encode_disconnect(family, index, g.seq))?;
+    if e != 0 {
+        return Err(errno_error(e, Some(index)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs_of(msg: &[u8]) -> Vec<(u16, Vec<u8>)> {
+        assert_eq!(u32_at(msg, 0).unwrap() as usize, msg.len());
+        parse_attrs(&msg[20..]).unwrap()
+    }
+
+    #[test]
+    fn connect_message_layout() {
+        let p = ConnectParams {
+            index: None,
+            size: 1 << 30,
+            block_size: 4096,
+            server_flags: flags::HAS_FLAGS | flags::SEND_FLUSH,
+            timeout: 30,
+            dead_conn_timeout: 120,
+        };
+        let m = encode_connect(0x22, &p, &[5, 6], 7);
+        assert_eq!(u16_at(&m, 4), Some(0x22));
+        assert_eq!(u32_at(&m, 8), Some(7));
+        assert_eq!(m[16], NBD_CMD_CONNECT);
+        let a = attrs_of(&m);
+        assert!(!a.iter().any(|(t, _)| *t == NBD_ATTR_INDEX), "kernel picks");
+        let get = |t| a.iter().find(|(x, _)| *x == t).unwrap().1.clone();
+        assert_eq!(get(NBD_ATTR_SIZE_BYTES), (1u64 << 30).to_ne_bytes());
+        assert_eq!(get(NBD_ATTR_BLOCK_SIZE_BYTES), 4096u64.to_ne_bytes());
+        assert_eq!(get(NBD_ATTR_SERVER_FLAGS), 5u64.to_ne_bytes());
+        assert_eq!(get(NBD_ATTR_DEAD_CONN_TIMEOUT), 120u64.to_ne_bytes());
+        let items = parse_attrs(&get(NBD_ATTR_SOCKETS)).unwrap();
+        let fds: Vec<u32> = items
+            .iter()
+            .map(|(t, p)| {
+                assert_eq!(*t, NBD_SOCK_ITEM);
+                let inner = parse_attrs(p).unwrap();
+                assert_eq!(inner[0].0, NBD_SOCK_FD);
+                u32_at(&inner[0].1, 0).unwrap()
+            })
+            .collect();
+        assert_eq!(fds, [5, 6]);
+    }
+
+    #[test]
+    fn index_is_sent_when_named() {
+        let p = ConnectParams {
+            index: Some(3),
+            size: 512,
+            block_size: 512,
+            server_flags: flags::HAS_FLAGS,
+            timeout: 30,
+            dead_conn_timeout: 30,
+        };
+        let a = attrs_of(&encode_connect(1, &p, &[9], 1));
+        assert_eq!(a[0], (NBD_ATTR_INDEX, 3u32.to_ne_bytes().to_vec()));
+        let d = attrs_of(&encode_disconnect(1, 3, 2));
+        assert_eq!(d, [(NBD_ATTR_INDEX, 3u32.to_ne_bytes().to_vec())]);
+    }
+
+    #[test]
+    fn replies_parse_and_reject_bad_lengths() {
+        // A GETFAMILY answer carrying a family id, then an ACK.
+        let mut attrs = Vec::new();
+        put_attr(&mut attrs, CTRL_ATTR_FAMILY_ID, &0x1234u16.to_ne_bytes());
+        let mut dg = message(GENL_ID_CTRL, 1, 1, &attrs);
+        let mut ack = Vec::new();
+        ack.extend_from_slice(&36u32.to_ne_bytes());
+        ack.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        ack.extend_from_slice(&[0; 10]);
+        ack.extend_from_slice(&(-libc::ENOENT).to_ne_bytes());
+        ack.extend_from_slice(&[0; 16]);
+        dg.extend_from_slice(&ack);
+        let r = parse_reply(&dg).unwrap();
+        assert_eq!(family_id(&r), Some(0x1234));
+        assert_eq!(r[1], Reply::Ack(libc::ENOENT));
+        // Truncated: the header claims more than the datagram holds.
+        let mut bad = dg.clone();
+        bad[0] = 0xff;
+        assert!(matches!(parse_reply(&bad), Err(KernelError::Malformed(_))));
+        let mut bad_attr = message(GENL_ID_CTRL, 1, 1, &[200, 0, 1, 0]);
+        bad_attr.truncate(24);
+        assert!(matches!(
+            parse_reply(&bad_attr),
+            Err(KernelError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn errno_mapping() {
+        assert!(matches!(
+            errno_error(libc::EPERM, None),
+            KernelError::NotRoot
+        ));
+        assert!(matches!(
+            errno_error(libc::EBUSY, Some(2)),
+            KernelError::Busy(2)
+        ));
+    }
+
+    /// On a host without the nbd module the family lookup says so (in the
+    /// lab VM, where the module is loaded, it finds the family instead).
+    #[test]
+    fn probe_reports_the_module_state() {
+        let loaded = std::path::Path::new("/sys/module/nbd").exists();
+        match probe() {
+            Ok(()) => assert!(loaded, "nbd family found but /sys/module/nbd missing"),
+            Err(KernelError::ModuleMissing) => assert!(!loaded),
+            Err(e) => panic!("unexpected: {e}"),
+        }
+    }
+}
