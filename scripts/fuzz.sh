@@ -8,6 +8,7 @@
 # Environment:
 #   RLUN_FUZZ_JOBS=N          targets run side by side (default 1)
 #   RLUN_FUZZ_TOOLCHAIN=name  rustup toolchain to build with (default nightly)
+#   RLUN_FUZZ_SEED=N          libFuzzer's -seed (default 0: random)
 #   RLUN_FUZZ_SANITIZER=address   also build with AddressSanitizer (slower;
 #                             rlun's parsers are safe Rust, so the default is
 #                             none: panics, overflows and aborts are what the
@@ -28,7 +29,7 @@ cd "$(dirname "$0")/.."
 
 SECONDS_PER_TARGET=${1:-20}
 shift || true
-ALL_TARGETS=(pdu text negotiate login session scsi url config)
+ALL_TARGETS=(pdu text negotiate login session scsi url config nbd iser_header)
 if [ "$#" -gt 0 ]; then
     TARGETS=("$@")
 else
@@ -36,6 +37,9 @@ else
 fi
 JOBS=${RLUN_FUZZ_JOBS:-1}
 TOOLCHAIN=${RLUN_FUZZ_TOOLCHAIN:-nightly}
+# libFuzzer's random seed; 0 lets it pick one. The test command passes a
+# fixed one so that its short run explores the same inputs every time.
+SEED=${RLUN_FUZZ_SEED:-0}
 SANITIZER=${RLUN_FUZZ_SANITIZER:-none}
 
 case "$SECONDS_PER_TARGET" in
@@ -111,7 +115,7 @@ run_target() {
     # catches a slow input; this catches anything else).
     timeout --kill-after=30 $((SECONDS_PER_TARGET + 120)) \
         "$BIN_DIR/$t" "$work" "$seeds" \
-        -max_total_time="$SECONDS_PER_TARGET" -print_final_stats=1 \
+        -max_total_time="$SECONDS_PER_TARGET" -print_final_stats=1 -seed="$SEED" \
         -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
         -artifact_prefix="$artifacts" >"$LOG_DIR/$t.log" 2>&1 || rc=$?
     echo "$rc" >"$LOG_DIR/$t.rc"

@@ -41,7 +41,7 @@ cargo test --doc
 # without one the script prints why it skips and succeeds. A crash fails the
 # run and names its reproducer. RLUN_FUZZ_SECONDS sets the time per target.
 step "fuzz (${RLUN_FUZZ_SECONDS:-20} s per target)"
-RLUN_FUZZ_JOBS=${RLUN_FUZZ_JOBS:-$(nproc)} scripts/fuzz.sh "${RLUN_FUZZ_SECONDS:-20}"
+RLUN_FUZZ_SEED=${RLUN_FUZZ_SEED:-1} RLUN_FUZZ_JOBS=${RLUN_FUZZ_JOBS:-$(nproc)} scripts/fuzz.sh "${RLUN_FUZZ_SECONDS:-20}"
 
 # Packaging (tests/packaging/run.sh): build the .deb and .rpm, inspect them,
 # install the .deb, run it as root and as an unprivileged user, purge it.
