@@ -986,7 +986,10 @@ print("bad request magic closed:", closed(s))
 # A WRITE claiming 3 GiB of payload.
 s, size = connect("{sock}")
 request(s, 1, 1, 0, 3 << 30)
-s.sendall(b"\xaa" * 65536)
+try:
+    s.sendall(b"\xaa" * 65536)
+except (BrokenPipeError, ConnectionResetError):
+    pass  # the server may close before it has read this much: that is the point
 print("oversized write closed:", closed(s))
 # An unknown command gets EINVAL and the connection goes on.
 s, size = connect("{sock}")
