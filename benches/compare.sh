@@ -16,6 +16,10 @@
 #   RLUN_BASELINE=path      also run this (older) rlun binary on every case and
 #                           add the ratios new / baseline: a before/after check
 #                           of a change in the same run
+#   BENCH_ROUNDS=1          measure each case this many times, the initiators
+#                           taking turns (perf, rlun, baseline, perf, ...), and
+#                           report the median of each: on a noisy machine the
+#                           turns spread the noise evenly over the binaries
 #
 # The file LUN lives on tmpfs (/dev/shm) when it has room, else /var/tmp: on
 # tmpfs every run reads RAM, so the figures compare initiator + target
@@ -30,6 +34,7 @@ if [[ "${RLUN:-}" == */* ]]; then RLUN=$(realpath -m -- "$RLUN"); fi
 cd "$(dirname "$0")/.."
 
 SECS=${BENCH_SECONDS:-10}
+ROUNDS=${BENCH_ROUNDS:-1}
 FILE_MIB=${BENCH_FILE_MIB:-1024}
 QD=32
 RLUN_DEFAULT=target/release/rlun
@@ -124,10 +129,16 @@ except (IndexError, ValueError, KeyError, TypeError, ZeroDivisionError) as e:
 PY
 }
 
+# Median, field by field, of lines "a b c" (one line per round).
+median() { python3 -c '
+import statistics, sys
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+print(" ".join(f"{statistics.median(c):.{0 if i == 0 else 1 if i == 1 else 3}f}" for i, c in enumerate(zip(*rows))))'; }
+
 ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b else 'n/a')" "$1" "$2"; }
 
-printf '\ntgtd %s on 127.0.0.1:%s, QD %s, %ss per run, file LUN %s MiB at %s\n\n' \
-    "$(tgtd -V 2>/dev/null || echo '?')" "$port" "$QD" "$SECS" "$FILE_MIB" "$lun_file"
+printf '\ntgtd %s on 127.0.0.1:%s, QD %s, %ss per run, %s round(s) per case (medians), file LUN %s MiB at %s\n\n' \
+    "$(tgtd -V 2>/dev/null || echo '?')" "$port" "$QD" "$SECS" "$ROUNDS" "$FILE_MIB" "$lun_file"
 header=$(printf '%-22s | %10s %9s %9s | %10s %9s %9s | %8s %8s' \
     case "perf MiB/s" "IOPS" "cpu s/GiB" "rlun MiB/s" "IOPS" "cpu s/GiB" "thr x" "cpu x")
 [ -z "$BASELINE" ] || header+=$(printf ' | %10s %9s | %8s %8s' "base MiB/s" "cpu s/GiB" "thr/base" "cpu/base")
@@ -137,21 +148,26 @@ for spec in "read 131072 128k" "randread 4096 4k"; do
     for lun in 1 2; do
         name="$pattern $bs_name $([ "$lun" = 1 ] && echo null || echo file)"
         echo "running $name ..." >&2
-        result=$(run_iscsi_perf "$(url "$lun")" "$pattern" "$bs")
-        read -r p_iops p_mib p_cpu <<<"$result"
+        p_runs= r_runs= b_runs=
+        for ((round = 1; round <= ROUNDS; round++)); do
+            p_runs+=$(run_iscsi_perf "$(url "$lun")" "$pattern" "$bs")$'\n'
+            [ "$SKIP_RLUN" = 1 ] || r_runs+=$(run_rlun "$(url "$lun")" "$pattern" "$bs_name")$'\n'
+            if [ -n "$BASELINE" ] && [ "$SKIP_RLUN" != 1 ]; then
+                b_runs+=$(run_rlun "$(url "$lun")" "$pattern" "$bs_name" "$BASELINE")$'\n'
+            fi
+        done
+        read -r p_iops p_mib p_cpu <<<"$(median <<<"$p_runs")"
         if [ "$SKIP_RLUN" = 1 ]; then
             r_iops=- r_mib=- r_cpu=- thr=- cpu=-
         else
-            result=$(run_rlun "$(url "$lun")" "$pattern" "$bs_name")
-            read -r r_iops r_mib r_cpu <<<"$result"
+            read -r r_iops r_mib r_cpu <<<"$(median <<<"$r_runs")"
             thr=$(ratio "$r_mib" "$p_mib")
             cpu=$(ratio "$r_cpu" "$p_cpu")
         fi
         row=$(printf '%-22s | %10s %9s %9s | %10s %9s %9s | %8s %8s' \
             "$name" "$p_mib" "$p_iops" "$p_cpu" "$r_mib" "$r_iops" "$r_cpu" "$thr" "$cpu")
-        if [ -n "$BASELINE" ] && [ "$SKIP_RLUN" != 1 ]; then
-            result=$(run_rlun "$(url "$lun")" "$pattern" "$bs_name" "$BASELINE")
-            read -r _ b_mib b_cpu <<<"$result"
+        if [ -n "$b_runs" ]; then
+            read -r _ b_mib b_cpu <<<"$(median <<<"$b_runs")"
             row+=$(printf ' | %10s %9s | %8s %8s' "$b_mib" "$b_cpu" \
                 "$(ratio "$r_mib" "$b_mib")" "$(ratio "$r_cpu" "$b_cpu")")
         fi

@@ -25,7 +25,7 @@
 //! answer arrives: a caller that drops its future early leaves the command
 //! running harmlessly; its result is discarded.
 
-use std::collections::HashMap;
+use crate::proto::idmap::IdMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -485,10 +485,11 @@ fn start_driver<T: Transport>(
         machine: Recovery::new(policy, core, time2wait, Instant::now()),
         live: Some(live),
         attempt: None,
-        waiters: HashMap::new(),
+        waiters: IdMap::default(),
         // Replaced by the cause of the first loss before anyone sees it.
         last: Arc::new(SessionError::Closed),
         requests_open: true,
+        timer: Timer::new(),
     };
     tokio::spawn(driver.run(rx));
     SessionHandle { tx, shared }
@@ -533,11 +534,56 @@ struct Driver<T: Transport> {
     machine: Recovery,
     live: Option<Live<T>>,
     attempt: Option<Attempt<T>>,
-    waiters: HashMap<RequestId, Waiter>,
+    waiters: IdMap<RequestId, Waiter>,
     /// Why the last connection (or connection attempt) failed: the cause
     /// reported to callers whose requests fail because of it.
     last: Arc<SessionError>,
     requests_open: bool,
+    timer: Timer,
+}
+
+/// The driver's one timer. The machine's next deadline moves with nearly
+/// every PDU (the NOP-Out interval counts from the last one heard, command
+/// deadlines from their submission), almost always later. Registering a
+/// fresh tokio timer on each loop turn costs a timer-wheel insert and
+/// removal per completion; instead the timer stays armed at the earliest
+/// instant asked for and is moved only when a deadline comes *earlier*.
+/// When it fires before anything is due, [`Recovery::handle_timeout`] finds
+/// nothing to do and the loop re-arms it at the then-current deadline: one
+/// spurious wake-up per deadline period instead of timer churn per I/O.
+struct Timer {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    armed: Option<Instant>,
+}
+
+impl Timer {
+    fn new() -> Self {
+        // Far future; never polled until armed.
+        let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+        Timer {
+            sleep: Box::pin(tokio::time::sleep_until(far)),
+            armed: None,
+        }
+    }
+
+    /// Make sure the timer fires no later than `deadline`.
+    fn arm(&mut self, deadline: Option<Instant>) {
+        let Some(d) = deadline else { return };
+        if self.armed.is_some_and(|a| a <= d) {
+            return;
+        }
+        self.sleep.as_mut().reset(d.into());
+        self.armed = Some(d);
+    }
+
+    /// Wait for the armed instant; pending forever while disarmed.
+    async fn fired(&mut self) {
+        if self.armed.is_none() {
+            return std::future::pending().await;
+        }
+        self.sleep.as_mut().await;
+        self.armed = None;
+    }
 }
 
 impl<T: Transport> Driver<T> {
@@ -554,7 +600,7 @@ impl<T: Transport> Driver<T> {
             if self.deliver() {
                 break;
             }
-            let deadline = self.machine.poll_timeout();
+            self.timer.arm(self.machine.poll_timeout());
             let (reader, write_error) = match self.live.as_mut() {
                 Some(l) => (Some(&mut l.reader), Some(&mut l.write_error)),
                 None => (None, None),
@@ -621,7 +667,7 @@ impl<T: Transport> Driver<T> {
                         }
                     }
                 }
-                _ = sleep_until(deadline) => self.machine.handle_timeout(Instant::now()),
+                _ = self.timer.fired() => self.machine.handle_timeout(Instant::now()),
             }
             if processed {
                 // Hand out completions and queue what the core wants sent,
@@ -949,13 +995,6 @@ async fn attempt_done<T: Transport>(
 ) -> Result<Connection<T>, SessionError> {
     match attempt {
         Some(a) => a.await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
     }
 }

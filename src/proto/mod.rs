@@ -3,6 +3,7 @@
 
 pub mod chap;
 pub mod digest;
+pub mod idmap;
 pub mod login;
 pub mod negotiate;
 pub mod pdu;

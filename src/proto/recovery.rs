@@ -48,12 +48,13 @@
 //! [`Recovery::poll_output`] (answers for callers, connection orders and
 //! notices to log).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::idmap::IdMap;
 use super::pdu::{async_event, Pdu};
 use super::session::{
     CommandRequest, CommandResult, Event, ProtocolError, Session, TaskError, TaskId, TmfOutcome,
@@ -329,11 +330,11 @@ pub struct Recovery {
     /// Pause before the next attempt.
     delay: Duration,
     next_id: u64,
-    cmds: BTreeMap<RequestId, CmdRecord>,
-    by_task: HashMap<TaskId, RequestId>,
+    cmds: IdMap<RequestId, CmdRecord>,
+    by_task: IdMap<TaskId, RequestId>,
     deadlines: BTreeSet<(Instant, RequestId)>,
-    others: HashMap<TaskId, Other>,
-    tmfs: HashMap<TaskId, OwnTmf>,
+    others: IdMap<TaskId, Other>,
+    tmfs: IdMap<TaskId, OwnTmf>,
     /// Someone wants the session closed: the caller to answer (`None` when
     /// every handle was dropped). The logout goes out once work has drained.
     closing: Option<Option<RequestId>>,
@@ -370,11 +371,11 @@ impl Recovery {
             time2wait,
             delay: time2wait,
             next_id: 0,
-            cmds: BTreeMap::new(),
-            by_task: HashMap::new(),
+            cmds: IdMap::default(),
+            by_task: IdMap::default(),
             deadlines: BTreeSet::new(),
-            others: HashMap::new(),
-            tmfs: HashMap::new(),
+            others: IdMap::default(),
+            tmfs: IdMap::default(),
             closing: None,
             logout_sent: None,
             requests_open: true,
@@ -591,7 +592,8 @@ impl Recovery {
             self.gave_up = false;
         }
         // Re-issue what the old connection left unfinished, oldest first.
-        let ids: Vec<RequestId> = self.cmds.keys().copied().collect();
+        let mut ids: Vec<RequestId> = self.cmds.keys().copied().collect();
+        ids.sort_unstable();
         for &id in &ids {
             self.submit(id, now);
         }
@@ -1145,12 +1147,20 @@ impl Recovery {
         let failed = self.cmds.len();
         self.outputs
             .push_back(Output::Notice(Notice::GaveUp { failed }));
-        for (id, _) in std::mem::take(&mut self.cmds) {
+        for id in self.take_cmds() {
             self.outputs.push_back(Output::Command {
                 id,
                 result: Err(Failure::ReplacementTimeout),
             });
         }
+    }
+
+    /// Forget every kept command; their ids, oldest first (callers hear
+    /// about them in submission order).
+    fn take_cmds(&mut self) -> Vec<RequestId> {
+        let mut ids: Vec<RequestId> = self.cmds.drain().map(|(id, _)| id).collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Leave the current state for `next`; a live connection's core is kept
@@ -1172,7 +1182,7 @@ impl Recovery {
         self.tmfs.clear();
         self.deadlines.clear();
         self.logout_sent = None;
-        for (id, _) in std::mem::take(&mut self.cmds) {
+        for id in self.take_cmds() {
             self.outputs.push_back(Output::Command {
                 id,
                 result: Err(failure.clone()),
@@ -1511,6 +1521,35 @@ mod tests {
         h.cmd(0xa1, 1.0);
         h.cmd(0xa2, 2.0);
         assert_eq!(h.r.poll_timeout(), Some(h.at(31.0)));
+    }
+
+    #[test]
+    fn early_timeout_call_changes_nothing() {
+        // The driver keeps one timer armed at the earliest deadline it was
+        // asked for and does not move it later, so it may call
+        // handle_timeout before anything is due: live and while down,
+        // that must be a no-op.
+        let mut h = Harness::new();
+        let a = h.cmd(0xa1, 1.0);
+        let sent = h.sent();
+        assert_eq!(sent.len(), 1);
+        h.outputs();
+        for secs in [1.5, 10.0, 30.9] {
+            h.timeout(secs);
+            assert!(h.sent().is_empty(), "nothing to send at {secs}s");
+            assert!(h.outputs().is_empty(), "nothing to say at {secs}s");
+        }
+        assert_eq!(h.r.poll_timeout(), Some(h.at(31.0)), "deadline unchanged");
+        h.answer(Harness::itt_of(&sent, 0xa1), GOOD, 31.5);
+        assert_eq!(command_results(&h.outputs()), vec![(a, Ok(GOOD))]);
+
+        h.cmd(0xa2, 40.0);
+        h.sent();
+        h.lose(41.0);
+        h.outputs();
+        h.timeout(42.0);
+        assert_eq!(connects(&h.outputs()), 0, "not before DefaultTime2Wait");
+        assert_eq!(h.r.poll_timeout(), Some(h.at(43.0)));
     }
 
     #[test]

@@ -40,7 +40,9 @@
 //! be dropped (§7.1.5); [`Session::fail_all`] then completes every task with
 //! the error so no caller waits forever.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::idmap::IdMap;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -419,8 +421,8 @@ pub struct Session {
     exp_stat_sn: u32,
     next_itt: u32,
     next_task: u64,
-    tasks: HashMap<u32, Task>,
-    by_id: HashMap<TaskId, u32>,
+    tasks: IdMap<u32, Task>,
+    by_id: IdMap<TaskId, u32>,
     /// Non-immediate requests waiting for the window.
     waiting: VecDeque<Queued>,
     /// SCSI commands in flight (counted against `queue_depth`).
@@ -459,8 +461,8 @@ impl Session {
             exp_stat_sn: numbers.exp_stat_sn,
             next_itt: 1,
             next_task: 1,
-            tasks: HashMap::new(),
-            by_id: HashMap::new(),
+            tasks: IdMap::default(),
+            by_id: IdMap::default(),
             waiting: VecDeque::new(),
             commands_in_flight: 0,
             transmit: VecDeque::new(),
