@@ -43,6 +43,7 @@ pub mod header;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
 mod sys;
+pub mod ledger;
 
 #[cfg(feature = "rdma")]
 pub use conn::{IserFrame, IserReader, IserTransport, IserWriter};
