@@ -23,10 +23,14 @@
 //! When the receive half goes, the queue pair is moved to the error state at
 //! once, so no buffer the core frees afterwards is reachable by the target.
 //!
-//! Not yet: a registered buffer pool (buffers are registered per command,
-//! one `ibv_reg_mr` each, on the data path), Send with Invalidate, and
-//! sending immediate data from registered memory without a copy into the
-//! send buffer.
+//! Zero copy: buffers from the registered pool ([`crate::iobuf`]) are
+//! named under their arena's key, which each connection registers once, so
+//! the data path makes no registration; immediate data goes out as a
+//! second scatter/gather entry straight from the caller's buffer. Other
+//! memory is registered per command and released at the SCSI Response or
+//! when task management ends the task ([`ledger`]). Copies that remain are
+//! counted in [`crate::stats`] (`copied_bytes`). Not yet: Send with
+//! Invalidate.
 //!
 //! Discovery over iSER: the same SendTargets text exchange as over TCP, in a
 //! discovery session on the iSER portal (LIO treats the iSER keys as
