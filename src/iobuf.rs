@@ -121,7 +121,10 @@ impl Pool {
     }
 
     fn arenas(&self) -> Vec<Arena> {
-        self.arenas.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.arenas
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn arena_of(&self, addr: usize, len: usize) -> Option<Arena> {
@@ -351,7 +354,11 @@ mod tests {
         assert_ne!(other.as_ptr() as usize, addr);
         drop(part);
         let again = p.alloc(8192);
-        assert_eq!(again.as_ptr() as usize, addr, "returned after the last Bytes");
+        assert_eq!(
+            again.as_ptr() as usize,
+            addr,
+            "returned after the last Bytes"
+        );
     }
 
     #[test]
@@ -362,7 +369,11 @@ mod tests {
         let arena = p.arena_of(addr, a.len()).expect("in an arena");
         assert_eq!(arena.index, 0);
         assert!(arena.addr <= addr && addr + a.len() <= arena.addr + arena.len);
-        assert_eq!(p.arena_of(arena.addr + arena.len - 10, 20), None, "crosses the end");
+        assert_eq!(
+            p.arena_of(arena.addr + arena.len - 10, 20),
+            None,
+            "crosses the end"
+        );
         let heap = vec![0u8; 4096];
         assert_eq!(p.arena_of(heap.as_ptr() as usize, 4096), None);
     }

@@ -1556,7 +1556,11 @@ mod tests {
             other => panic!("expected completion, got {other:?}"),
         }
         assert_eq!(s.outstanding(), 0);
-        assert_eq!(s.copied_bytes(), 12, "in-band: each Data-In byte copied once");
+        assert_eq!(
+            s.copied_bytes(),
+            12,
+            "in-band: each Data-In byte copied once"
+        );
     }
 
     #[test]
@@ -2320,7 +2324,11 @@ mod tests {
             }
             let a = completed(&mut s);
             let b = completed(&mut s);
-            assert_eq!(a.data.len() + b.data.len(), len as usize, "one read, one write");
+            assert_eq!(
+                a.data.len() + b.data.len(),
+                len as usize,
+                "one read, one write"
+            );
         }
         assert_eq!(s.copied_bytes(), 0);
     }

@@ -657,7 +657,10 @@ impl Drop for Shared {
             if self.qp_created {
                 (api.rdma_destroy_qp)(self.id);
             }
-            *self.registrations.get_mut().unwrap_or_else(|e| e.into_inner()) = Ledger::default();
+            *self
+                .registrations
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner()) = Ledger::default();
             self.arena_mrs
                 .get_mut()
                 .unwrap_or_else(|e| e.into_inner())
@@ -1235,7 +1238,9 @@ enum FrameKind {
     /// A SCSI Command (its LUN) or a Data-Out: its data segment is SCSI
     /// data, which goes out from the caller's buffer when that is
     /// registered, and is counted in [`crate::stats`] when it is copied.
-    ScsiData { lun: [u8; 8] },
+    ScsiData {
+        lun: [u8; 8],
+    },
     /// A task management request: the registrations of the tasks it ends
     /// go when its response arrives.
     Tmf {
@@ -1325,10 +1330,7 @@ impl IserWriter {
     ) -> Result<(), IserError> {
         let data = &frame.data;
         let in_place = if scsi_data && !data.is_empty() {
-            match self
-                .shared
-                .pool_keys(data.as_ptr() as usize, data.len())?
-            {
+            match self.shared.pool_keys(data.as_ptr() as usize, data.len())? {
                 Some((lkey, _)) => Some(lkey),
                 None => data_lkey,
             }

@@ -161,7 +161,11 @@ mod tests {
         // 5: function not supported; 255: function rejected.
         assert!(l.on_tmf_response(20, 255).is_empty());
         assert_eq!(l.len(), 1);
-        assert_eq!(l.on_response(7), vec!["r"], "the SCSI Response still releases it");
+        assert_eq!(
+            l.on_response(7),
+            vec!["r"],
+            "the SCSI Response still releases it"
+        );
     }
 
     #[test]

@@ -44,10 +44,10 @@
 #[allow(unsafe_code)]
 mod conn;
 pub mod header;
+pub mod ledger;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
 mod sys;
-pub mod ledger;
 
 #[cfg(feature = "rdma")]
 pub use conn::{IserFrame, IserReader, IserTransport, IserWriter};
