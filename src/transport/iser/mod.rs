@@ -191,6 +191,13 @@ pub fn adjust_proposal(p: &mut InitiatorProposal) {
     p.initiator_recv_data_segment_length = p.initiator_recv_data_segment_length.min(MAX_RECV_DATA);
 }
 
+/// The most data one SCSI command moves over iSER (512 KiB): tgtd's iSER
+/// transport refuses a larger RDMA transfer for one task ("rdma-wr size …
+/// too big") and closes the connection, and the Linux iSER initiator sends
+/// no larger commands by default either. Targets do not announce this limit
+/// (it is not MaxBurstLength), so rlun keeps to it for every iSER target.
+pub const MAX_DIRECT_TRANSFER: u64 = 512 * 1024;
+
 /// The largest data segment the target may send us in one PDU: what one
 /// receive buffer holds after the iSER header, BHS and AHS.
 pub const MAX_RECV_DATA: u32 = 8192;
