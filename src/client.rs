@@ -231,7 +231,9 @@ impl Lun {
     }
 
     /// Largest transfer for one READ/WRITE, in bytes: the block limits page's
-    /// MAXIMUM TRANSFER LENGTH, else 8 MiB; always a whole number of blocks.
+    /// MAXIMUM TRANSFER LENGTH, else 8 MiB, and over iSER at most
+    /// [`MAX_DIRECT_TRANSFER`](crate::transport::iser::MAX_DIRECT_TRANSFER);
+    /// always a whole number of blocks.
     pub fn max_transfer_bytes(&self) -> u64 {
         let bs = self.block_size as u64;
         let from_vpd = self
@@ -240,7 +242,11 @@ impl Lun {
             .and_then(|l| l.max_transfer_blocks())
             .map(|b| b as u64 * bs)
             .unwrap_or(DEFAULT_MAX_TRANSFER);
-        (from_vpd.min(DEFAULT_MAX_TRANSFER) / bs).max(1) * bs
+        let mut max = from_vpd.min(DEFAULT_MAX_TRANSFER);
+        if self.session.info().params.rdma_extensions {
+            max = max.min(crate::transport::iser::MAX_DIRECT_TRANSFER);
+        }
+        (max / bs).max(1) * bs
     }
 
     /// Run a CDB against this LUN with the retry policy of the module docs.

@@ -17,7 +17,8 @@ pub enum ErrorKind {
     Usage,
     /// The portal could not be reached, or the connection was lost for good.
     Unreachable,
-    /// The target refused the login: authentication or authorization.
+    /// The target refused the login: authentication or authorization, or
+    /// (iSER) RDMAExtensions.
     Auth,
     /// No such target at the portal, or no such LUN.
     NotFound,
@@ -33,6 +34,7 @@ pub enum ErrorKind {
 
 use crate::client::ClientError;
 use crate::proto::login::LoginError;
+use crate::proto::negotiate::NegotiationError;
 use crate::proto::session::TaskError;
 use crate::session::SessionError;
 use crate::transport::TransportError;
@@ -61,7 +63,9 @@ impl LoginError {
             LoginError::AuthenticationFailed
             | LoginError::NotAuthorized
             | LoginError::AuthRequired { .. }
-            | LoginError::Chap(_) => ErrorKind::Auth,
+            | LoginError::Chap(_)
+            // A target that answers RDMAExtensions=No refuses iSER logins.
+            | LoginError::Negotiation(NegotiationError::RdmaRefused) => ErrorKind::Auth,
             LoginError::TargetNotFound | LoginError::TargetRemoved => ErrorKind::NotFound,
             LoginError::Protocol(_)
             | LoginError::Text(_)
@@ -143,6 +147,15 @@ mod tests {
         assert_eq!(LoginError::TargetNotFound.kind(), ErrorKind::NotFound);
         assert_eq!(LoginError::Protocol("x".into()).kind(), ErrorKind::Protocol);
         assert_eq!(LoginError::ServiceUnavailable.kind(), ErrorKind::Failure);
+        assert_eq!(
+            LoginError::Negotiation(NegotiationError::RdmaRefused).kind(),
+            ErrorKind::Auth,
+            "a target refusing iSER refuses the login"
+        );
+        assert_eq!(
+            LoginError::Negotiation(NegotiationError::Inconsistent("x".into())).kind(),
+            ErrorKind::Protocol
+        );
     }
 
     #[test]

@@ -560,8 +560,10 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // The request buffer is reused by the next request: one copy.
-        let data = Bytes::copy_from_slice(data);
+        // The request buffer is reused by the next request: one copy, into
+        // a registered pool buffer when an iSER transport runs, so the
+        // target fetches the data from there (`crate::iobuf`).
+        let data = crate::iobuf::IoBuf::copy_from_slice(data).into_bytes();
         let sync = flags.0 & O_DSYNC != 0;
         self.with_file(
             ino,

@@ -571,6 +571,44 @@ fn bench_json_on_a_null_lun_reports_ios_iops_and_ordered_percentiles() {
 }
 
 #[test]
+fn bench_json_counts_each_data_in_byte_copied_over_tcp_and_no_write_byte() {
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let iqn = "iqn.2026-11.org.example:benchcopy";
+    tgtd.add_target(iqn).lun_null(1).create().expect("target");
+    let bench = |pattern: &str| {
+        let out = run_rlun(
+            [
+                "bench",
+                "--json",
+                "--pattern",
+                pattern,
+                "--allow-write",
+                "--bs",
+                "64k",
+                "--duration",
+                "1s",
+                &tgtd.url(iqn, 1),
+            ],
+            &[],
+        );
+        json(assert_success(&out, "rlun bench").trim())
+    };
+
+    let read = bench("read");
+    let write = bench("write");
+
+    // Over TCP every Data-In payload is copied once into the read buffer
+    // (issue 9's counter, the same for TCP and iSER); writes go out from
+    // the caller's buffer with writev.
+    let bytes = read["bytes"].as_u64().expect("bytes");
+    assert!(bytes > 0, "{read}");
+    assert_eq!(read["copied_bytes"].as_u64(), Some(bytes), "{read}");
+    assert!(write["bytes"].as_u64().expect("bytes") > 0, "{write}");
+    assert_eq!(write["copied_bytes"].as_u64(), Some(0), "{write}");
+    assert_eq!(read["data_path_registrations"].as_u64(), Some(0), "{read}");
+}
+
+#[test]
 fn bench_randwrite_with_allow_write_writes_only_inside_size() {
     let dir = tempdir();
     let backing = make_backing_file(dir.path(), 4 * MIB, 26);

@@ -6,13 +6,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use serde_json::json;
+use tracing::info;
 
 use super::{CliError, Ctx};
 use crate::cli::{CacheOpts, ConnectOpts, OnOff, Pattern};
 use crate::client::Lun;
 use crate::device::LunDevice;
+use crate::iobuf::IoBuf;
+use crate::stats::DataPathStats;
 
 pub struct Options {
     pub pattern: Pattern,
@@ -144,7 +146,25 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
             Io::Device(Arc::new(dev))
         }
     };
-    let payload = Bytes::from(vec![0xa5u8; o.bs as usize]);
+    // From the registered pool when the transport is iSER (`crate::iobuf`).
+    let payload = IoBuf::copy_from_slice(&vec![0xa5u8; o.bs as usize]).into_bytes();
+    let data0 = DataPathStats::now();
+    let logger = match (&io, o.cache.stats_interval) {
+        // With --cache the device logs its counters (copied_bytes included).
+        (Io::Lun(_), Some(every)) => Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let d = DataPathStats::now().since(&data0);
+                info!(
+                    copied_bytes = d.copied_bytes,
+                    data_path_registrations = d.data_path_registrations,
+                    pool_registrations = d.pool_registrations,
+                    "data path"
+                );
+            }
+        })),
+        _ => None,
+    };
     let next_seq = Arc::new(AtomicU64::new(0));
     let cpu0 = process_cpu_seconds();
     let start = Instant::now();
@@ -197,6 +217,10 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let data_path = DataPathStats::now().since(&data0);
+    if let Some(l) = logger {
+        l.abort();
+    }
     let cpu = match (cpu0, process_cpu_seconds()) {
         (Some(a), Some(b)) => b - a,
         _ => f64::NAN,
@@ -246,13 +270,16 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         "cpu_s_per_gib": if gib > 0.0 { cpu / gib } else { f64::NAN },
         "flush_seconds": flush_seconds,
         "peak_rss_bytes": peak_rss_bytes(),
+        "copied_bytes": data_path.copied_bytes,
+        "data_path_registrations": data_path.data_path_registrations,
+        "pool_registrations": data_path.pool_registrations,
         "cache": cache_json,
     });
     if o.json {
         out!("{v}");
     } else {
         out!(
-            "{} bs={} qd={}: {:.0} IOPS, {:.1} MB/s, p50 {:.0} us, p99 {:.0} us, CPU {:.2} s ({:.2} s/GiB) over {:.1} s",
+            "{} bs={} qd={}: {:.0} IOPS, {:.1} MB/s, p50 {:.0} us, p99 {:.0} us, CPU {:.2} s ({:.2} s/GiB) over {:.1} s, {} bytes copied",
             o.pattern.name(),
             o.bs,
             o.qd,
@@ -262,7 +289,8 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
             v["p99_us"].as_f64().unwrap_or(0.0),
             cpu,
             v["cpu_s_per_gib"].as_f64().unwrap_or(f64::NAN),
-            elapsed
+            elapsed,
+            data_path.copied_bytes
         );
     }
     Ok(())

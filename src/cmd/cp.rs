@@ -276,10 +276,12 @@ async fn copy_chunk(
             let f = f.clone();
             let p = p.clone();
             tokio::task::spawn_blocking(move || -> Result<Bytes, CliError> {
-                let mut buf = vec![0u8; len as usize];
+                // The file is read straight into a registered pool buffer
+                // when the LUN is reached over iSER (`crate::iobuf`).
+                let mut buf = crate::iobuf::IoBuf::with_len(len as usize);
                 f.read_exact_at(&mut buf, at)
                     .map_err(local("cannot read", &p))?;
-                Ok(Bytes::from(buf))
+                Ok(buf.into_bytes())
             })
             .await
             .map_err(|e| CliError::Other(format!("read task failed: {e}")))??

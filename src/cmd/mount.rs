@@ -259,6 +259,13 @@ async fn serve(
     // The kernel sends nothing more: write back and log out.
     let finished = daemon::finish_exports(fs.exports(), &target).await;
     drop(fs);
+    let d = crate::stats::DataPathStats::now();
+    info!(
+        copied_bytes = d.copied_bytes,
+        data_path_registrations = d.data_path_registrations,
+        pool_registrations = d.pool_registrations,
+        "data path at unmount (copied_bytes: SCSI data copied between the network and the callers' buffers)"
+    );
     let result = finished.map_err(|e| {
         CliError::Other(format!(
             "unmounted, but written data did not reach the target: {e}"

@@ -1515,6 +1515,7 @@ async fn stats_logger<B: BlockBackend>(weak: Weak<Inner<B>>, every: Duration) {
         tokio::time::sleep(every).await;
         let Some(inner) = weak.upgrade() else { break };
         let s = inner.stats();
+        let d = crate::stats::DataPathStats::now();
         info!(
             hits = s.hits,
             misses = s.misses,
@@ -1525,6 +1526,8 @@ async fn stats_logger<B: BlockBackend>(weak: Weak<Inner<B>>, every: Duration) {
             flushes = s.flushes,
             bytes_read = s.bytes_read,
             bytes_written = s.bytes_written,
+            copied_bytes = d.copied_bytes,
+            data_path_registrations = d.data_path_registrations,
             "cache"
         );
     }

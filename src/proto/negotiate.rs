@@ -838,6 +838,10 @@ impl InitiatorProposal {
 /// of RFC 7143 §6.2; the login must then be abandoned (drop the connection).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum NegotiationError {
+    /// The target answered RDMAExtensions=No on a normal session over
+    /// iSER: it refuses iSCSI Extensions for RDMA here (RFC 7145 §6.3).
+    #[error("the target refused RDMAExtensions=Yes, which the iSER transport needs (it does not offer iSER for this target; use iscsi:// and its TCP portal)")]
+    RdmaRefused,
     #[error("invalid initiator proposal: {0}")]
     InvalidProposal(String),
     #[error("target sent {key} twice in one response")]
@@ -1090,9 +1094,7 @@ impl Negotiator {
             && p.session_type == SessionType::Normal
             && !p.rdma_extensions
         {
-            return Err(NegotiationError::Inconsistent(
-                "the target refused RDMAExtensions=Yes, which the iSER transport needs".into(),
-            ));
+            return Err(NegotiationError::RdmaRefused);
         }
         if p.session_type == SessionType::Normal && p.first_burst_length > p.max_burst_length {
             return Err(NegotiationError::Inconsistent(format!(
@@ -1851,6 +1853,7 @@ mod tests {
 
         let err = neg.finish().unwrap_err();
 
+        assert!(matches!(err, NegotiationError::RdmaRefused), "{err:?}");
         assert!(err.to_string().contains("RDMAExtensions"), "{err}");
     }
 

@@ -48,6 +48,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
+use crate::iobuf::IoBuf;
+
 use super::pdu::{
     logout_reason, tmf, Bhs, DataOut, LogoutRequest, NopOut, Pdu, Residual, ScsiCommand, TaskAttr,
     TaskMgmtRequest, TextRequest, RESERVED_TAG,
@@ -353,13 +355,38 @@ struct CommandTask {
     /// reads the socket straight into it can take its place); direct it is
     /// `read_len` long from submission on, and the transport has its
     /// address ([`ReadRegion`]).
-    read_buf: BytesMut,
+    read_buf: ReadBuf,
     received: u32,
     next_data_sn: u32,
     /// Status delivered in the final Data-In (S bit).
     status_from_data_in: Option<(u8, Residual)>,
     /// The data moves directly: no Data-In and no R2T may name this task.
     direct: bool,
+}
+
+/// Where a command's read data goes: in-band a buffer the Data-In
+/// segments are copied into, direct a fixed-address buffer (from the
+/// registered pool when the transport enabled it, see [`crate::iobuf`])
+/// that the target writes by RDMA.
+#[derive(Debug)]
+enum ReadBuf {
+    InBand(BytesMut),
+    Direct(IoBuf),
+}
+
+impl ReadBuf {
+    fn into_bytes(self, len: usize) -> Bytes {
+        match self {
+            ReadBuf::InBand(mut b) => {
+                b.truncate(len);
+                b.freeze()
+            }
+            ReadBuf::Direct(mut b) => {
+                b.truncate(len);
+                b.into_bytes()
+            }
+        }
+    }
 }
 
 impl TaskKind {
@@ -431,6 +458,9 @@ pub struct Session {
     events: VecDeque<Event>,
     last_heard: Option<Instant>,
     ping_outstanding: Option<(u32, Instant)>,
+    /// SCSI data bytes this core copied from PDUs into read buffers
+    /// (in-band Data-In); also added to the process-wide [`crate::stats`].
+    copied_bytes: u64,
 }
 
 /// Most text one Text exchange may return (a SendTargets answer from a big
@@ -469,11 +499,19 @@ impl Session {
             events: VecDeque::new(),
             last_heard: None,
             ping_outstanding: None,
+            copied_bytes: 0,
         }
     }
 
     pub fn params(&self) -> &FeatureParams {
         &self.params
+    }
+
+    /// SCSI data bytes this core copied between PDUs and the callers'
+    /// buffers: every Data-In byte in-band, none when the data moves
+    /// directly (see [`crate::stats`]).
+    pub fn copied_bytes(&self) -> u64 {
+        self.copied_bytes
     }
 
     /// Current sequence numbers (for diagnostics and tests).
@@ -732,18 +770,20 @@ impl Session {
             cdb: req.cdb,
         };
         let direct = p.data_movement == DataMovement::Direct;
-        let mut read_buf = BytesMut::new();
+        let mut read_buf = ReadBuf::InBand(BytesMut::new());
         let mut buffers = None;
         if direct {
             // The target places the read data itself, anywhere in the
             // buffer and in any order: it must exist whole, at an address
             // that stays put, before the command leaves.
             let read = (req.read_len > 0).then(|| {
-                read_buf.resize(req.read_len as usize, 0);
-                ReadRegion {
-                    addr: read_buf.as_mut_ptr() as usize,
+                let mut b = IoBuf::with_len(req.read_len as usize);
+                let region = ReadRegion {
+                    addr: b.as_mut_ptr() as usize,
                     len: req.read_len,
-                }
+                };
+                read_buf = ReadBuf::Direct(b);
+                region
             });
             let write = (unsolicited_end < total).then(|| WriteRegion {
                 data: req.data_out.clone(),
@@ -924,13 +964,18 @@ impl Session {
                         expected: c.received,
                     });
                 }
-                if len > 0 {
-                    if c.read_buf.capacity() == 0 {
+                // (A direct task's buffer was refused above.)
+                let copied = u64::from(len);
+                if let (true, ReadBuf::InBand(buf)) = (len > 0, &mut c.read_buf) {
+                    if buf.capacity() == 0 {
                         // At most the read length the command asked for.
-                        c.read_buf.reserve(c.read_len as usize);
+                        buf.reserve(c.read_len as usize);
                     }
-                    c.read_buf.extend_from_slice(&pdu.data);
+                    // The one copy of in-band data movement: the Data-In
+                    // payload into the caller's buffer.
+                    buf.extend_from_slice(&pdu.data);
                     c.received += len;
+                    crate::stats::add_copied(u64::from(len));
                 }
                 if h.status_present {
                     if !h.final_ {
@@ -941,6 +986,7 @@ impl Session {
                     c.status_from_data_in = Some((h.status, h.residual));
                     self.finish_command(h.itt, h.status, None, h.residual);
                 }
+                self.copied_bytes += copied;
                 Ok(())
             }
             Bhs::ScsiResponse(h) => {
@@ -1205,7 +1251,6 @@ impl Session {
         let TaskKind::Command(c) = task.kind else {
             return;
         };
-        let mut data = c.read_buf;
         let len = if c.direct {
             // The target placed the data without telling us how much: the
             // residual says (RFC 7143 §11.4.5).
@@ -1217,13 +1262,13 @@ impl Session {
         } else {
             c.received
         };
-        data.truncate(len as usize);
+        let data = c.read_buf.into_bytes(len as usize);
         self.events.push_back(Event::Command {
             id: task.id,
             result: Ok(CommandResult {
                 status,
                 sense,
-                data: data.freeze(),
+                data,
                 residual,
             }),
         });
@@ -1513,6 +1558,11 @@ mod tests {
             other => panic!("expected completion, got {other:?}"),
         }
         assert_eq!(s.outstanding(), 0);
+        assert_eq!(
+            s.copied_bytes(),
+            12,
+            "in-band: each Data-In byte copied once"
+        );
     }
 
     #[test]
@@ -2259,6 +2309,30 @@ mod tests {
         let r = completed(&mut s);
         assert_eq!(r.data.len(), 4 << 20);
         assert_eq!(r.data.as_ptr() as usize, region.addr);
+        assert_eq!(s.copied_bytes(), 0, "direct: the core copies nothing");
+    }
+
+    #[test]
+    fn direct_reads_and_writes_of_every_size_class_copy_nothing_in_the_core() {
+        let mut s = session(direct(), 10);
+        for len in [512u32, 8192, 65536, 262144, 1 << 20] {
+            s.submit(read(len));
+            s.submit(write(vec![7u8; len as usize]));
+            for t in transmits(&mut s) {
+                if let Bhs::ScsiCommand(_) = t.pdu.bhs {
+                    s.handle_pdu(response(itt_of(&t.pdu), 1, 2, 40, 0), Instant::now())
+                        .unwrap();
+                }
+            }
+            let a = completed(&mut s);
+            let b = completed(&mut s);
+            assert_eq!(
+                a.data.len() + b.data.len(),
+                len as usize,
+                "one read, one write"
+            );
+        }
+        assert_eq!(s.copied_bytes(), 0);
     }
 
     #[test]

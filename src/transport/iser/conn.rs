@@ -18,7 +18,7 @@
 //! the last poll and the re-arm would otherwise be missed), and only then
 //! does the task wait on the channel's fd. Nothing spins while idle.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::net::SocketAddr;
@@ -28,15 +28,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::unix::AsyncFd;
 use tracing::{debug, warn};
 
 use super::header::{CmPrivateData, IserHeader, IserMessage, RemoteBuf, ISER_HEADER_LEN};
+use super::ledger::Ledger;
 use super::sys::{self, cm_event, Api, IbvCompChannel, IbvCq, IbvMr, IbvSge, IbvWc, RdmaCmId};
 use super::{IserError, MAX_RECV_DATA};
 use crate::proto::pdu::{self, Bhs, FrameLimits, Pdu, WireFrame};
 use crate::proto::session::{DirectBuffers, Transmit};
+use crate::{iobuf, stats};
 
 /// Receive buffers posted at all times: a response for every command the
 /// session keeps in flight (queue depth 128 by default; LIO's CmdSN window
@@ -265,6 +267,11 @@ impl Mr {
         // SAFETY: `mr` is live for the life of `self`.
         unsafe { (*self.mr).rkey }
     }
+
+    fn lkey(&self) -> u32 {
+        // SAFETY: `mr` is live for the life of `self`.
+        unsafe { (*self.mr).lkey }
+    }
 }
 
 impl Drop for Mr {
@@ -304,8 +311,13 @@ struct Shared {
     qp_created: bool,
     recv_region: Option<Region>,
     send_region: Option<Region>,
-    /// Registrations of in-flight commands, by Initiator Task Tag.
-    registrations: std::sync::Mutex<HashMap<u32, Vec<Mr>>>,
+    /// Per-command registrations of in-flight commands whose buffers are
+    /// not in the registered pool, by Initiator Task Tag.
+    registrations: std::sync::Mutex<Ledger<Mr>>,
+    /// The registration of each pool arena with this connection's PD, by
+    /// arena index (see [`crate::iobuf`]); made at connect, or at first use
+    /// for arenas the pool adds later, and kept for the connection's life.
+    arena_mrs: std::sync::Mutex<Vec<Option<Mr>>>,
     /// Set once the QP was moved to the error state (no remote access).
     disconnected: AtomicBool,
 }
@@ -476,63 +488,158 @@ impl Shared {
         Ok(Some(out))
     }
 
-    /// Register a direct command's buffers and return the iSER header that
-    /// names them (RFC 7145 §9.2: Read STag/VA for the data the target
-    /// RDMA-Writes, Write STag/VA for what it RDMA-Reads, the latter
-    /// pointing at the first byte not sent as immediate/unsolicited data).
-    fn register_direct(&self, d: &DirectBuffers) -> Result<IserHeader, IserError> {
+    /// The (lkey, rkey) under which `addr..addr+len` is reachable when it
+    /// lies in a pool arena, registering the arena with this connection the
+    /// first time (see [`crate::iobuf`]); `None` for memory outside the pool.
+    fn pool_keys(&self, addr: usize, len: usize) -> Result<Option<(u32, u32)>, IserError> {
+        let Some(arena) = iobuf::arena_of(addr, len) else {
+            return Ok(None);
+        };
+        let mut mrs = self.arena_mrs.lock().unwrap_or_else(|e| e.into_inner());
+        if mrs.len() <= arena.index {
+            mrs.resize_with(arena.index + 1, || None);
+        }
+        if mrs[arena.index].is_none() {
+            mrs[arena.index] = Some(self.register_arena(arena)?);
+        }
+        let mr = mrs[arena.index].as_ref().expect("registered above");
+        Ok(Some((mr.lkey(), mr.rkey())))
+    }
+
+    fn register_arena(&self, arena: iobuf::Arena) -> Result<Mr, IserError> {
+        let access = sys::IBV_ACCESS_LOCAL_WRITE
+            | sys::IBV_ACCESS_REMOTE_WRITE
+            | sys::IBV_ACCESS_REMOTE_READ;
+        // Arenas live (unmoved) for the rest of the process (`iobuf`), so
+        // the registration can never outlive its memory.
+        let mr = Mr::new(self.api, self.pd, arena.addr as *mut u8, arena.len, access)?;
+        stats::add_pool_registration();
+        debug!(
+            arena = arena.index,
+            bytes = arena.len,
+            "registered a buffer pool arena"
+        );
+        Ok(mr)
+    }
+
+    /// Register every pool arena there is (at connect, off the data path).
+    fn register_arenas(&self) -> Result<(), IserError> {
+        for a in iobuf::arenas() {
+            self.pool_keys(a.addr, a.len)?;
+        }
+        Ok(())
+    }
+
+    /// Name a direct command's buffers in its iSER header (RFC 7145 §9.2:
+    /// Read STag/VA for the data the target RDMA-Writes, Write STag/VA for
+    /// what it RDMA-Reads, the latter pointing at the first byte not sent
+    /// as immediate/unsolicited data). Buffers in the registered pool go
+    /// under their arena's key; others are registered for this command and
+    /// released at its SCSI Response or when task management ends it.
+    /// Also returns the local key that covers the whole write data, for
+    /// sending its immediate part without a copy.
+    fn register_direct(
+        &self,
+        d: &DirectBuffers,
+        lun: [u8; 8],
+    ) -> Result<(IserHeader, Option<u32>), IserError> {
         let mut mrs = Vec::new();
         let mut read = None;
         let mut write = None;
+        let mut write_lkey = None;
         if let Some(r) = d.read.filter(|r| r.len > 0) {
-            let access = sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE;
-            let mr = Mr::new(self.api, self.pd, r.addr as *mut u8, r.len as usize, access)?;
+            let stag = match self.pool_keys(r.addr, r.len as usize)? {
+                Some((_, rkey)) => rkey,
+                None => {
+                    let access = sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE;
+                    let mr = Mr::new(self.api, self.pd, r.addr as *mut u8, r.len as usize, access)?;
+                    stats::add_data_path_registration();
+                    let k = mr.rkey();
+                    mrs.push(mr);
+                    k
+                }
+            };
             read = Some(RemoteBuf {
-                stag: mr.rkey(),
+                stag,
                 va: r.addr as u64,
             });
-            mrs.push(mr);
         }
         if let Some(w) = &d.write {
-            let rest = w.data.slice(w.offset as usize..);
+            let all = &w.data;
+            let rest = all.slice(w.offset as usize..);
             if !rest.is_empty() {
-                // Remote read only: the target never writes into write data.
-                let mr = Mr::new(
-                    self.api,
-                    self.pd,
-                    rest.as_ptr().cast_mut(),
-                    rest.len(),
-                    sys::IBV_ACCESS_REMOTE_READ,
-                )?;
+                let (lkey, rkey) = match self.pool_keys(all.as_ptr() as usize, all.len())? {
+                    Some(k) => k,
+                    None => {
+                        // Remote read only: the target never writes into
+                        // write data. The whole buffer, so the immediate
+                        // part can be sent from it too.
+                        let mr = Mr::new(
+                            self.api,
+                            self.pd,
+                            all.as_ptr().cast_mut(),
+                            all.len(),
+                            sys::IBV_ACCESS_REMOTE_READ,
+                        )?;
+                        stats::add_data_path_registration();
+                        let k = (mr.lkey(), mr.rkey());
+                        mrs.push(mr);
+                        k
+                    }
+                };
                 write = Some(RemoteBuf {
-                    stag: mr.rkey(),
+                    stag: rkey,
                     va: rest.as_ptr() as u64,
                 });
-                mrs.push(mr);
+                write_lkey = Some(lkey);
             }
         }
-        if !mrs.is_empty() {
-            let old = self
-                .registrations
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(d.itt, mrs);
-            if old.is_some() {
-                warn!(
-                    itt = d.itt,
-                    "Initiator Task Tag reused while its buffers were registered"
-                );
-            }
+        let stale = self
+            .registrations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(d.itt, lun, mrs);
+        if stale.is_some() {
+            warn!(
+                itt = d.itt,
+                "Initiator Task Tag reused while its buffers were registered"
+            );
         }
-        Ok(IserHeader::control(write, read))
+        Ok((IserHeader::control(write, read), write_lkey))
     }
 
     /// The target answered task `itt`: it will not touch its buffers again.
     fn release(&self, itt: u32) {
+        let gone = self
+            .registrations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_response(itt);
+        drop(gone);
+    }
+
+    /// The target answered task management request `itt`: the tasks it
+    /// ended lose their registrations.
+    fn release_tmf(&self, itt: u32, response: u8) {
+        let gone = self
+            .registrations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_tmf_response(itt, response);
+        if !gone.is_empty() {
+            debug!(
+                tmf = itt,
+                registrations = gone.len(),
+                "released the registrations of tasks ended by task management"
+            );
+        }
+    }
+
+    fn note_tmf(&self, itt: u32, function: u8, lun: [u8; 8], ref_itt: u32) {
         self.registrations
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&itt);
+            .on_tmf_request(itt, function, lun, ref_itt);
     }
 }
 
@@ -550,7 +657,11 @@ impl Drop for Shared {
             if self.qp_created {
                 (api.rdma_destroy_qp)(self.id);
             }
-            self.registrations
+            *self
+                .registrations
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner()) = Ledger::default();
+            self.arena_mrs
                 .get_mut()
                 .unwrap_or_else(|e| e.into_inner())
                 .clear();
@@ -707,7 +818,8 @@ impl Setup {
             cap: sys::IbvQpCap {
                 max_send_wr: SEND_SLOTS as u32,
                 max_recv_wr: RECV_SLOTS as u32,
-                max_send_sge: 2,
+                // Header and BHS, the data segment in place, padding.
+                max_send_sge: 3,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
@@ -733,6 +845,10 @@ impl Setup {
             SEND_SLOTS * SEND_SLOT_LEN,
             sys::IBV_ACCESS_LOCAL_WRITE,
         )?);
+        // From now on I/O buffers come from the registered pool; the arenas
+        // that exist are registered here, off the data path.
+        iobuf::enable();
+        self.shared.register_arenas()?;
         // Receive buffers go up before the connect: LIO may send as soon as
         // the connection is established.
         for i in 0..RECV_SLOTS {
@@ -876,7 +992,8 @@ impl IserTransport {
                 qp_created: false,
                 recv_region: None,
                 send_region: None,
-                registrations: std::sync::Mutex::new(HashMap::new()),
+                registrations: std::sync::Mutex::new(Ledger::default()),
+                arena_mrs: std::sync::Mutex::new(Vec::new()),
                 disconnected: AtomicBool::new(false),
             },
             cm_fd: None,
@@ -935,6 +1052,7 @@ impl IserTransport {
             shared,
             fd: Some(send_fd),
             free: (0..SEND_SLOTS).rev().collect(),
+            held: vec![None; SEND_SLOTS],
             unacked: 0,
         };
         (reader, writer)
@@ -1074,10 +1192,12 @@ impl IserReader {
         self.shared.post_recv(slot)?;
         match parsed? {
             Some(p) => {
-                if let Bhs::ScsiResponse(r) = &p.bhs {
-                    // RC ordering: the target's RDMA Writes of this task
-                    // completed before its response arrived.
-                    self.shared.release(r.itt);
+                match &p.bhs {
+                    // RC ordering: the target's RDMA operations for the
+                    // task(s) completed before this response arrived.
+                    Bhs::ScsiResponse(r) => self.shared.release(r.itt),
+                    Bhs::TaskMgmtResponse(r) => self.shared.release_tmf(r.itt, r.response),
+                    _ => {}
                 }
                 self.received.push_back(p);
                 Ok(1)
@@ -1112,18 +1232,51 @@ fn decode_pdu(bytes: &[u8], limits: &FrameLimits) -> Result<Pdu, IserError> {
     Ok(pdu::decode(buf.freeze(), limits)?)
 }
 
+/// What the send half must know about a PDU besides its bytes.
+#[derive(Debug, Clone, Copy)]
+enum FrameKind {
+    /// A SCSI Command (its LUN) or a Data-Out: its data segment is SCSI
+    /// data, which goes out from the caller's buffer when that is
+    /// registered, and is counted in [`crate::stats`] when it is copied.
+    ScsiData {
+        lun: [u8; 8],
+    },
+    /// A task management request: the registrations of the tasks it ends
+    /// go when its response arrives.
+    Tmf {
+        itt: u32,
+        function: u8,
+        lun: [u8; 8],
+        ref_itt: u32,
+    },
+    Other,
+}
+
 /// A PDU ready to go: its iSCSI encoding plus, for a direct command, the
 /// buffers to register and name in the iSER header.
 pub struct IserFrame {
     wire: WireFrame,
     direct: Option<DirectBuffers>,
+    kind: FrameKind,
 }
 
 impl IserFrame {
     pub fn new(tx: Transmit) -> IserFrame {
+        let kind = match &tx.pdu.bhs {
+            Bhs::ScsiCommand(c) => FrameKind::ScsiData { lun: c.lun },
+            Bhs::DataOut(d) => FrameKind::ScsiData { lun: d.lun },
+            Bhs::TaskMgmtRequest(t) => FrameKind::Tmf {
+                itt: t.itt,
+                function: t.function,
+                lun: t.lun,
+                ref_itt: t.referenced_task_tag,
+            },
+            _ => FrameKind::Other,
+        };
         IserFrame {
             wire: tx.pdu.encode(pdu::Digests::default()),
             direct: tx.direct,
+            kind,
         }
     }
 }
@@ -1133,6 +1286,9 @@ pub struct IserWriter {
     shared: Arc<Shared>,
     fd: Option<AsyncFd<Fd>>,
     free: Vec<usize>,
+    /// Per send slot: the data segment sent in place from the caller's
+    /// registered buffer, held until the send completes.
+    held: Vec<Option<Bytes>>,
     unacked: u32,
 }
 
@@ -1140,20 +1296,53 @@ impl IserWriter {
     /// Post every frame as a Send, in order.
     pub async fn write_frames(&mut self, frames: &[IserFrame]) -> Result<(), IserError> {
         for f in frames {
-            let header = match &f.direct {
-                Some(d) => self.shared.register_direct(d)?,
-                None => IserHeader::CONTROL,
+            let (header, data_lkey) = match (&f.direct, f.kind) {
+                (Some(d), FrameKind::ScsiData { lun }) => self.shared.register_direct(d, lun)?,
+                (Some(d), _) => self.shared.register_direct(d, [0; 8])?,
+                (None, _) => (IserHeader::CONTROL, None),
             };
-            self.send(header, &f.wire).await?;
+            if let FrameKind::Tmf {
+                itt,
+                function,
+                lun,
+                ref_itt,
+            } = f.kind
+            {
+                self.shared.note_tmf(itt, function, lun, ref_itt);
+            }
+            let scsi_data = matches!(f.kind, FrameKind::ScsiData { .. });
+            self.send(header, &f.wire, scsi_data, data_lkey).await?;
         }
         Ok(())
     }
 
-    async fn send(&mut self, header: IserHeader, frame: &WireFrame) -> Result<(), IserError> {
-        let len = ISER_HEADER_LEN + frame.head.len() + frame.data.len() + frame.tail().len();
-        if len > SEND_SLOT_LEN {
+    /// Post one Send: the iSER header and the BHS (and AHS) from a send
+    /// slot, then the data segment — in place from the caller's buffer
+    /// when it is SCSI data in registered memory (a pool arena, or the
+    /// command's own registration `data_lkey`), else copied into the slot
+    /// (and counted when it is SCSI data) — then the padding.
+    async fn send(
+        &mut self,
+        header: IserHeader,
+        frame: &WireFrame,
+        scsi_data: bool,
+        data_lkey: Option<u32>,
+    ) -> Result<(), IserError> {
+        let data = &frame.data;
+        let in_place = if scsi_data && !data.is_empty() {
+            match self.shared.pool_keys(data.as_ptr() as usize, data.len())? {
+                Some((lkey, _)) => Some(lkey),
+                None => data_lkey,
+            }
+        } else {
+            None
+        };
+        let head_len = ISER_HEADER_LEN + frame.head.len();
+        let tail = frame.tail();
+        let slot_len = head_len + tail.len() + if in_place.is_some() { 0 } else { data.len() };
+        if slot_len > SEND_SLOT_LEN {
             return Err(IserError::SendTooLong {
-                len,
+                len: slot_len,
                 max: SEND_SLOT_LEN,
             });
         }
@@ -1171,26 +1360,63 @@ impl IserWriter {
             .expect("registered at connect");
         let base = region.slot(slot, SEND_SLOT_LEN);
         let encoded = header.encode();
+        let copied: &[u8] = if in_place.is_some() { &[] } else { &data[..] };
         let mut off = 0;
-        for p in [&encoded[..], &frame.head[..], &frame.data[..], frame.tail()] {
+        for p in [&encoded[..], &frame.head[..], copied, tail] {
             // SAFETY: the slot is ours and idle (its last send completed);
-            // `len <= SEND_SLOT_LEN` was checked above.
+            // `slot_len <= SEND_SLOT_LEN` was checked above.
             unsafe { ptr::copy_nonoverlapping(p.as_ptr(), base.add(off), p.len()) };
             off += p.len();
         }
-        let mut sge = [IbvSge {
-            addr: base as u64,
-            length: len as u32,
-            lkey: region.lkey(),
-        }];
-        let mut wr = sys::IbvSendWr::send(slot as u64, &mut sge);
+        if scsi_data {
+            stats::add_copied(copied.len() as u64);
+        }
+        let lkey = region.lkey();
+        let mut sge = [IbvSge::default(); 3];
+        let mut n = 0;
+        match in_place {
+            Some(data_lkey) => {
+                sge[0] = IbvSge {
+                    addr: base as u64,
+                    length: head_len as u32,
+                    lkey,
+                };
+                sge[1] = IbvSge {
+                    addr: data.as_ptr() as u64,
+                    length: data.len() as u32,
+                    lkey: data_lkey,
+                };
+                n = 2;
+                if !tail.is_empty() {
+                    sge[2] = IbvSge {
+                        // SAFETY: within the slot (checked above).
+                        addr: unsafe { base.add(head_len) } as u64,
+                        length: tail.len() as u32,
+                        lkey,
+                    };
+                    n = 3;
+                }
+                self.held[slot] = Some(data.clone());
+            }
+            None => {
+                sge[0] = IbvSge {
+                    addr: base as u64,
+                    length: slot_len as u32,
+                    lkey,
+                };
+                n += 1;
+            }
+        }
+        let mut wr = sys::IbvSendWr::send(slot as u64, &mut sge[..n]);
         let mut bad = ptr::null_mut();
         let qp = self.shared.qp();
-        // SAFETY: qp live; the SGE covers registered memory that stays
-        // untouched until the send completes (the slot returns to `free`
-        // only then).
+        // SAFETY: qp live; the SGEs cover registered memory that stays
+        // untouched until the send completes: the slot returns to `free`
+        // only then, and an in-place data segment is kept alive in `held`
+        // until then (pool arenas also live for the whole process).
         let rc = unsafe { ((*(*qp).context).ops.post_send)(qp, &mut wr, &mut bad) };
         if rc != 0 {
+            self.held[slot] = None;
             self.free.push(slot);
             return Err(IserError::Verbs {
                 op: "post a send",
@@ -1207,7 +1433,11 @@ impl IserWriter {
         loop {
             let batch = self.shared.poll(&self.shared.send_cq, &mut wcs)?.to_vec();
             for wc in &batch {
-                self.free.push(wc.wr_id as usize);
+                let slot = wc.wr_id as usize;
+                if let Some(h) = self.held.get_mut(slot) {
+                    *h = None;
+                }
+                self.free.push(slot);
                 if wc.status != sys::IBV_WC_SUCCESS {
                     return Err(self.shared.completion_error(wc));
                 }

@@ -23,10 +23,14 @@
 //! When the receive half goes, the queue pair is moved to the error state at
 //! once, so no buffer the core frees afterwards is reachable by the target.
 //!
-//! Not yet: a registered buffer pool (buffers are registered per command,
-//! one `ibv_reg_mr` each, on the data path), Send with Invalidate, and
-//! sending immediate data from registered memory without a copy into the
-//! send buffer.
+//! Zero copy: buffers from the registered pool ([`crate::iobuf`]) are
+//! named under their arena's key, which each connection registers once, so
+//! the data path makes no registration; immediate data goes out as a
+//! second scatter/gather entry straight from the caller's buffer. Other
+//! memory is registered per command and released at the SCSI Response or
+//! when task management ends the task ([`ledger`]). Copies that remain are
+//! counted in [`crate::stats`] (`copied_bytes`). Not yet: Send with
+//! Invalidate.
 //!
 //! Discovery over iSER: the same SendTargets text exchange as over TCP, in a
 //! discovery session on the iSER portal (LIO treats the iSER keys as
@@ -40,6 +44,7 @@
 #[allow(unsafe_code)]
 mod conn;
 pub mod header;
+pub mod ledger;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
 mod sys;
@@ -185,6 +190,13 @@ pub fn adjust_proposal(p: &mut InitiatorProposal) {
     p.max_recv_data_segment_length = p.max_recv_data_segment_length.min(MAX_RECV_DATA);
     p.initiator_recv_data_segment_length = p.initiator_recv_data_segment_length.min(MAX_RECV_DATA);
 }
+
+/// The most data one SCSI command moves over iSER (512 KiB): tgtd's iSER
+/// transport refuses a larger RDMA transfer for one task ("rdma-wr size …
+/// too big") and closes the connection, and the Linux iSER initiator sends
+/// no larger commands by default either. Targets do not announce this limit
+/// (it is not MaxBurstLength), so rlun keeps to it for every iSER target.
+pub const MAX_DIRECT_TRANSFER: u64 = 512 * 1024;
 
 /// The largest data segment the target may send us in one PDU: what one
 /// receive buffer holds after the iSER header, BHS and AHS.

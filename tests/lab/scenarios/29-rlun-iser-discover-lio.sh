@@ -1,4 +1,4 @@
-# about: rlun over iSER (soft-RoCE) to LIO and to tgtd: RDMA CM connect, login as Sends, SendTargets discovery; a port with no iSER listener, an address no RDMA device reaches and a too small RLIMIT_MEMLOCK fail with exit code 3 and say why
+# about: rlun over iSER (soft-RoCE) to LIO and to tgtd: RDMA CM connect, login as Sends, SendTargets discovery; a port with no iSER listener, an address no RDMA device reaches and a too small RLIMIT_MEMLOCK fail with exit code 3, a target refusing RDMAExtensions with exit code 4, each saying why
 # default: yes
 # timeout: 240
 
@@ -58,4 +58,23 @@ scenario() {
     grep -q "^$TGT_ISER_IQN " "$W/targets-tgt.txt" ||
         fail "discovery over iSER at tgtd does not list $TGT_ISER_IQN: $(tr '\n' ' ' <"$W/targets-tgt.txt")"
     log "ok: $TGT_ISER_IQN listed by discovery over iSER at tgtd"
+
+    # A target that refuses iSER: tgtd's iSER target with RDMAExtensions=No
+    # answers RDMAExtensions=No at login; rlun stops with "login refused"
+    # (exit code 4) and says why.
+    local t=(tgtadm -C "$TGT_CONTROL_PORT" --lld iser)
+    run "tgtd: RDMAExtensions=No on the iSER target" 10 "${t[@]}" --op update --mode target --tid 2 \
+        --name RDMAExtensions --value No
+    on_exit "${t[*]} --op update --mode target --tid 2 --name RDMAExtensions --value Yes; true"
+    rc=0
+    log "+ rlun info at a target that refuses RDMAExtensions (must fail)"
+    timeout -k 5 60 "$RLUN" info --initiator-name "$RLUN_LAB_IQN" \
+        "iser://$LAB_IP_T:$TGT_ISER_PORT/$TGT_ISER_IQN/1" >"$W/nordma.out" 2>&1 || rc=$?
+    sed 's/^/  | /' "$W/nordma.out"
+    [ "$rc" -eq 4 ] || fail "expected exit code 4 (login refused) from a target refusing RDMAExtensions, got $rc: $(tail -n 1 "$W/nordma.out")"
+    grep -q "refused RDMAExtensions" "$W/nordma.out" ||
+        fail "the refusal does not name RDMAExtensions: $(tail -n 1 "$W/nordma.out")"
+    log "ok: target refusing RDMAExtensions: exit code 4: $(tail -n 1 "$W/nordma.out")"
+    run "tgtd: RDMAExtensions=Yes again" 10 "${t[@]}" --op update --mode target --tid 2 \
+        --name RDMAExtensions --value Yes
 }

@@ -1,4 +1,4 @@
-# about: rlun mount (FUSE) of a LIO LUN over iSER: the file matches the backing file, an fio verify job (direct I/O, queue depth 8) passes through it, and what it wrote lands in the backing file
+# about: rlun mount (FUSE) of a LIO LUN over iSER: the file matches the backing file, an fio verify job (direct I/O, queue depth 8) passes through it, what it wrote lands in the backing file, and rlun copied no byte of it (copied_bytes 0 at unmount)
 # default: yes
 # timeout: 420
 
@@ -23,5 +23,12 @@ scenario() {
     run "copy the file in the mount" 120 dd if="$file" of="$W/mounted.img" bs=1M iflag=direct status=none
     run "unmount" 60 fusermount3 -u "$mnt"
     wait_for "rlun mount exits after the unmount" 30 bash -c "! kill -0 $pid 2>/dev/null"
+    # Zero copy through the mount: rlun logs its data-path counters at unmount.
+    local line
+    line=$(grep "data path at unmount" "$W/mount.log" | tail -n 1)
+    [ -n "$line" ] || fail "rlun mount logged no data-path counters at unmount: $(tail -n 2 "$W/mount.log")"
+    log "$line"
+    grep -q "copied_bytes=0 " <<<"$line" ||
+        fail "rlun copied SCSI data through the mount over iSER: $line"
     assert_same_data "backing file after the fio job over iSER vs what the mount showed" "$W/mounted.img" "$backing"
 }

@@ -13,7 +13,7 @@ scenario() {
     setsid "$RLUN" -v cp --no-progress --qd 1 --bs 64k "$url" "$W/read.img" </dev/null >"$W/cp.log" 2>&1 &
     pid=$!
     wait_for "the copy has started" 60 bash -c "[ -s '$W/read.img' ]"
-    run "disable the target portal group" 10 bash -c "echo 0 > '$tpg/enable'"
+    run "disable the target portal group" 30 bash -c "echo 0 > '$tpg/enable'"
     run "remove the iSER portal" 10 rmdir "$np"
     sleep 5
     run "re-add the iSER portal" 10 mkdir -p "$np"
