@@ -43,8 +43,9 @@ RLUN_CHAP_MUTUAL_SECRET for mutual CHAP), --chap-file, or the config file.
 
 Exit codes:
   0 success            1 other failure        2 usage error (bad URL/option)
-  3 portal unreachable 4 login refused (auth) 5 target or LUN not found
-  6 I/O refused by LUN 7 target protocol error 8 local file error
+  3 portal unreachable 4 login refused (auth, or iSER refused by the target)
+  5 target or LUN not found  6 I/O refused by LUN  7 target protocol error
+  8 local file error
 
 Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
 
