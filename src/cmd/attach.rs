@@ -143,16 +143,13 @@ async fn attach(
         Limits::default(),
         stop_rx,
     ));
-    let mut info = server
+    // SEND_FUA is offered as the server offers it: a FUA request becomes a
+    // WRITE with FUA where the LUN reports DPOFUA, WRITE + SYNCHRONIZE
+    // CACHE of the range elsewhere (client::Lun::write).
+    let info = server
         .preset_info(0)
         .await
         .ok_or_else(|| CliError::Other("no export to attach".into()))?;
-    // No FUA for the kernel: the device layer sends WRITE with FUA even to
-    // LUNs that do not advertise DPOFUA (LIO refuses those with ILLEGAL
-    // REQUEST). Without SEND_FUA the kernel uses FLUSH for durability,
-    // which every LUN honours. To be lifted once the device layer checks
-    // DPOFUA.
-    info.flags &= !crate::nbd::proto::tflag::SEND_FUA;
 
     let mut conns = JoinSet::new();
     let mut kernel_ends: Vec<OwnedFd> = Vec::new();
