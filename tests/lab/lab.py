@@ -517,6 +517,12 @@ def main(argv: list[str] | None = None) -> int:
     if compare_file.exists():
         say("")
         say(compare_table(json.loads(compare_file.read_text())))
+    # Further comparison blocks (compare-NAME.json) carry their own table.
+    for extra in sorted(out.glob("compare-*.json")):
+        table = json.loads(extra.read_text()).get("table")
+        if table:
+            say("")
+            say("\n".join(table))
     for r in results:
         log = out / "logs" / f"{r.name}.log"
         if r.status == "FAIL" and log.exists():

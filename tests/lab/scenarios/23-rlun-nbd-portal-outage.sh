@@ -21,7 +21,7 @@ scenario() {
     # Rate-limited so that the write phase (~16 s) spans the outage.
     setsid fio --name=outage --filename="$dev" --rw=randwrite --bsrange=4k-64k \
         --ioengine=libaio --iodepth=8 --direct=1 --size=16M --rate=1m \
-        --verify=crc32c --verify_fatal=1 --do_verify=1 \
+        --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 \
         --output="$W/fio.txt" </dev/null >/dev/null 2>"$W/fio.err" &
     fio=$!
     sleep 3
