@@ -75,6 +75,8 @@ pub enum KernelError {
     ModuleMissing,
     #[error("the kernel has no NBD netlink interface (Linux 4.12 or later needed)")]
     NoNetlink,
+    #[error("{INTERFACE_ENV}={0}: expected `netlink` or `ioctl`")]
+    BadInterface(String),
     #[error("no free /dev/nbd device (all are connected; load nbd with a larger nbds_max)")]
     NoFreeDevice,
     #[error("attaching NBD devices needs root (CAP_SYS_ADMIN)")]
@@ -393,18 +395,30 @@ pub const INTERFACE_ENV: &str = "RLUN_NBD_INTERFACE";
 /// netlink when the `nbd` family exists, else the ioctls when the module is
 /// loaded without it. [`KernelError::ModuleMissing`] when it is not loaded.
 pub fn interface() -> Result<Interface, KernelError> {
-    let forced = std::env::var(INTERFACE_ENV).ok();
-    let module = Path::new("/sys/module/nbd").exists();
-    match forced.as_deref() {
-        Some("ioctl") if module => return Ok(Interface::Ioctl),
-        Some("ioctl") => return Err(KernelError::ModuleMissing),
-        Some("netlink") => return probe().map(|()| Interface::Netlink),
-        _ => {}
-    }
-    match probe() {
-        Ok(()) => Ok(Interface::Netlink),
-        Err(KernelError::ModuleMissing) if module => Ok(Interface::Ioctl),
-        Err(e) => Err(e),
+    choose_interface(
+        std::env::var(INTERFACE_ENV).ok().as_deref(),
+        Path::new("/sys/module/nbd").exists(),
+        probe,
+    )
+}
+
+/// [`interface`]'s decision: `forced` from the environment, whether the
+/// module is loaded, and the netlink family lookup.
+fn choose_interface(
+    forced: Option<&str>,
+    module: bool,
+    probe: impl FnOnce() -> Result<(), KernelError>,
+) -> Result<Interface, KernelError> {
+    match forced {
+        Some("ioctl") if module => Ok(Interface::Ioctl),
+        Some("ioctl") => Err(KernelError::ModuleMissing),
+        Some("netlink") => probe().map(|()| Interface::Netlink),
+        Some(other) => Err(KernelError::BadInterface(other.to_string())),
+        None => match probe() {
+            Ok(()) => Ok(Interface::Netlink),
+            Err(KernelError::ModuleMissing) if module => Ok(Interface::Ioctl),
+            Err(e) => Err(e),
+        },
     }
 }
 
@@ -656,6 +670,38 @@ mod tests {
         assert_eq!(NBD_DISCONNECT, io(8));
         assert_eq!(NBD_SET_TIMEOUT, io(9));
         assert_eq!(NBD_SET_FLAGS, io(10));
+    }
+
+    #[test]
+    fn interface_choice() {
+        use Interface::*;
+        let missing = || Err(KernelError::ModuleMissing);
+        let found = || Ok(());
+        // Netlink when the family exists; the ioctls when the module is
+        // loaded without it (kernels before 4.12); else `modprobe nbd`.
+        assert_eq!(choose_interface(None, true, found).unwrap(), Netlink);
+        assert_eq!(choose_interface(None, true, missing).unwrap(), Ioctl);
+        assert!(matches!(
+            choose_interface(None, false, missing),
+            Err(KernelError::ModuleMissing)
+        ));
+        // Forced.
+        assert_eq!(choose_interface(Some("ioctl"), true, found).unwrap(), Ioctl);
+        assert!(matches!(
+            choose_interface(Some("ioctl"), false, missing),
+            Err(KernelError::ModuleMissing)
+        ));
+        assert_eq!(
+            choose_interface(Some("netlink"), true, found).unwrap(),
+            Netlink
+        );
+        assert!(matches!(
+            choose_interface(Some("netlink"), true, missing),
+            Err(KernelError::ModuleMissing)
+        ));
+        let e = choose_interface(Some("ioctls"), true, found).unwrap_err();
+        assert!(matches!(e, KernelError::BadInterface(_)));
+        assert!(e.to_string().contains("RLUN_NBD_INTERFACE=ioctls"), "{e}");
     }
 
     /// Without the module, forcing the ioctls still says `modprobe nbd`.

@@ -41,10 +41,10 @@ scenario() {
 
     run "fio verify on $dev (direct, QD16, 4-128 KiB random writes)" 300 fio --name=nbd-verify \
         --filename="$dev" --rw=randwrite --bsrange=4k-128k --ioengine=libaio --iodepth=16 \
-        --direct=1 --size=16M --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 --output="$W/fio.txt"
+        --direct=1 --size=8M --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 --output="$W/fio.txt"
     run "fio verify on $dev (O_DIRECT|O_DSYNC: FUA writes)" 300 fio --name=nbd-fua \
         --filename="$dev" --rw=randwrite --bs=4k --ioengine=libaio --iodepth=4 --direct=1 \
-        --sync=dsync --size=2M --offset=4M --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 \
+        --sync=dsync --size=1M --offset=12M --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 \
         --output="$W/fio-fua.txt"
     grep -qi 'err= *0' "$W/fio.txt" || fail "fio reported errors: $(grep -i 'err=' "$W/fio.txt" | head -n 1)"
     run "read $dev (O_DIRECT)" 120 dd if="$dev" of="$W/dev.img" bs=1M iflag=direct status=none

@@ -24,7 +24,7 @@ scenario() {
     assert_same_data "$dev over iSER vs the backing file" "$backing" "$W/before.img"
     run "fio verify on $dev over iSER" 300 fio --name=iser-nbd --filename="$dev" \
         --rw=randwrite --bsrange=4k-128k --ioengine=libaio --iodepth=16 --direct=1 \
-        --size=16M --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 --output="$W/fio.txt"
+        --size=8M --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 --output="$W/fio.txt"
     run "read $dev over iSER (O_DIRECT)" 120 dd if="$dev" of="$W/after.img" bs=1M iflag=direct status=none
     run "rlun detach $dev" 120 "$RLUN" detach "$dev"
     wait_for "rlun exited" 30 bash -c "! kill -0 $pid"

@@ -22,7 +22,7 @@ scenario() {
     assert_eq "$dev queue/fua" 1 "$(cat "/sys/block/$n/queue/fua")"
     run "fio verify on $dev (ioctl interface, 2 connections)" 300 fio --name=ioctl-verify \
         --filename="$dev" --rw=randwrite --bsrange=4k-128k --ioengine=libaio --iodepth=16 \
-        --direct=1 --size=16M --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 --output="$W/fio.txt"
+        --direct=1 --size=8M --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 --output="$W/fio.txt"
     run "read $dev (O_DIRECT)" 120 dd if="$dev" of="$W/dev.img" bs=1M iflag=direct status=none
     run "rlun detach $dev" 120 "$RLUN" detach "$dev"
     wait_for "rlun exited" 30 bash -c "! kill -0 $pid"

@@ -90,8 +90,9 @@ PY
 #
 # compare_nbd SECS LIMIT KERNEL_DISK: the same fio jobs (libaio, direct=1,
 # QD 32: 128 KiB sequential and 4 KiB random reads) on /dev/nbdN attached by
-# `rlun attach` (2 connections, the default write-through cache) and on the
-# kernel initiator's disk of the same LIO LUN, one after the other, with
+# `rlun attach` (2 connections, --cache none: like the kernel initiator,
+# every read goes to the target) and on the kernel initiator's disk of the
+# same LIO LUN, one after the other, with
 # fio's usr+sys CPU per GiB (rlun's own CPU from /proc for the nbd rows).
 # Writes $LAB_OUT/compare-nbd.json (with a "table" the runner prints).
 compare_nbd() {
@@ -99,7 +100,7 @@ compare_nbd() {
     mkdir -p "$W"
     need nbd
     local url="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_BENCH_IQN/0" dev pid c name bs rw t0 t1
-    setsid "$RLUN" attach "$url" --connections 2 </dev/null >"$W/attach.out" 2>"$W/attach.log" &
+    setsid "$RLUN" attach "$url" --connections 2 --cache none </dev/null >"$W/attach.out" 2>"$W/attach.log" &
     pid=$!
     on_exit "'$RLUN' detach \$(head -n 1 '$W/attach.out') 2>/dev/null; kill $pid 2>/dev/null; true"
     wait_for "rlun attach printed its device" 60 grep -q '^/dev/nbd' "$W/attach.out"
