@@ -20,11 +20,13 @@ scenario() {
     local W=$LAB_WORK backing=$LAB_DATA/lun512.img dev n pid rc t0
     local url="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_IQN/0"
     on_exit "for d in /dev/nbd0 /dev/nbd1 /dev/nbd2; do '$RLUN' detach \$d 2>/dev/null; done; true"
+    # rlun's own logs next to the scenario's, for a failure's post-mortem.
+    on_exit "for f in attach.log attach2.log; do cp '$W/'\$f '$LAB_OUT/logs/$LAB_SCENARIO-'\$f 2>/dev/null; done; true"
     nbd_dmesg_mark
 
     # --daemon returns once the device is connected; the device on stdout.
     capture "rlun attach --daemon" 120 "$W/attach.out" \
-        "$RLUN" attach --daemon --log-file "$W/attach.log" "$url" --connections 2
+        env RUST_LOG=rlun=info "$RLUN" attach --daemon --log-file "$W/attach.log" "$url" --connections 2
     dev=$(head -n 1 "$W/attach.out")
     [[ $dev == /dev/nbd[0-9]* ]] || fail "rlun attach --daemon printed '$dev', not a device"
     n=${dev#/dev/}
@@ -65,7 +67,7 @@ scenario() {
     # kernel fails the requests queued or sent after the disconnect with
     # EIO, so fio ends with an I/O error (not a hang); rlun detach succeeds:
     # every write the kernel had handed over reached the target.
-    setsid "$RLUN" attach "$url" "$dev" </dev/null >"$W/attach2.out" 2>"$W/attach2.log" &
+    RUST_LOG=rlun=info setsid "$RLUN" attach "$url" "$dev" </dev/null >"$W/attach2.out" 2>"$W/attach2.log" &
     pid=$!
     wait_for "rlun attached $dev again" 60 test -e "/sys/block/$n/pid"
     setsid fio --name=busy --filename="$dev" --rw=randwrite --bs=64k --ioengine=libaio \

@@ -11,6 +11,7 @@ scenario() {
     local tpg=$LIO/iscsi/$LIO_IQN/tpgt_1 np
     np=$tpg/np/$LAB_IP_T:$LIO_TCP_PORT
     on_exit "mkdir -p '$np'; echo 1 > '$tpg/enable'; for d in /dev/nbd0 /dev/nbd1; do '$RLUN' detach \$d 2>/dev/null; done; true"
+    on_exit "for f in attach.log; do cp '$W/'\$f '$LAB_OUT/logs/$LAB_SCENARIO-'\$f 2>/dev/null; done; true"
     RUST_LOG=rlun=info setsid "$RLUN" attach "$url" </dev/null >"$W/attach.out" 2>"$W/attach.log" &
     pid=$!
     wait_for "rlun attach printed its device" 60 grep -q '^/dev/nbd' "$W/attach.out"

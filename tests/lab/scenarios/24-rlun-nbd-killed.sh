@@ -12,6 +12,7 @@ scenario() {
     # timeouts become max(5s, 30s) + 30s = 60s.
     local limit=60
     on_exit "for d in /dev/nbd0 /dev/nbd1; do '$RLUN' detach \$d 2>/dev/null; done; true"
+    on_exit "for f in attach.log; do cp '$W/'\$f '$LAB_OUT/logs/$LAB_SCENARIO-'\$f 2>/dev/null; done; true"
     setsid "$RLUN" attach --replacement-timeout 5s "$url" </dev/null >"$W/attach.out" 2>"$W/attach.log" &
     pid=$!
     wait_for "rlun attach printed its device" 60 grep -q '^/dev/nbd' "$W/attach.out"

@@ -13,6 +13,7 @@ scenario() {
     need nbd
     local backing=$LAB_DATA/lun4k.img dev n pid
     on_exit "for d in /dev/nbd0 /dev/nbd1; do '$RLUN' detach \$d 2>/dev/null; done; true"
+    on_exit "for f in attach.log; do cp '$W/'\$f '$LAB_OUT/logs/$LAB_SCENARIO-'\$f 2>/dev/null; done; true"
     setsid "$RLUN" attach "$url" </dev/null >"$W/attach.out" 2>"$W/attach.log" &
     pid=$!
     wait_for "rlun attach over iSER printed its device" 90 grep -q '^/dev/nbd' "$W/attach.out"

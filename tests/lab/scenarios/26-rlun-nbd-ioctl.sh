@@ -9,6 +9,7 @@ scenario() {
     local W=$LAB_WORK backing=$LAB_DATA/lun4k.img dev n pid rc t0
     local url="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_IQN/1"
     on_exit "for d in /dev/nbd0 /dev/nbd1; do '$RLUN' detach \$d 2>/dev/null; done; true"
+    on_exit "for f in attach.log attach2.log; do cp '$W/'\$f '$LAB_OUT/logs/$LAB_SCENARIO-'\$f 2>/dev/null; done; true"
     RLUN_NBD_INTERFACE=ioctl RUST_LOG=rlun=info setsid "$RLUN" attach "$url" --connections 2 \
         </dev/null >"$W/attach.out" 2>"$W/attach.log" &
     pid=$!
