@@ -290,7 +290,8 @@ pub enum Command {
     },
     /// Detach a device attached by `rlun attach`: the owning rlun
     /// disconnects it, writes back and logs out; fails if written data did
-    /// not reach the target.
+    /// not reach the target. A device left connected by an rlun that was
+    /// killed is disconnected directly.
     Detach {
         /// The device, e.g. /dev/nbd0.
         device: PathBuf,
@@ -491,6 +492,8 @@ Examples:
 const ATTACH_AFTER_HELP: &str = "\
 Unmount file systems on the device before detaching: the kernel's own page
 cache of /dev/nbdN is written back by umount/sync, not by the disconnect.
+The kernel is driven over the nbd netlink interface, or over the ioctls on
+kernels without it; RLUN_NBD_INTERFACE=ioctl (or netlink) forces one.
 
 Examples:
   modprobe nbd

@@ -2,7 +2,13 @@
 //!
 //! [`Target`] wraps a [`SessionHandle`]; [`Lun`] knows its block size,
 //! capacity, write protection and block limits and offers `read`, `write`,
-//! `sync`, `unmap`… in blocks. Every command goes through
+//! `sync`, `unmap`… in blocks.
+//!
+//! A write asked to be durable (`fua`) carries the FUA bit only when the LUN
+//! reports DPOFUA in its MODE SENSE header (SBC-4 6.5.1). Without it some
+//! targets refuse the bit (LIO: ILLEGAL REQUEST, INVALID FIELD IN CDB) and
+//! others may ignore it, so the write goes without FUA and is followed by a
+//! SYNCHRONIZE CACHE of the same range before it counts as done. Every command goes through
 //! [`Lun::execute`], which turns a non-GOOD status into a typed
 //! [`ScsiError`] and retries what SAM says is transient: UNIT ATTENTION
 //! (always reported once after login, SPC-5 §5.14), BUSY, TASK SET FULL and
@@ -151,6 +157,7 @@ impl Target {
             block_size: 512,
             blocks: 0,
             write_protected: false,
+            dpofua: false,
             limits: None,
             provisioning: None,
             supported_vpd: Vec::new(),
@@ -165,10 +172,13 @@ impl Target {
             });
         }
         lun.refresh_capacity().await?;
-        lun.write_protected = lun.mode_sense_write_protect().await.unwrap_or_else(|e| {
-            debug!(error = %e, "MODE SENSE failed; assuming writable");
-            false
-        });
+        match lun.mode_sense().await {
+            Ok(m) => {
+                lun.write_protected = m.write_protected;
+                lun.dpofua = m.dpofua;
+            }
+            Err(e) => debug!(error = %e, "MODE SENSE failed; assuming writable, without FUA"),
+        }
         if let Ok(pages) = lun.vpd(0x00).await {
             if let Ok(sp) = vpd::SupportedPages::parse(&pages) {
                 lun.supported_vpd = sp.pages.clone();
@@ -202,6 +212,8 @@ pub struct Lun {
     block_size: u32,
     blocks: u64,
     write_protected: bool,
+    /// DPOFUA from MODE SENSE: WRITE may carry FUA.
+    dpofua: bool,
     pub limits: Option<BlockLimits>,
     pub provisioning: Option<LogicalBlockProvisioning>,
     pub supported_vpd: Vec<u8>,
@@ -228,6 +240,18 @@ impl Lun {
     }
     pub fn write_protected(&self) -> bool {
         self.write_protected
+    }
+    /// Whether the LUN reported DPOFUA, i.e. whether [`Lun::write`] with
+    /// `fua` sends the FUA bit (otherwise WRITE + SYNCHRONIZE CACHE).
+    pub fn dpofua(&self) -> bool {
+        self.dpofua
+    }
+    /// Behave as if the LUN had not reported DPOFUA: durable writes become
+    /// WRITE + SYNCHRONIZE CACHE of the range. For tests of that path
+    /// against targets that do report DPOFUA.
+    #[doc(hidden)]
+    pub fn assume_no_dpofua(&mut self) {
+        self.dpofua = false;
     }
 
     /// Largest transfer for one READ/WRITE, in bytes: the block limits page's
@@ -333,23 +357,25 @@ impl Lun {
 
     /// MODE SENSE(10), falling back to (6): the WP bit (SBC-4 §6.5.1).
     pub async fn mode_sense_write_protect(&self) -> Result<bool, ClientError> {
+        self.mode_sense().await.map(|m| m.write_protected)
+    }
+
+    /// MODE SENSE(10) of all pages without block descriptors, falling back
+    /// to MODE SENSE(6) when (10) is refused.
+    pub async fn mode_sense(&self) -> Result<ModeSense, ClientError> {
         let c = cdb::mode_sense10(0x3f, 0, true, 255)?;
         match self.execute(&c, Bytes::new()).await {
-            Ok(r) => ModeSense::parse10(&r.data)
-                .map(|m| m.write_protected)
-                .map_err(|e| ClientError::Parse {
-                    what: "MODE SENSE(10) data",
-                    source: e,
-                }),
+            Ok(r) => ModeSense::parse10(&r.data).map_err(|e| ClientError::Parse {
+                what: "MODE SENSE(10) data",
+                source: e,
+            }),
             Err(ClientError::Scsi { .. }) => {
                 let c = cdb::mode_sense6(0x3f, 0, true, 255)?;
                 let r = self.execute(&c, Bytes::new()).await?;
-                ModeSense::parse6(&r.data)
-                    .map(|m| m.write_protected)
-                    .map_err(|e| ClientError::Parse {
-                        what: "MODE SENSE(6) data",
-                        source: e,
-                    })
+                ModeSense::parse6(&r.data).map_err(|e| ClientError::Parse {
+                    what: "MODE SENSE(6) data",
+                    source: e,
+                })
             }
             Err(e) => Err(e),
         }
@@ -404,7 +430,9 @@ impl Lun {
         Ok(r.data)
     }
 
-    /// WRITE `data` (a whole number of blocks) at `lba`.
+    /// WRITE `data` (a whole number of blocks) at `lba`. With `fua` the data
+    /// is durable when this returns: FUA on the WRITE if the LUN reported
+    /// DPOFUA, else a SYNCHRONIZE CACHE of the written range after it.
     pub async fn write(&self, lba: u64, data: Bytes, fua: bool) -> Result<(), ClientError> {
         if self.write_protected {
             return Err(ClientError::ReadOnly(self.number));
@@ -413,12 +441,16 @@ impl Lun {
         debug_assert!(data.len().is_multiple_of(bs), "write of partial blocks");
         let blocks = (data.len() / bs) as u32;
         self.check_range(lba, blocks as u64)?;
-        let c = cdb::write(lba, blocks, self.block_size, fua)?;
-        match self.execute(&c, data).await {
+        let (write, sync) = write_cdbs(lba, blocks, self.block_size, fua, self.dpofua)?;
+        match self.execute(&write, data).await {
             Err(ClientError::Scsi { source, .. }) if source.is_write_protected() => {
-                Err(ClientError::ReadOnly(self.number))
+                return Err(ClientError::ReadOnly(self.number))
             }
-            other => other.map(|_| ()),
+            other => other.map(|_| ())?,
+        }
+        match sync {
+            Some(c) => self.execute(&c, Bytes::new()).await.map(|_| ()),
+            None => Ok(()),
         }
     }
 
@@ -470,6 +502,22 @@ impl Lun {
     }
 }
 
+/// The commands of one WRITE of `blocks` blocks at `lba`: the WRITE, with
+/// FUA only when `fua` is asked and the LUN reported `dpofua`; and when
+/// `fua` is asked without `dpofua`, a SYNCHRONIZE CACHE of the same range to
+/// send once the WRITE has completed.
+fn write_cdbs(
+    lba: u64,
+    blocks: u32,
+    block_size: u32,
+    fua: bool,
+    dpofua: bool,
+) -> Result<(Cdb, Option<Cdb>), ClientError> {
+    let write = cdb::write(lba, blocks, block_size, fua && dpofua)?;
+    let sync = (fua && !dpofua).then(|| cdb::sync_cache(lba, blocks, false));
+    Ok((write, sync))
+}
+
 /// Send one CDB and apply the retry policy; GOOD → Ok, otherwise a typed error.
 pub async fn execute(
     session: &SessionHandle,
@@ -511,5 +559,60 @@ pub async fn execute(
             continue;
         }
         return Err(ClientError::Scsi { op, source: err });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Byte 1 bit 3 of READ/WRITE(10/16): FUA.
+    const FUA_BIT: u8 = 0x08;
+
+    #[test]
+    fn durable_write_carries_fua_when_the_lun_reports_dpofua() {
+        let (w, sync) = write_cdbs(100, 8, 512, true, true).unwrap();
+        assert_eq!(w.as_bytes()[0], 0x2a, "WRITE(10)");
+        assert_eq!(w.as_bytes()[1] & FUA_BIT, FUA_BIT, "FUA set");
+        assert!(sync.is_none(), "no SYNCHRONIZE CACHE after a FUA write");
+    }
+
+    #[test]
+    fn durable_write_without_dpofua_is_write_then_sync_cache_of_the_range() {
+        let (w, sync) = write_cdbs(100, 8, 512, true, false).unwrap();
+        assert_eq!(w.as_bytes()[0], 0x2a, "WRITE(10)");
+        assert_eq!(w.as_bytes()[1] & FUA_BIT, 0, "no FUA without DPOFUA");
+        let s = sync.expect("SYNCHRONIZE CACHE after the write");
+        let b = s.as_bytes();
+        assert_eq!(b[0], 0x35, "SYNCHRONIZE CACHE(10)");
+        assert_eq!(
+            b[1] & 0x02,
+            0,
+            "not IMMED: the data is durable when it completes"
+        );
+        assert_eq!(u32::from_be_bytes([b[2], b[3], b[4], b[5]]), 100, "LBA");
+        assert_eq!(u16::from_be_bytes([b[7], b[8]]), 8, "blocks");
+    }
+
+    #[test]
+    fn sync_cache_of_a_range_past_32_bits_uses_the_16_byte_form() {
+        let lba = 1u64 << 33;
+        let (w, sync) = write_cdbs(lba, 70_000, 4096, true, false).unwrap();
+        assert_eq!(w.as_bytes()[0], 0x8a, "WRITE(16)");
+        assert_eq!(w.as_bytes()[1] & FUA_BIT, 0);
+        let s = sync.expect("SYNCHRONIZE CACHE");
+        let b = s.as_bytes();
+        assert_eq!(b[0], 0x91, "SYNCHRONIZE CACHE(16)");
+        assert_eq!(u64::from_be_bytes(b[2..10].try_into().unwrap()), lba);
+        assert_eq!(u32::from_be_bytes(b[10..14].try_into().unwrap()), 70_000);
+    }
+
+    #[test]
+    fn plain_writes_never_carry_fua_nor_sync() {
+        for dpofua in [false, true] {
+            let (w, sync) = write_cdbs(7, 1, 512, false, dpofua).unwrap();
+            assert_eq!(w.as_bytes()[1] & FUA_BIT, 0);
+            assert!(sync.is_none());
+        }
     }
 }

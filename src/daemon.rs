@@ -128,6 +128,9 @@ async fn detach(opts: &DaemonOpts, deadline: Duration) -> Result<(), CliError> {
                 if let Some(m) = line.strip_prefix("error ") {
                     message = Some(m.to_string());
                 }
+                if let Some(m) = line.strip_prefix("print ") {
+                    println!("{m}");
+                }
             }
             false
         };
@@ -208,6 +211,25 @@ impl Readiness {
     /// Whether this process is the background child of `--daemon`.
     pub fn is_daemon_child(&self) -> bool {
         self.pipe.is_some()
+    }
+
+    /// A line for the user's standard output (e.g. the device `rlun attach`
+    /// picked): printed here, or in the `--daemon` child relayed to the
+    /// parent, which prints it. Call before [`Readiness::ready`].
+    pub fn print(&self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = if self
+            .pipe
+            .as_ref()
+            .is_some_and(|p| !p.done.load(Ordering::Acquire))
+        {
+            writeln!(out, "print {line}")
+        } else if self.pipe.is_none() {
+            writeln!(out, "{line}")
+        } else {
+            Ok(())
+        };
+        let _ = out.flush();
     }
 
     /// The command is ready to use: tell the parent (which exits 0) and

@@ -361,3 +361,54 @@ fn device_io_survives_tgtd_killed_and_restarted() {
         "backing file holds every write"
     );
 }
+
+/// What tgtd (1.0.85) reports in MODE SENSE: DPOFUA set, so durable writes
+/// carry FUA there. The other path — no DPOFUA, as LIO's fileio LUNs report
+/// without a write cache, which refuse the FUA bit — is WRITE followed by
+/// SYNCHRONIZE CACHE of the range; it is forced here on the same tgtd LUN
+/// so that both command sequences run against a real target, through the
+/// client and through the device's write-back FUA path, and the data lands.
+#[test]
+fn durable_writes_follow_the_dpofua_bit_tgtd_reports() {
+    const SIZE: u64 = 2 * MIB;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, file) = tgtd_with_lun(dir.path(), SIZE, 55, false);
+    run(async {
+        let (target, mut lun) = open(&tgtd).await;
+        let ms = lun.mode_sense().await.expect("MODE SENSE");
+        assert!(ms.dpofua, "tgtd reports DPOFUA: {ms:?}");
+        assert!(lun.dpofua(), "the LUN keeps what MODE SENSE said");
+        lun.write(8, Bytes::from(vec![0xa5; 4096]), true)
+            .await
+            .expect("WRITE with FUA");
+        assert!(file_bytes(&file, 8 * 512, 4096) == vec![0xa5; 4096]);
+
+        lun.assume_no_dpofua();
+        assert!(!lun.dpofua());
+        lun.write(64, Bytes::from(vec![0x5a; 8192]), true)
+            .await
+            .expect("WRITE + SYNCHRONIZE CACHE of the range");
+        assert!(file_bytes(&file, 64 * 512, 8192) == vec![0x5a; 8192]);
+        // The device's FUA path (write-back mode) goes through the same call.
+        let dev = LunDevice::new(
+            lun,
+            DeviceConfig {
+                mode: CacheMode::WriteBack,
+                writeback_delay: Duration::from_secs(3600),
+                ..DeviceConfig::default()
+            },
+        )
+        .expect("device");
+        dev.write_at_fua(MIB + 100, Bytes::from_static(b"synchronized range"))
+            .await
+            .expect("device FUA write without DPOFUA");
+        assert_eq!(&file_bytes(&file, MIB + 100, 18)[..], b"synchronized range");
+        assert_eq!(
+            dev.stats().dirty_bytes,
+            0,
+            "the FUA write left nothing dirty"
+        );
+        drop(dev);
+        let _ = target.logout().await;
+    });
+}

@@ -24,7 +24,7 @@ use crate::cli::{AttachOpts, CacheChoice, CacheOpts, ConnectOpts, DaemonOpts};
 use crate::client::Target;
 use crate::daemon::{self, Launched, PidFile, Readiness, Signals};
 use crate::export::{open_luns, ExportSet, OpenError};
-use crate::nbd::kernel::{self, flags, ConnectParams, KernelError};
+use crate::nbd::kernel::{self, flags, ConnectParams, Interface, KernelError};
 use crate::nbd::server::{Limits, Server};
 
 /// The index N of `/dev/nbdN` (or `nbdN`).
@@ -42,22 +42,23 @@ fn kernel_error(e: KernelError) -> CliError {
 }
 
 /// The checks that need no network: root, the nbd module, a free device.
-pub fn check_local(index: Option<u32>) -> Result<(), CliError> {
+/// Returns the kernel interface to use (netlink, or the ioctls).
+pub fn check_local(index: Option<u32>) -> Result<Interface, CliError> {
     if daemon::current_uid() != 0 {
         return Err(kernel_error(KernelError::NotRoot));
     }
-    kernel::probe().map_err(kernel_error)?;
+    let iface = kernel::interface().map_err(kernel_error)?;
     if let Some(i) = index {
         if !Path::new(&format!("/sys/block/nbd{i}")).exists() {
             return Err(CliError::Usage(format!(
                 "/dev/nbd{i} does not exist (the nbd module's nbds_max is lower)"
             )));
         }
-        if Path::new(&format!("/sys/block/nbd{i}/pid")).exists() {
+        if kernel::connected(i) {
             return Err(kernel_error(KernelError::Busy(i)));
         }
     }
-    Ok(())
+    Ok(iface)
 }
 
 fn state_key(index: u32) -> PathBuf {
@@ -78,7 +79,7 @@ pub async fn run(
     if o.connections == 0 {
         return Err(CliError::Usage("--connections must be at least 1".into()));
     }
-    check_local(index)?;
+    let iface = check_local(index)?;
     let deadline = daemon::ready_deadline(
         conn.connect_timeout.unwrap_or(ctx.config.connect_timeout()),
         conn.login_timeout.unwrap_or(ctx.config.login_timeout()),
@@ -87,15 +88,17 @@ pub async fn run(
         Launched::Detached => return Ok(()),
         Launched::Serve(r) => r,
     };
-    let result = attach(ctx, arg, index, o, cache, conn, &mut readiness).await;
+    let result = attach(ctx, arg, index, iface, o, cache, conn, &mut readiness).await;
     readiness.finished(&result);
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn attach(
     ctx: &Ctx,
     arg: &str,
     index: Option<u32>,
+    iface: Interface,
     o: &AttachOpts,
     cache: &CacheOpts,
     conn: &ConnectOpts,
@@ -143,16 +146,13 @@ async fn attach(
         Limits::default(),
         stop_rx,
     ));
-    let mut info = server
+    // SEND_FUA is offered as the server offers it: a FUA request becomes a
+    // WRITE with FUA where the LUN reports DPOFUA, WRITE + SYNCHRONIZE
+    // CACHE of the range elsewhere (client::Lun::write).
+    let info = server
         .preset_info(0)
         .await
         .ok_or_else(|| CliError::Other("no export to attach".into()))?;
-    // No FUA for the kernel: the device layer sends WRITE with FUA even to
-    // LUNs that do not advertise DPOFUA (LIO refuses those with ILLEGAL
-    // REQUEST). Without SEND_FUA the kernel uses FLUSH for durability,
-    // which every LUN honours. To be lifted once the device layer checks
-    // DPOFUA.
-    info.flags &= !crate::nbd::proto::tflag::SEND_FUA;
 
     let mut conns = JoinSet::new();
     let mut kernel_ends: Vec<OwnedFd> = Vec::new();
@@ -202,14 +202,19 @@ async fn attach(
         dead_conn_timeout: timeout,
     };
     let connected = tokio::task::spawn_blocking(move || {
-        let r = kernel::connect(&params, &kernel_ends);
+        let r = match iface {
+            Interface::Netlink => kernel::connect(&params, &kernel_ends).map(|i| (i, None)),
+            Interface::Ioctl => {
+                kernel::connect_ioctl(&params, &kernel_ends).map(|s| (s.index(), Some(s)))
+            }
+        };
         drop(kernel_ends); // the kernel holds its own references
         r
     })
     .await
-    .map_err(|e| CliError::Other(format!("netlink task failed: {e}")))?;
-    let index = match connected {
-        Ok(i) => i,
+    .map_err(|e| CliError::Other(format!("nbd connect task failed: {e}")))?;
+    let (index, ioctl_session) = match connected {
+        Ok(c) => c,
         Err(e) => {
             let _ = stop_tx.send(true);
             conns.shutdown().await;
@@ -220,11 +225,10 @@ async fn attach(
     };
     let dev = state_key(index);
     let pid_file = PidFile::create(daemon::state_file(&dev));
-    info!("attached {} as {}", url, dev.display());
+    info!(interface = ?iface, "attached {} as {}", url, dev.display());
+    // The device on standard output (with --daemon, from the parent).
+    readiness.print(&dev.display().to_string());
     readiness.ready(&format!("attached {}", dev.display()));
-    if !readiness.is_daemon_child() {
-        println!("{}", dev.display());
-    }
 
     let ended_by_kernel = tokio::select! {
         s = signals.recv() => {
@@ -235,11 +239,15 @@ async fn attach(
     };
     readiness.stopping("disconnecting the device");
     if !ended_by_kernel {
-        if let Err(e) = tokio::task::spawn_blocking(move || kernel::disconnect(index))
+        let disconnect = move || match iface {
+            Interface::Netlink => kernel::disconnect(index),
+            Interface::Ioctl => kernel::disconnect_ioctl(index),
+        };
+        if let Err(e) = tokio::task::spawn_blocking(disconnect)
             .await
             .unwrap_or_else(|e| Err(KernelError::Io(std::io::Error::other(e))))
         {
-            warn!(error = %e, "NBD_CMD_DISCONNECT failed");
+            warn!(error = %e, "disconnecting the device failed");
         }
         let grace = Limits::default().drain_timeout + Duration::from_secs(5);
         tokio::select! {
@@ -251,6 +259,15 @@ async fn attach(
     let _ = stop_tx.send(true);
     exports.shut_down();
     conns.shutdown().await;
+    if let Some(s) = ioctl_session {
+        // NBD_DO_IT returns once the kernel has let go of the sockets,
+        // which are closed by now.
+        match tokio::task::spawn_blocking(move || s.wait()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "NBD_DO_IT ended with an error"),
+            Err(e) => warn!(error = %e, "NBD_DO_IT thread failed"),
+        }
+    }
     drop(server);
     let result = daemon::finish_exports(&exports, &target)
         .await
@@ -274,14 +291,10 @@ pub async fn detach(device: &Path, timeout: Duration) -> Result<(), CliError> {
     let pid = std::fs::read_to_string(&state)
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok())
-        .filter(|p| super::mount::process_alive(*p))
-        .ok_or_else(|| {
-            CliError::Other(format!(
-                "{} is not attached by rlun (no live process in {})",
-                dev.display(),
-                state.display()
-            ))
-        })?;
+        .filter(|p| super::mount::process_alive(*p));
+    let Some(pid) = pid else {
+        return detach_orphan(index, &state);
+    };
     let status = tokio::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
@@ -316,6 +329,41 @@ pub async fn detach(device: &Path, timeout: Duration) -> Result<(), CliError> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// `rlun detach` of a device with no live rlun behind its pid file: a
+/// device left connected by an rlun that was killed (its sockets dead, I/O
+/// failing after the dead-connection timeout) is disconnected; a device
+/// another program connected, or a free one, is refused.
+fn detach_orphan(index: u32, state: &Path) -> Result<(), CliError> {
+    let not_ours = |why: &str| {
+        CliError::Other(format!(
+            "/dev/nbd{index} is not attached by rlun (no live process in {}; {why})",
+            state.display()
+        ))
+    };
+    // The task that connected the device (a thread id for netlink).
+    let Some(owner) = std::fs::read_to_string(format!("/sys/block/nbd{index}/pid"))
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+    else {
+        return Err(not_ours("the device is not connected"));
+    };
+    if super::mount::process_alive(owner) {
+        return Err(not_ours(&format!("pid {owner} holds it")));
+    }
+    if !std::fs::read_to_string(state).is_ok_and(|t| !t.trim().is_empty()) {
+        return Err(not_ours(&format!(
+            "it was connected by pid {owner}, which is gone"
+        )));
+    }
+    kernel::disconnect_any(index).map_err(kernel_error)?;
+    let _ = std::fs::remove_file(state);
+    eprintln!(
+        "rlun: /dev/nbd{index}: its rlun had died (connected by pid {owner}); disconnected the \
+         device (writes it had not acknowledged are lost)"
+    );
+    Ok(())
 }
 
 /// What one live rlun process of this user holds, from its pid file.

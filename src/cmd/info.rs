@@ -55,6 +55,7 @@ pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Res
             "lbprz": rc16.as_ref().map(|r| r.lbprz),
         },
         "write_protected": lun.write_protected(),
+        "dpofua": lun.dpofua(),
         "block_limits": lun.limits.as_ref().map(|l| json!({
             "max_transfer_blocks": l.max_transfer_len,
             "optimal_transfer_blocks": l.optimal_transfer_len,
@@ -131,6 +132,7 @@ fn print_text(v: &Value) -> Result<(), CliError> {
     out!("Physical block:  {}", s(&c["physical_block_size"]));
     out!("Thin (LBPME):    {}", s(&c["lbpme"]));
     out!("Write protected: {}", s(&v["write_protected"]));
+    out!("FUA (DPOFUA):    {}", s(&v["dpofua"]));
     if let Some(l) = v["block_limits"].as_object() {
         out!("Block limits (VPD 0xB0):");
         for (k, val) in l {

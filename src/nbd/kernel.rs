@@ -1,4 +1,5 @@
-//! The kernel's NBD client (`/dev/nbdN`), driven over generic netlink.
+//! The kernel's NBD client (`/dev/nbdN`), driven over generic netlink or,
+//! where that is missing, over the older ioctl interface.
 //!
 //! `rlun attach` hands the kernel one end of one or more socketpairs whose
 //! other ends the in-process NBD server serves in transmission phase (the
@@ -7,16 +8,25 @@
 //! [`connect`] (`NBD_CMD_CONNECT`, the kernel may pick the device) and
 //! [`disconnect`] (`NBD_CMD_DISCONNECT`).
 //!
+//! Kernels whose nbd module has no netlink family (before 4.12), or a run
+//! with `RLUN_NBD_INTERFACE=ioctl` (how the lab tests this path), use the
+//! ioctls on `/dev/nbdN` instead ([`connect_ioctl`], [`disconnect_ioctl`]):
+//! `NBD_SET_BLKSIZE`, `NBD_SET_SIZE_BLOCKS`, `NBD_SET_TIMEOUT`,
+//! `NBD_SET_FLAGS`, one `NBD_SET_SOCK` per connection, then `NBD_DO_IT`,
+//! which blocks a thread for as long as the device is connected. That
+//! interface has no dead-connection timeout: a dead socket fails I/O at
+//! once, and a request without a reply fails after `NBD_SET_TIMEOUT`.
+//!
 //! Messages are built and parsed in safe code ([`encode_connect`],
-//! [`parse_reply`]); `unsafe` is confined to the socket, bind, send and
-//! receive calls, each with a `// SAFETY:` comment. The ioctl interface
-//! (`NBD_SET_SOCK`, `NBD_DO_IT`, …) used by kernels without the netlink
-//! family is not implemented yet: on such kernels [`connect`] reports
-//! [`KernelError::NoNetlink`].
+//! [`parse_reply`]); `unsafe` is confined to the socket, bind, send,
+//! receive and ioctl calls, each with a `// SAFETY:` comment.
 #![allow(unsafe_code)]
 
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// NBD transmission flags the kernel is told (`NBD_ATTR_SERVER_FLAGS`).
 pub mod flags {
@@ -65,6 +75,10 @@ pub enum KernelError {
     ModuleMissing,
     #[error("the kernel has no NBD netlink interface (Linux 4.12 or later needed)")]
     NoNetlink,
+    #[error("{INTERFACE_ENV}={0}: expected `netlink` or `ioctl`")]
+    BadInterface(String),
+    #[error("no free /dev/nbd device (all are connected; load nbd with a larger nbds_max)")]
+    NoFreeDevice,
     #[error("attaching NBD devices needs root (CAP_SYS_ADMIN)")]
     NotRoot,
     #[error("/dev/nbd{0} is in use")]
@@ -367,6 +381,195 @@ pub fn disconnect(index: u32) -> Result<(), KernelError> {
     Ok(())
 }
 
+/// How the kernel's NBD client is driven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interface {
+    Netlink,
+    Ioctl,
+}
+
+/// Environment variable that forces an interface: `netlink` or `ioctl`.
+pub const INTERFACE_ENV: &str = "RLUN_NBD_INTERFACE";
+
+/// Which interface to use: the one `RLUN_NBD_INTERFACE` names, else
+/// netlink when the `nbd` family exists, else the ioctls when the module is
+/// loaded without it. [`KernelError::ModuleMissing`] when it is not loaded.
+pub fn interface() -> Result<Interface, KernelError> {
+    choose_interface(
+        std::env::var(INTERFACE_ENV).ok().as_deref(),
+        Path::new("/sys/module/nbd").exists(),
+        probe,
+    )
+}
+
+/// [`interface`]'s decision: `forced` from the environment, whether the
+/// module is loaded, and the netlink family lookup.
+fn choose_interface(
+    forced: Option<&str>,
+    module: bool,
+    probe: impl FnOnce() -> Result<(), KernelError>,
+) -> Result<Interface, KernelError> {
+    match forced {
+        Some("ioctl") if module => Ok(Interface::Ioctl),
+        Some("ioctl") => Err(KernelError::ModuleMissing),
+        Some("netlink") => probe().map(|()| Interface::Netlink),
+        Some(other) => Err(KernelError::BadInterface(other.to_string())),
+        None => match probe() {
+            Ok(()) => Ok(Interface::Netlink),
+            Err(KernelError::ModuleMissing) if module => Ok(Interface::Ioctl),
+            Err(e) => Err(e),
+        },
+    }
+}
+
+// linux/nbd.h: _IO(0xab, n).
+const NBD_SET_SOCK: u64 = 0xab00;
+const NBD_SET_BLKSIZE: u64 = 0xab01;
+const NBD_DO_IT: u64 = 0xab03;
+const NBD_CLEAR_SOCK: u64 = 0xab04;
+const NBD_CLEAR_QUE: u64 = 0xab05;
+const NBD_SET_SIZE_BLOCKS: u64 = 0xab07;
+const NBD_DISCONNECT: u64 = 0xab08;
+const NBD_SET_TIMEOUT: u64 = 0xab09;
+const NBD_SET_FLAGS: u64 = 0xab0a;
+
+/// One nbd ioctl with an integer argument.
+fn nbd_ioctl(dev: &File, request: u64, arg: u64) -> io::Result<()> {
+    // SAFETY: dev is an open /dev/nbdN; every request used here takes its
+    // argument by value (an integer or a descriptor number), never a
+    // pointer, so the kernel reads no memory of ours.
+    let r = unsafe { libc::ioctl(dev.as_raw_fd(), request as _, arg as libc::c_ulong) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn open_device(index: u32) -> Result<File, KernelError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/dev/nbd{index}"))
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => KernelError::NotRoot,
+            _ => KernelError::Io(e),
+        })
+}
+
+/// Whether `/dev/nbd<index>` is connected (the kernel shows its owner).
+pub fn connected(index: u32) -> bool {
+    Path::new(&format!("/sys/block/nbd{index}/pid")).exists()
+}
+
+/// The first `/dev/nbdN` that is not connected.
+fn free_device() -> Result<u32, KernelError> {
+    let mut found: Vec<u32> = std::fs::read_dir("/sys/block")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("nbd")?.parse().ok())
+        .collect();
+    found.sort_unstable();
+    found
+        .into_iter()
+        .find(|i| !connected(*i))
+        .ok_or(KernelError::NoFreeDevice)
+}
+
+/// A device connected through the ioctls: a thread sits in `NBD_DO_IT`
+/// until the device is disconnected.
+pub struct IoctlSession {
+    index: u32,
+    thread: std::thread::JoinHandle<io::Result<()>>,
+}
+
+impl IoctlSession {
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Wait for `NBD_DO_IT` to return (after a disconnect, or when the
+    /// kernel gave up on the sockets); the device is cleared by then.
+    pub fn wait(self) -> Result<(), KernelError> {
+        self.thread
+            .join()
+            .map_err(|_| KernelError::Io(io::Error::other("NBD_DO_IT thread panicked")))?
+            .map_err(KernelError::Io)
+    }
+}
+
+/// Configure `/dev/nbdN` (the named one, or the first free one) over the
+/// ioctls and start it on `socks`; returns once the kernel shows the device
+/// connected. The kernel holds its own references to the sockets.
+pub fn connect_ioctl(p: &ConnectParams, socks: &[OwnedFd]) -> Result<IoctlSession, KernelError> {
+    let index = match p.index {
+        Some(i) => i,
+        None => free_device()?,
+    };
+    let dev = open_device(index)?;
+    let setup = || -> io::Result<()> {
+        nbd_ioctl(&dev, NBD_SET_BLKSIZE, p.block_size)?;
+        nbd_ioctl(&dev, NBD_SET_SIZE_BLOCKS, p.size / p.block_size.max(1))?;
+        nbd_ioctl(&dev, NBD_SET_TIMEOUT, p.timeout)?;
+        nbd_ioctl(&dev, NBD_SET_FLAGS, p.server_flags)?;
+        for s in socks {
+            nbd_ioctl(&dev, NBD_SET_SOCK, s.as_raw_fd() as u64)?;
+        }
+        Ok(())
+    };
+    if let Err(e) = setup() {
+        let _ = nbd_ioctl(&dev, NBD_CLEAR_SOCK, 0);
+        return Err(match e.raw_os_error() {
+            Some(libc::EBUSY) => KernelError::Busy(index),
+            Some(libc::EPERM) | Some(libc::EACCES) => KernelError::NotRoot,
+            _ => KernelError::Io(e),
+        });
+    }
+    let thread = std::thread::Builder::new()
+        .name(format!("nbd{index}-do-it"))
+        .spawn(move || {
+            let r = nbd_ioctl(&dev, NBD_DO_IT, 0);
+            // Whatever ended it: fail what is queued, drop the sockets.
+            let _ = nbd_ioctl(&dev, NBD_CLEAR_QUE, 0);
+            let _ = nbd_ioctl(&dev, NBD_CLEAR_SOCK, 0);
+            r
+        })?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !connected(index) {
+        if thread.is_finished() {
+            let r = thread.join();
+            return Err(match r {
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::EBUSY) => KernelError::Busy(index),
+                Ok(Err(e)) => KernelError::Io(e),
+                _ => KernelError::Malformed("NBD_DO_IT returned before the device started"),
+            });
+        }
+        if Instant::now() >= deadline {
+            return Err(KernelError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("/dev/nbd{index} did not start within 10s of NBD_DO_IT"),
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(IoctlSession { index, thread })
+}
+
+/// `NBD_DISCONNECT` on `/dev/nbd<index>`: the kernel sends NBD_CMD_DISC
+/// and shuts the sockets down; the `NBD_DO_IT` thread then returns.
+pub fn disconnect_ioctl(index: u32) -> Result<(), KernelError> {
+    let dev = open_device(index)?;
+    nbd_ioctl(&dev, NBD_DISCONNECT, 0)
+        .map_err(|e| errno_error(e.raw_os_error().unwrap_or(0), Some(index)))
+}
+
+/// Disconnect over whichever interface works: netlink, else the ioctl.
+pub fn disconnect_any(index: u32) -> Result<(), KernelError> {
+    match interface()? {
+        Interface::Netlink => disconnect(index),
+        Interface::Ioctl => disconnect_ioctl(index),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,6 +655,64 @@ mod tests {
             parse_reply(&bad_attr),
             Err(KernelError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn ioctl_numbers_are_those_of_linux_nbd_h() {
+        // _IO(0xab, nr): type in bits 8..16, no size, no direction.
+        let io = |nr: u64| (0xab << 8) | nr;
+        assert_eq!(NBD_SET_SOCK, io(0));
+        assert_eq!(NBD_SET_BLKSIZE, io(1));
+        assert_eq!(NBD_DO_IT, io(3));
+        assert_eq!(NBD_CLEAR_SOCK, io(4));
+        assert_eq!(NBD_CLEAR_QUE, io(5));
+        assert_eq!(NBD_SET_SIZE_BLOCKS, io(7));
+        assert_eq!(NBD_DISCONNECT, io(8));
+        assert_eq!(NBD_SET_TIMEOUT, io(9));
+        assert_eq!(NBD_SET_FLAGS, io(10));
+    }
+
+    #[test]
+    fn interface_choice() {
+        use Interface::*;
+        let missing = || Err(KernelError::ModuleMissing);
+        let found = || Ok(());
+        // Netlink when the family exists; the ioctls when the module is
+        // loaded without it (kernels before 4.12); else `modprobe nbd`.
+        assert_eq!(choose_interface(None, true, found).unwrap(), Netlink);
+        assert_eq!(choose_interface(None, true, missing).unwrap(), Ioctl);
+        assert!(matches!(
+            choose_interface(None, false, missing),
+            Err(KernelError::ModuleMissing)
+        ));
+        // Forced.
+        assert_eq!(choose_interface(Some("ioctl"), true, found).unwrap(), Ioctl);
+        assert!(matches!(
+            choose_interface(Some("ioctl"), false, missing),
+            Err(KernelError::ModuleMissing)
+        ));
+        assert_eq!(
+            choose_interface(Some("netlink"), true, found).unwrap(),
+            Netlink
+        );
+        assert!(matches!(
+            choose_interface(Some("netlink"), true, missing),
+            Err(KernelError::ModuleMissing)
+        ));
+        let e = choose_interface(Some("ioctls"), true, found).unwrap_err();
+        assert!(matches!(e, KernelError::BadInterface(_)));
+        assert!(e.to_string().contains("RLUN_NBD_INTERFACE=ioctls"), "{e}");
+    }
+
+    /// Without the module, forcing the ioctls still says `modprobe nbd`.
+    #[test]
+    fn interface_reports_the_module_state() {
+        let loaded = std::path::Path::new("/sys/module/nbd").exists();
+        match interface() {
+            Ok(_) => assert!(loaded),
+            Err(KernelError::ModuleMissing) => assert!(!loaded),
+            Err(e) => panic!("unexpected: {e}"),
+        }
     }
 
     #[test]

@@ -267,7 +267,7 @@ cfs() {
 # unit serial number (VPD page 0x80) "rlun-lab-NAME".
 lio_fileio() {
     local name=$1 file=$2 mib=$3 bs=$4 dir=$LIO/core/fileio_0/$1
-    run "fileio $name: mkdir" 10 mkdir -p "$dir"
+    run "fileio $name: mkdir" 60 mkdir -p "$dir"
     cfs "$dir/control" "fd_dev_name=$file,fd_dev_size=$((mib * 1024 * 1024))"
     cfs "$dir/enable" 1
     cfs "$dir/attrib/block_size" "$bs"
@@ -278,7 +278,7 @@ lio_fileio() {
 # lio_target IQN: target + TPG 1 in demo mode (any initiator, read-write).
 lio_target() {
     local tpg=$LIO/iscsi/$1/tpgt_1
-    run "target $1" 10 mkdir -p "$tpg"
+    run "target $1" 60 mkdir -p "$tpg"
     cfs "$tpg/attrib/generate_node_acls" 1
     cfs "$tpg/attrib/demo_mode_write_protect" 0
     cfs "$tpg/attrib/cache_dynamic_acls" 1
@@ -288,13 +288,13 @@ lio_target() {
 # lio_lun IQN LUN BACKSTORE
 lio_lun() {
     local tpg=$LIO/iscsi/$1/tpgt_1
-    run "$1: lun_$2" 10 mkdir -p "$tpg/lun/lun_$2"
-    run "$1: lun_$2 -> $3" 10 ln -s "$LIO/core/fileio_0/$3" "$tpg/lun/lun_$2/$3"
+    run "$1: lun_$2" 60 mkdir -p "$tpg/lun/lun_$2"
+    run "$1: lun_$2 -> $3" 60 ln -s "$LIO/core/fileio_0/$3" "$tpg/lun/lun_$2/$3"
 }
 
 # lio_portal IQN PORT: a TCP network portal on the target address.
 lio_portal() {
-    run "$1: portal $LAB_IP_T:$2" 10 mkdir -p "$LIO/iscsi/$1/tpgt_1/np/$LAB_IP_T:$2"
+    run "$1: portal $LAB_IP_T:$2" 60 mkdir -p "$LIO/iscsi/$1/tpgt_1/np/$LAB_IP_T:$2"
 }
 
 lio_enable() {

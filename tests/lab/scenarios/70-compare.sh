@@ -84,6 +84,8 @@ for row in rows:
           f"ratio rlun/kernel {row['ratio']:.2f}; rlun bench {row['rlun_bench_iops']:.0f} IOPS "
           f"(ratio {row['rlun_bench_ratio']:.2f})")
 PY
+    # /dev/nbdN attached by rlun vs the kernel initiator's disk (own block).
+    compare_nbd "$secs" "$limit" "/dev/$dev"
     note "same fio job on rlun's FUSE file and on the kernel initiator: see the comparison table"
 }
 
@@ -211,4 +213,79 @@ json.dump({"what": "iSER: rlun bench (iSER, TCP), libiscsi iscsi-perf (iSER), fi
 print("\n".join(table))
 PY
     note "iSER comparison: see compare-iser.json"
+}
+
+
+# --- kernel nbd (issue 10) -----------------------------------------------------
+#
+# compare_nbd SECS LIMIT KERNEL_DISK: the same fio jobs (libaio, direct=1,
+# QD 32: 128 KiB sequential and 4 KiB random reads) on /dev/nbdN attached by
+# `rlun attach` (2 connections, --cache none: like the kernel initiator,
+# every read goes to the target) and on the kernel initiator's disk of the
+# same LIO LUN, one after the other, with
+# fio's usr+sys CPU per GiB (rlun's own CPU from /proc for the nbd rows).
+# Writes $LAB_OUT/compare-nbd.json (with a "table" the runner prints).
+compare_nbd() {
+    local secs=$1 limit=$2 kdev=$3 W=$LAB_WORK/nbd
+    mkdir -p "$W"
+    need nbd
+    local url="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_BENCH_IQN/0" dev pid c name bs rw t0 t1
+    setsid "$RLUN" attach "$url" --connections 2 --cache none </dev/null >"$W/attach.out" 2>"$W/attach.log" &
+    pid=$!
+    on_exit "'$RLUN' detach \$(head -n 1 '$W/attach.out') 2>/dev/null; kill $pid 2>/dev/null; true"
+    wait_for "rlun attach printed its device" 60 grep -q '^/dev/nbd' "$W/attach.out"
+    dev=$(head -n 1 "$W/attach.out")
+    wait_for "$dev connected" 30 test -e "/sys/block/${dev#/dev/}/pid"
+    local cases=("read128k 128k read" "randread4k 4k randread")
+    for c in "${cases[@]}"; do
+        read -r name bs rw <<<"$c"
+        t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+        capture "fio $rw $bs qd32 on $dev (rlun attach)" "$limit" "$W/fio-nbd-$name.json" \
+            fio --name="$name" --filename="$dev" --rw="$rw" --bs="$bs" --iodepth=32 \
+            --ioengine=libaio --direct=1 --runtime="$secs" --time_based --output-format=json
+        t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+        echo "$(((t1 - t0)))" >"$W/rlun-ticks-$name.txt"
+        capture "fio $rw $bs qd32 on $kdev (kernel initiator)" "$limit" "$W/fio-sd-$name.json" \
+            fio --name="$name" --filename="$kdev" --rw="$rw" --bs="$bs" --iodepth=32 \
+            --ioengine=libaio --direct=1 --runtime="$secs" --time_based --output-format=json
+    done
+    run "rlun detach $dev" 120 "$RLUN" detach "$dev"
+    python3 - "$W" "$LAB_OUT/compare-nbd.json" "$secs" "${LAB_RLUN_SOURCE:-$RLUN}" "$(getconf CLK_TCK)" <<'PY' || fail "could not read the nbd benchmark results"
+import json, sys
+work, out, secs, rlun, hz = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+GIB = float(1 << 30)
+rows = []
+for name, label in (("read128k", "seq read 128k qd32"), ("randread4k", "randread 4k qd32")):
+    for who, f in (("fio on rlun /dev/nbd", f"fio-nbd-{name}"), ("fio on kernel /dev/sd", f"fio-sd-{name}")):
+        j = json.load(open(f"{work}/{f}.json"))["jobs"][0]
+        rd = j["read"]
+        gib = rd["io_bytes"] / GIB
+        cpu = (j["usr_cpu"] + j["sys_cpu"]) / 100.0 * rd["runtime"] / 1000.0
+        row = {"case": label, "who": who, "iops": rd["iops"], "mb_s": rd["bw_bytes"] / 1e6,
+               "fio_cpu_s_per_gib": cpu / gib if gib else None}
+        if who.startswith("fio on rlun"):
+            ticks = int(open(f"{work}/rlun-ticks-{name}.txt").read())
+            row["rlun_cpu_s_per_gib"] = ticks / hz / gib if gib else None
+        rows.append(row)
+
+def f1(v, fmt):
+    return format(v, fmt) if isinstance(v, (int, float)) else "-"
+
+table = [f"nbd comparison: fio (libaio, direct, QD 32) on /dev/nbdN attached by rlun vs on the kernel "
+         f"initiator's /dev/sdX, same LIO LUN, same VM run, {secs} s each; software emulation: ratios only",
+         f"  {'case':<20} {'device':<22} {'IOPS':>9} {'MB/s':>9} {'fio CPU s/GiB':>14} {'rlun CPU s/GiB':>15}"]
+for r in rows:
+    table.append(f"  {r['case']:<20} {r['who']:<22} {f1(r['iops'], '9.0f')} {f1(r['mb_s'], '9.1f')} "
+                 f"{f1(r['fio_cpu_s_per_gib'], '14.2f')} {f1(r.get('rlun_cpu_s_per_gib'), '15.2f')}")
+ratios = {}
+for case in ("seq read 128k qd32", "randread 4k qd32"):
+    n, k = (next(r["iops"] for r in rows if r["case"] == case and r["who"].startswith(w))
+            for w in ("fio on rlun", "fio on kernel"))
+    ratios[case] = n / k if k else None
+    table.append(f"  {case}: rlun nbd / kernel initiator throughput {f1(ratios[case], '.2f')}")
+json.dump({"what": "fio on /dev/nbdN attached by rlun vs fio on the kernel initiator's /dev/sdX",
+           "seconds_per_run": secs, "rlun": rlun, "rows": rows, "ratios": ratios, "table": table},
+          open(out, "w"), indent=1)
+print("\n".join(table))
+PY
 }
