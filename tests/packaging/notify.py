@@ -4,13 +4,17 @@ its readiness protocol (sd_notify(3)):
 
     notify.py mount MOUNTPOINT FILE -- COMMAND...
     notify.py nbd SOCKET -- COMMAND...
+    notify.py device BEFORE_STOP -- COMMAND...
 
 COMMAND gets NOTIFY_SOCKET pointing at a datagram socket made here. The check:
 READY=1 arrives (before COMMAND exits, within --timeout seconds) and at that
 moment the service is usable — MOUNTPOINT is a mount point and FILE reads
 (mount), or SOCKET accepts a connection that opens with the NBD greeting
-(nbd); then SIGTERM brings STOPPING=1, and COMMAND exits 0 (and the mount is
-gone). Prints one "ok   - ..." or "FAIL - ..." line per check and every
+(nbd), or the device that READY=1's STATUS= names ("attached /dev/nbdN")
+has a size and reads with O_DIRECT (device; then the program BEFORE_STOP runs
+with DEV and MAINPID in its environment, as systemd runs ExecStop, and must
+succeed); then SIGTERM brings STOPPING=1, and COMMAND exits 0 (and the mount
+is gone). Prints one "ok   - ..." or "FAIL - ..." line per check and every
 message received; exits 1 when a check failed.
 """
 
@@ -25,8 +29,27 @@ import time
 TIMEOUT = 60.0
 
 
-def usable(kind, args):
+def usable(kind, args, status):
     """Why the service is not usable yet (None when it is)."""
+    if kind == "device":
+        dev = status.removeprefix("attached ")
+        if not dev.startswith("/dev/nbd"):
+            return f"STATUS={status!r} names no /dev/nbdN"
+        try:
+            with open(f"/sys/block/{dev[5:]}/size") as f:
+                if int(f.read()) == 0:
+                    return f"{dev} has size 0"
+        except OSError as e:
+            return f"{dev}: {e}"
+        r = subprocess.run(
+            ["dd", f"if={dev}", "of=/dev/null", "bs=4096", "count=1", "iflag=direct", "status=none"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if r.returncode != 0:
+            return f"{dev}: dd: {r.stderr.strip()}"
+        return None
     if kind == "mount":
         mountpoint, path = args
         if not os.path.ismount(mountpoint):
@@ -55,7 +78,7 @@ def usable(kind, args):
 
 def main():
     argv = sys.argv[1:]
-    if "--" not in argv or not argv or argv[0] not in ("mount", "nbd"):
+    if "--" not in argv or not argv or argv[0] not in ("mount", "nbd", "device"):
         print(__doc__, file=sys.stderr)
         return 2
     sep = argv.index("--")
@@ -99,9 +122,17 @@ def main():
             ready = receive("READY=1", time.monotonic() + TIMEOUT)
             check(ready is not None, f"READY=1 from {command[0]} {command[1]}")
             if ready is not None:
-                why = usable(kind, args)
+                fields = dict(line.split("=", 1) for line in ready.split("\n") if "=" in line)
+                status = fields.get("STATUS", "")
+                why = usable(kind, args, status)
                 check(why is None, "usable when READY=1 arrived" + (f" ({why})" if why else ""))
-                check(f"MAINPID={proc.pid}" in ready.split("\n"), f"READY=1 names MAINPID={proc.pid}")
+                check(fields.get("MAINPID") == str(proc.pid), f"READY=1 names MAINPID={proc.pid}")
+                if kind == "device" and why is None:
+                    env = dict(os.environ, DEV=status.removeprefix("attached "), MAINPID=str(proc.pid))
+                    r = subprocess.run([args[0]], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+                    for line in (r.stdout + r.stderr).splitlines():
+                        print("     | " + line)
+                    check(r.returncode == 0, f"{args[0]} (before the stop) exits 0 (exit {r.returncode})")
             proc.send_signal(signal.SIGTERM)
             stopping = receive("STOPPING=1", time.monotonic() + TIMEOUT)
             check(stopping is not None, "STOPPING=1 after SIGTERM")

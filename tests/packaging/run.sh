@@ -141,6 +141,9 @@ for page in man/*.[0-9]; do
     check "deb: $page gzipped as the committed page" \
         bash -c "zcat '$work/deb/usr/share/man/man$sec/$(basename "$page").gz' | cmp - '$page'"
 done
+for page in "$work"/deb/usr/share/man/man*/*.gz; do
+    check "deb: whatis can index $(basename "$page") (lexgrog)" lexgrog "$page"
+done
 check "deb: the binary is stripped" bash -c "! file -L '$work/deb/usr/bin/rlun' | grep -q 'not stripped'"
 
 echo "== lintian"

@@ -1,0 +1,54 @@
+# about: the rlun-attach@ unit's commands as systemd runs them: its ExecStart under a test NOTIFY_SOCKET sends READY=1 only once /dev/nbdN has a size and reads; a buffered write, the unit's ExecStop (syncs that device) and SIGTERM: STOPPING=1, exit 0, the write is on LIO's backing file
+# default: yes
+# timeout: 300
+#
+# No systemd in the VM: tests/packaging/notify.py plays its part (a datagram
+# NOTIFY_SOCKET, ExecStop with $MAINPID, then SIGTERM). The unit's lines are
+# read from packaging/systemd/rlun-attach@.service, %i = lab, and the target
+# named lab comes from a config file given by RLUN_CONFIG (the unit reads
+# /etc/rlun/rlun.toml).
+
+scenario() {
+    rlun_has attach || skip "rlun has no 'attach' subcommand yet"
+    need lio
+    need nbd
+    local W=$LAB_WORK repo unit backing=$LAB_DATA/lun512.img
+    repo=$(cd "$scenario_dir/../../.." && pwd)
+    unit=$repo/packaging/systemd/rlun-attach@.service
+    [ -r "$unit" ] || skip "no $unit"
+    printf '[targets.lab]\nurl = "iscsi://%s:%s/%s/0"\n' "$LAB_IP_T" "$LIO_TCP_PORT" "$LIO_IQN" >"$W/rlun.toml"
+    chmod 600 "$W/rlun.toml"
+    local start stop
+    start=$(sed -n 's/^ExecStart=//p' "$unit" | sed 's/%i/lab/g; s|^/usr/bin/rlun|'"$RLUN"'|')
+    stop=$(sed -n 's/^ExecStop=//p' "$unit")
+    [ -n "$start" ] && [ -n "$stop" ] || fail "no ExecStart=/ExecStop= in $unit"
+    log "ExecStart: $start"
+    log "ExecStop:  $stop"
+    # systemd's expansion of ExecStop: the "-" prefix dropped, $$ a dollar,
+    # ${MAINPID} the main pid (here from the environment notify.py gives
+    # the script); the installed /usr/bin/rlun is $RLUN here.
+    stop=${stop#-}
+    stop=${stop//'$$'/'$'}
+    stop=${stop//'${MAINPID}'/'$MAINPID'}
+    stop=${stop//\/usr\/bin\/rlun/$RLUN}
+    random_file "$W/pattern.bin" 1
+    # What runs before SIGTERM: a buffered write of 1 MiB at 8 MiB (left in
+    # the kernel's page cache of the device), then the unit's ExecStop.
+    {
+        echo '#!/bin/bash'
+        echo 'set -e'
+        printf 'dd if=%q of="$DEV" bs=1M seek=8 conv=notrunc status=none\n' "$W/pattern.bin"
+        echo "grep -E '^(Dirty|Writeback):' /proc/meminfo"
+        printf 'stop=%q\n' "$stop"
+        echo 'echo "ExecStop: $stop"'
+        echo 'eval "$stop"'
+    } >"$W/before-stop.sh"
+    chmod 755 "$W/before-stop.sh"
+    local -a cmd
+    read -r -a cmd <<<"$start"
+    run "attach unit command under NOTIFY_SOCKET, ExecStop, SIGTERM" 240 \
+        env RLUN_CONFIG="$W/rlun.toml" python3 "$repo/tests/packaging/notify.py" device "$W/before-stop.sh" -- "${cmd[@]}"
+    run "read 1 MiB at 8 MiB of the backing file" 30 \
+        dd if="$backing" of="$W/back.bin" bs=1M skip=8 count=1 status=none
+    assert_same_data "the buffered write, after the unit's stop, on LIO's backing file" "$W/pattern.bin" "$W/back.bin"
+}
