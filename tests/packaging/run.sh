@@ -118,6 +118,7 @@ info=$(dpkg-deb -I "$deb")
 check "deb: Package rlun, Version $version-1" grep -Eq "^ Version: $version-1$" <<<"$info"
 check "deb: Depends has fuse3 and kmod" grep -Eq '^ Depends: .*fuse3.*kmod' <<<"$info"
 check "deb: Recommends libibverbs1, librdmacm1" grep -Eq '^ Recommends: libibverbs1, librdmacm1' <<<"$info"
+check "deb: rdma-core is no hard dependency (dlopened)" bash -c "! grep -E '^ (Depends|Pre-Depends):' <<<'$info' | grep -Eq 'libibverbs|librdmacm'"
 check "deb: /etc/rlun/rlun.toml is a conffile" \
     bash -c "dpkg-deb --ctrl-tarfile '$deb' | tar -xO ./conffiles | grep -qx /etc/rlun/rlun.toml"
 list=$(dpkg-deb -c "$deb")
@@ -162,6 +163,7 @@ check "rpm: Version $version, Release 1" bash -c "rpm -qip '$rpm' | grep -Eq '^V
 check "rpm: /etc/rlun/rlun.toml is a config file" bash -c "rpm -qp --configfiles '$rpm' | grep -qx /etc/rlun/rlun.toml"
 check "rpm: noreplace, mode 600" bash -c "rpm -qp --queryformat '[%{FILENAMES} %{FILEFLAGS:fflags} %{FILEMODES:perms}\n]' '$rpm' | grep -Eq '^/etc/rlun/rlun.toml cn -rw-------\$'"
 check "rpm: requires fuse3 and kmod" bash -c "rpm -qp --requires '$rpm' | grep -qx fuse3 && rpm -qp --requires '$rpm' | grep -qx kmod"
+check "rpm: rdma-core is no hard requirement (dlopened)" bash -c "! rpm -qp --requires '$rpm' | grep -Eq 'libibverbs|librdmacm'"
 check "rpm: recommends libibverbs and librdmacm" bash -c "rpm -qp --recommends '$rpm' | grep -qx libibverbs && rpm -qp --recommends '$rpm' | grep -qx librdmacm"
 rlist=$(rpm -qlp "$rpm")
 for f in /usr/bin/rlun /usr/share/man/man8/rlun.8.gz /usr/share/man/man8/rlun-serve.8.gz \
