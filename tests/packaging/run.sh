@@ -319,7 +319,7 @@ kill -TERM "$serve_pid" 2>/dev/null
 serve_rc=0
 wait "$serve_pid" || serve_rc=$?
 check "user: rlun serve stops cleanly on SIGTERM (exit $serve_rc)" test "$serve_rc" -eq 0
-expect_err "user: rlun attach says it needs root" '^error: attaching NBD devices needs root \(CAP_SYS_ADMIN\)$' \
+expect_err "user: rlun attach says it needs root" '^rlun: attaching NBD devices needs root \(CAP_SYS_ADMIN\)$' \
     as_user $R attach "$URL"
 
 # ------------------------------------------------------ 6. reinstall, purge
