@@ -13,7 +13,7 @@ scenario() {
     need lio
     need nbd
     local W=$LAB_WORK repo unit backing=$LAB_DATA/lun512.img
-    repo=$(cd "$scenario_dir/../../.." && pwd)
+    repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
     unit=$repo/packaging/systemd/rlun-attach@.service
     [ -r "$unit" ] || skip "no $unit"
     printf '[targets.lab]\nurl = "iscsi://%s:%s/%s/0"\n' "$LAB_IP_T" "$LIO_TCP_PORT" "$LIO_IQN" >"$W/rlun.toml"
