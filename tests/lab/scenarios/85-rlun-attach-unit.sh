@@ -1,4 +1,4 @@
-# about: the rlun-attach@ unit's commands as systemd runs them: its ExecStart under a test NOTIFY_SOCKET sends READY=1 only once /dev/nbdN has a size and reads; a buffered write, the unit's ExecStop (syncs that device) and SIGTERM: STOPPING=1, exit 0, the write is on LIO's backing file
+# about: the rlun-attach@ unit's commands as systemd runs them: its ExecStart under a test NOTIFY_SOCKET sends READY=1 only once /dev/nbdN has a size and reads; a buffered write to the held-open device is on LIO's backing file after the unit's ExecStop; SIGTERM: STOPPING=1, exit 0
 # default: yes
 # timeout: 300
 #
@@ -32,16 +32,26 @@ scenario() {
     stop=${stop//'${MAINPID}'/'$MAINPID'}
     stop=${stop//\/usr\/bin\/rlun/$RLUN}
     random_file "$W/pattern.bin" 1
-    # What runs before SIGTERM: a buffered write of 1 MiB at 8 MiB (left in
-    # the kernel's page cache of the device), then the unit's ExecStop.
+    # What runs before SIGTERM: a buffered write of 1 MiB at 8 MiB while
+    # another process holds the device open (the kernel writes a block
+    # device's page cache back on its last close, so only a holder keeps the
+    # data dirty, as a running application would), then the unit's
+    # ExecStop, after which the data must be on LIO's backing file already.
     {
         echo '#!/bin/bash'
         echo 'set -e'
+        echo 'sleep 600 <>"$DEV" &'
+        echo 'holder=$!'
+        echo 'trap "kill $holder" EXIT'
         printf 'dd if=%q of="$DEV" bs=1M seek=8 conv=notrunc status=none\n' "$W/pattern.bin"
+        printf 'on_target() { dd if=%q bs=1M skip=8 count=1 status=none | cmp -s %q -; }\n' "$backing" "$W/pattern.bin"
         echo "grep -E '^(Dirty|Writeback):' /proc/meminfo"
+        echo 'if on_target; then echo "before ExecStop: already on the target"; else echo "before ExecStop: not on the target yet"; fi'
         printf 'stop=%q\n' "$stop"
         echo 'echo "ExecStop: $stop"'
         echo 'eval "$stop"'
+        echo 'on_target || { echo "after ExecStop: the write is not on the target"; exit 1; }'
+        echo 'echo "after ExecStop: on the target"'
     } >"$W/before-stop.sh"
     chmod 755 "$W/before-stop.sh"
     local -a cmd
