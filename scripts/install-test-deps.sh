@@ -129,9 +129,10 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 
 # The packagers scripts/package.sh runs (tests/packaging/run.sh builds both
-# packages). Built from crates.io with the versions pinned and their
-# Cargo.lock, only when missing and only when the packaging tests will run
-# (RLUN_PACKAGING=1): compiling them takes minutes on a fresh machine.
+# packages; Debian 12 packages neither). Built from crates.io with the
+# versions pinned and their Cargo.lock, only when missing and not when the
+# packaging tests are skipped (RLUN_SKIP_PACKAGING=1): compiling them takes
+# minutes on a fresh machine (see the README's Tests section).
 cargo_packager() {
     local cmd=$1 crate=$2 version=$3
     if ! cargo "$cmd" --version >/dev/null 2>&1; then
@@ -139,7 +140,7 @@ cargo_packager() {
         cargo install --locked "$crate@$version"
     fi
 }
-if [ "${RLUN_PACKAGING:-}" = 1 ]; then
+if [ "${RLUN_SKIP_PACKAGING:-}" != 1 ]; then
     cargo_packager deb cargo-deb 3.8.0
     cargo_packager generate-rpm cargo-generate-rpm 0.21.1
 fi

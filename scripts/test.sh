@@ -3,7 +3,8 @@
 #
 #   scripts/test.sh              install test deps, lint, build, run all tests
 #   RLUN_SKIP_LAB=1 scripts/test.sh   the same without the VM lab (tests/lab)
-#   RLUN_SKIP_PACKAGING=1 ...         without tests/packaging (needs root)
+#   RLUN_SKIP_PACKAGING=1 ...         without tests/packaging (the .deb/.rpm
+#                                     build, install and checks; needs root)
 #
 # Exits non-zero on the first failure.
 set -euo pipefail
@@ -43,16 +44,17 @@ cargo test --doc
 step "fuzz (${RLUN_FUZZ_SECONDS:-20} s per target)"
 RLUN_FUZZ_SEED=${RLUN_FUZZ_SEED:-1} RLUN_FUZZ_JOBS=${RLUN_FUZZ_JOBS:-$(nproc)} scripts/fuzz.sh "${RLUN_FUZZ_SECONDS:-20}"
 
-# Packaging (tests/packaging/run.sh): build the .deb and .rpm, inspect them,
-# install the .deb, run it as root and as an unprivileged user, purge it.
-# Needs root and cargo-deb/cargo-generate-rpm (several minutes to compile on
-# a fresh machine), so for now it runs only with RLUN_PACKAGING=1; see the
-# README's Tests section.
-if [ "${RLUN_PACKAGING:-}" = 1 ]; then
+# Packaging (tests/packaging/run.sh): build the .deb and .rpm, inspect them
+# (lintian, rpm), install the .deb, run it as root, under a test
+# NOTIFY_SOCKET as the units run it and as an unprivileged user, purge it,
+# run the .rpm's binary. Needs root; cargo-deb and cargo-generate-rpm come
+# from scripts/install-test-deps.sh (compiled once per machine). In CI it
+# packages the release binary built above. RLUN_SKIP_PACKAGING=1 skips it.
+if [ "${RLUN_SKIP_PACKAGING:-}" = 1 ]; then
+    step "packaging: skipped (RLUN_SKIP_PACKAGING=1)"
+else
     step "packaging (tests/packaging/run.sh)"
     RLUN_PACKAGE_NO_BUILD=$([ "${CI:-}" = "true" ] && echo 1 || echo 0) tests/packaging/run.sh
-else
-    step "packaging: skipped (run with RLUN_PACKAGING=1)"
 fi
 
 # VM lab (tests/lab): the kernel paths the host kernel lacks (soft-RoCE, LIO

@@ -135,22 +135,29 @@ DESCRIPTION
     holds a secret inline, if its group or others can read it.
 
 SYSTEMD
-    The packages install two unit templates that run a target of this file
-    by its name; the instance name is the <name> of [targets.<name>]:
+    The packages install three unit templates that run a target of this
+    file by its name; the instance name is the <name> of [targets.<name>]:
     rlun-mount@<name>.service
         rlun mount <name> /run/rlun/mount/<name>: each disk LUN as a file
         in that directory (`systemctl enable --now rlun-mount@store`).
     rlun-serve@<name>.service
         rlun serve <name> --socket /run/rlun/nbd/<name>.sock: each disk LUN
         as the NBD export lun<N> on that socket (mode 0600: root's clients).
-    The mount point and the socket follow that fixed layout. To use another
-    one, replace the unit's command with a drop-in (`systemctl edit
-    rlun-mount@store`: an empty ExecStart= line, then your ExecStart=).
-    Both are Type=notify: the unit is started only when the mount answers or
-    the socket accepts clients. Stopping writes back cached data, logs out
-    and unmounts within TimeoutStopSec=150; the unit fails when written data
-    did not reach the target. Restart=on-failure; LimitMEMLOCK=infinity for
-    iSER.
+    rlun-attach@<name>.service
+        rlun attach <name>: the target's one disk LUN (or the LUN its url
+        names) as the first free /dev/nbdN, shown in the unit's status and
+        by `rlun list`; the unit loads the nbd module first.
+    The mount point, the socket and the device follow that fixed layout. To
+    use another one, replace the unit's command with a drop-in (`systemctl
+    edit rlun-mount@store`: an empty ExecStart= line, then your
+    ExecStart=). All three are Type=notify: the unit is started only when
+    the mount answers, the socket accepts clients or the device is
+    configured. Stopping writes back cached data, logs out and unmounts or
+    detaches (rlun-attach first flushes the device's dirty pages) within
+    TimeoutStopSec=150; the unit fails when written data did not reach the
+    target. Restart=on-failure; LimitMEMLOCK=infinity for iSER. Secret
+    files must lie outside /home and /root for the serve and attach units
+    (ProtectHome=yes).
 
 EXAMPLE
     [defaults]

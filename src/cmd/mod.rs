@@ -494,10 +494,25 @@ fn generate_man(dir: &std::path::Path) -> Result<(), CliError> {
     Ok(())
 }
 
-/// rlun.toml(5): the config format text as a preformatted man page.
+/// rlun.toml(5): the config format text as a preformatted man page. Its
+/// upper-case headings become `.SH` sections, and the NAME line reads
+/// `rlun.toml \- ...`, so that mandb/whatis can index the page.
 fn config_man_page() -> String {
-    let mut out = String::from(".TH RLUN.TOML 5 \"rlun\" \"\" \"File Formats\"\n.nf\n");
+    let mut out = String::from(".TH RLUN.TOML 5 \"rlun\" \"\" \"File Formats\"\n");
+    let mut in_name = false;
     for line in crate::config::CONFIG_FORMAT_HELP.lines() {
+        let heading = !line.is_empty() && line.chars().all(|c| c.is_ascii_uppercase() || c == ' ');
+        if heading {
+            out.push_str(&format!(".SH {line}\n.nf\n"));
+            in_name = line == "NAME";
+            continue;
+        }
+        if in_name {
+            if let Some((name, what)) = line.trim().split_once(" - ") {
+                out.push_str(&format!("{name} \\- {what}\n"));
+                continue;
+            }
+        }
         // Escape roff: backslashes, and a leading dot or quote.
         let l = line.replace('\\', "\\e");
         if l.starts_with('.') || l.starts_with('\'') {

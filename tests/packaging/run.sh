@@ -5,16 +5,22 @@
 #      dpkg-deb -I/-c, lintian (no errors), rpm -qip/-qlp/--configfiles/
 #      --requires/--recommends; man pages and completions in both, equal to
 #      the committed (fresh) ones;
-#   2. install the .deb with apt: rlun --version, man rlun, bash completion,
-#      systemd-analyze verify on the installed units, the README's main job
-#      (info, cp both ways, mount + read/write + umount) against a loopback
-#      tgtd; config errors (unknown target, missing and world-readable secret
-#      file, malformed TOML with its line);
-#   3. as an unprivileged user created here: info, cp, bench, mount through
+#   2. unpack the .rpm into a scratch root and run its binary;
+#   3. install the .deb with apt: rlun --version, man rlun, bash completion,
+#      systemd-analyze verify on the three installed units, the README's
+#      main job (info, cp both ways, mount + read/write + umount) against a
+#      loopback tgtd; config errors (unknown target, missing and
+#      world-readable secret file, malformed TOML with its line);
+#   4. readiness: the mount and serve units' commands, as the installed
+#      units spell them, for a target named in /etc/rlun/rlun.toml, under a
+#      test NOTIFY_SOCKET (notify.py): READY=1 only once the mount / socket
+#      is usable, STOPPING=1 on SIGTERM; the attach unit's ExecStop picks its
+#      own device (attach itself needs /dev/nbd: the VM lab);
+#   5. as an unprivileged user created here: info, cp, bench, mount through
 #      the setuid fusermount3 with a read and a write, umount, serve --socket
-#      in a directory the user owns;
-#   4. apt purge: nothing of rlun is left;
-#   5. unpack the .rpm into a scratch root and run its binary.
+#      in a directory the user owns, attach refused with the exact message;
+#   6. apt reinstall keeps the edited /etc/rlun/rlun.toml; apt purge leaves
+#      no file of the package behind.
 #
 #   tests/packaging/run.sh          (root; RLUN_PACKAGE_NO_BUILD=1 to package
 #                                    the existing target/release/rlun)
@@ -68,11 +74,18 @@ PORT=${RLUN_PKGTEST_PORT:-3295}
 CTL=${RLUN_PKGTEST_CTL:-3295}
 IQN=iqn.2026-11.org.rlun:pkgtest
 TGTD_PID=
+# The instance name of the units run here, a target in /etc/rlun/rlun.toml.
+UNIT_NAME=pkgtest
+FAKE_NBD=99
+FAKE_PID=
 cleanup() {
-    for mp in "$work/mnt" "$work/user/mnt"; do
+    for mp in "$work/mnt" "$work/user/mnt" /run/rlun/mount/$UNIT_NAME; do
         mountpoint -q "$mp" 2>/dev/null && fusermount3 -uz "$mp"
     done
-    [ -n "$TGTD_PID" ] && kill -9 "$TGTD_PID" 2>/dev/null
+    rmdir /run/rlun/mount/$UNIT_NAME 2>/dev/null
+    rm -f /run/rlun/nbd/$UNIT_NAME.sock "/run/rlun/%2Fdev%2Fnbd$FAKE_NBD.pid"
+    [ -n "$FAKE_PID" ] && kill "$FAKE_PID" 2>/dev/null
+    [ -n "$TGTD_PID" ] && { kill -9 "$TGTD_PID" && wait "$TGTD_PID"; } 2>/dev/null
     id "$USER_NAME" >/dev/null 2>&1 && userdel "$USER_NAME" 2>/dev/null
     dpkg-query -W -f='${db:Status-Status}' rlun 2>/dev/null | grep -q . &&
         DEBIAN_FRONTEND=noninteractive apt-get purge -y -q rlun >/dev/null 2>&1
@@ -105,6 +118,7 @@ info=$(dpkg-deb -I "$deb")
 check "deb: Package rlun, Version $version-1" grep -Eq "^ Version: $version-1$" <<<"$info"
 check "deb: Depends has fuse3 and kmod" grep -Eq '^ Depends: .*fuse3.*kmod' <<<"$info"
 check "deb: Recommends libibverbs1, librdmacm1" grep -Eq '^ Recommends: libibverbs1, librdmacm1' <<<"$info"
+check "deb: rdma-core is no hard dependency (dlopened)" bash -c "! grep -E '^ (Depends|Pre-Depends):' <<<'$info' | grep -Eq 'libibverbs|librdmacm'"
 check "deb: /etc/rlun/rlun.toml is a conffile" \
     bash -c "dpkg-deb --ctrl-tarfile '$deb' | tar -xO ./conffiles | grep -qx /etc/rlun/rlun.toml"
 list=$(dpkg-deb -c "$deb")
@@ -113,7 +127,7 @@ for f in ./usr/bin/rlun ./usr/share/man/man8/rlun.8.gz ./usr/share/man/man8/rlun
     ./usr/share/bash-completion/completions/rlun ./usr/share/zsh/vendor-completions/_rlun \
     ./usr/share/fish/vendor_completions.d/rlun.fish ./etc/rlun/rlun.toml \
     ./lib/systemd/system/rlun-mount@.service ./lib/systemd/system/rlun-serve@.service \
-    ./usr/share/doc/rlun/copyright ./usr/share/doc/rlun/changelog.Debian.gz; do
+    ./lib/systemd/system/rlun-attach@.service ./usr/share/doc/rlun/copyright ./usr/share/doc/rlun/changelog.Debian.gz; do
     check "deb contains $f" grep -Eq " $f\$" <<<"$list"
 done
 check "deb: rlun.toml has mode 600" grep -Eq '^-rw------- (root/root|0/0) .* \./etc/rlun/rlun\.toml$' <<<"$list"
@@ -127,6 +141,9 @@ for page in man/*.[0-9]; do
     sec=${page##*.}
     check "deb: $page gzipped as the committed page" \
         bash -c "zcat '$work/deb/usr/share/man/man$sec/$(basename "$page").gz' | cmp - '$page'"
+done
+for page in "$work"/deb/usr/share/man/man*/*.gz; do
+    check "deb: whatis can index $(basename "$page") (lexgrog)" lexgrog "$page"
 done
 check "deb: the binary is stripped" bash -c "! file -L '$work/deb/usr/bin/rlun' | grep -q 'not stripped'"
 
@@ -146,13 +163,14 @@ check "rpm: Version $version, Release 1" bash -c "rpm -qip '$rpm' | grep -Eq '^V
 check "rpm: /etc/rlun/rlun.toml is a config file" bash -c "rpm -qp --configfiles '$rpm' | grep -qx /etc/rlun/rlun.toml"
 check "rpm: noreplace, mode 600" bash -c "rpm -qp --queryformat '[%{FILENAMES} %{FILEFLAGS:fflags} %{FILEMODES:perms}\n]' '$rpm' | grep -Eq '^/etc/rlun/rlun.toml cn -rw-------\$'"
 check "rpm: requires fuse3 and kmod" bash -c "rpm -qp --requires '$rpm' | grep -qx fuse3 && rpm -qp --requires '$rpm' | grep -qx kmod"
+check "rpm: rdma-core is no hard requirement (dlopened)" bash -c "! rpm -qp --requires '$rpm' | grep -Eq 'libibverbs|librdmacm'"
 check "rpm: recommends libibverbs and librdmacm" bash -c "rpm -qp --recommends '$rpm' | grep -qx libibverbs && rpm -qp --recommends '$rpm' | grep -qx librdmacm"
 rlist=$(rpm -qlp "$rpm")
 for f in /usr/bin/rlun /usr/share/man/man8/rlun.8.gz /usr/share/man/man8/rlun-serve.8.gz \
     /usr/share/man/man5/rlun.toml.5.gz /usr/share/bash-completion/completions/rlun \
     /usr/share/zsh/site-functions/_rlun /usr/share/fish/vendor_completions.d/rlun.fish \
     /usr/lib/systemd/system/rlun-mount@.service /usr/lib/systemd/system/rlun-serve@.service \
-    /usr/share/licenses/rlun/copyright; do
+    /usr/lib/systemd/system/rlun-attach@.service /usr/share/licenses/rlun/copyright; do
     check "rpm contains $f" grep -qx "$f" <<<"$rlist"
 done
 
@@ -160,10 +178,13 @@ echo "== .rpm unpacked into a scratch root"
 mkdir -p "$work/rpmroot"
 (cd "$work/rpmroot" && rpm2cpio "$ROOT/$rpm" | cpio -idm --quiet)
 check "rpm: its rlun --version says $version" bash -c "'$work/rpmroot/usr/bin/rlun' --version | grep -qx 'rlun $version'"
+check "rpm: its rlun --help lists attach and serve" bash -c "'$work/rpmroot/usr/bin/rlun' --help | grep -q '^  attach ' && '$work/rpmroot/usr/bin/rlun' --help | grep -q '^  serve '"
+check "rpm: its completions are the committed ones" bash -c "cmp '$work/rpmroot/usr/share/bash-completion/completions/rlun' packaging/completions/rlun.bash && cmp '$work/rpmroot/usr/share/zsh/site-functions/_rlun' packaging/completions/_rlun && cmp '$work/rpmroot/usr/share/fish/vendor_completions.d/rlun.fish' packaging/completions/rlun.fish"
+check "rpm: its units are the committed ones" bash -c "for u in mount serve attach; do cmp '$work/rpmroot/usr/lib/systemd/system/rlun-'\$u'@.service' packaging/systemd/rlun-\$u@.service || exit 1; done"
 check "rpm: its man page is the committed one" bash -c "zcat '$work/rpmroot/usr/share/man/man8/rlun.8.gz' | cmp - man/rlun.8"
 fi
 
-# --------------------------------------------------------------- 2. install
+# --------------------------------------------------------------- 3. install
 echo "== apt install ./$(basename "$deb")"
 if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "./$deb" >"$work/apt.log" 2>&1; then
     bad "apt install"
@@ -176,8 +197,13 @@ check "installed: man rlun" bash -c "MANWIDTH=80 man -P cat rlun 2>/dev/null | g
 check "installed: man 5 rlun.toml has the SYSTEMD section" bash -c "man -P cat 5 rlun.toml 2>/dev/null | grep -q 'rlun-mount@<name>.service'"
 check "installed: bash completion" bash -c "source /usr/share/bash-completion/completions/rlun && complete -p rlun | grep -q ' rlun\$'"
 check "installed: /etc/rlun/rlun.toml mode 600 root" bash -c "[ \"\$(stat -c %a:%U /etc/rlun/rlun.toml)\" = 600:root ]"
-check "installed: systemd-analyze verify the units" \
-    systemd-analyze verify --man=no /lib/systemd/system/rlun-mount@store.service /lib/systemd/system/rlun-serve@store.service
+# systemd-analyze exits 0 on unknown keys and bad values (it only warns):
+# the check wants no output at all.
+for unit in mount serve attach; do
+    check "installed: systemd-analyze verify rlun-$unit@store.service: no error, no warning" \
+        bash -c 'out=$(systemd-analyze verify --man=no "$1" 2>&1) && [ -z "$out" ] || { echo "$out"; exit 1; }' \
+        _ /lib/systemd/system/rlun-$unit@store.service
+done
 
 echo "== the README's main job with the installed binary against a loopback tgtd"
 truncate -s 64M "$work/lun.img"
@@ -221,8 +247,51 @@ printf '[defaults]\nconnect_timeout_secs = 10\n[targets.store\nurl = "x"\n' >"$c
 expect_err "config: malformed TOML points at its line" "bad.toml: .*line 3" \
     $R --config "$cfg/bad.toml" info store
 
-# -------------------------------------------------------------- 3. non-root
+# ------------------------------------------------------------- 4. readiness
+echo "== readiness: the units' commands under a test NOTIFY_SOCKET"
+# A target named in the packaged config file, as an admin would add it
+# (section 6 checks that a reinstall keeps this edit and a purge removes it).
+printf '\n[targets.%s]\nurl = "%s"\n' "$UNIT_NAME" "iscsi://127.0.0.1:$PORT/$IQN" >>/etc/rlun/rlun.toml
+# KEY of the installed unit rlun-KIND@.service, with %i = $UNIT_NAME.
+unit_line() { sed -n "s/^$2=//p" "/lib/systemd/system/rlun-$1@.service" | sed "s/%i/$UNIT_NAME/g"; }
+# The mount unit: its ExecStartPre makes the mount point, then ExecStart.
+pre=$(unit_line mount ExecStartPre)
+check "mount unit: ExecStartPre ($pre)" $pre
+read -r -a cmd <<<"$(unit_line mount ExecStart)"
+check "mount unit: ${cmd[*]}: READY=1 once the mount reads, STOPPING=1 on SIGTERM" \
+    python3 tests/packaging/notify.py mount "/run/rlun/mount/$UNIT_NAME" "/run/rlun/mount/$UNIT_NAME/lun1" -- "${cmd[@]}"
+rmdir "/run/rlun/mount/$UNIT_NAME" 2>/dev/null
+# The serve unit: systemd makes /run/rlun/nbd (RuntimeDirectory=rlun/nbd).
+check "serve unit: RuntimeDirectory=rlun/nbd" grep -qx 'RuntimeDirectory=rlun/nbd' /lib/systemd/system/rlun-serve@.service
+mkdir -p /run/rlun/nbd
+read -r -a cmd <<<"$(unit_line serve ExecStart)"
+check "serve unit: ${cmd[*]}: READY=1 once the socket greets, STOPPING=1 on SIGTERM" \
+    python3 tests/packaging/notify.py nbd "/run/rlun/nbd/$UNIT_NAME.sock" -- "${cmd[@]}"
+# The attach unit: its command needs /dev/nbd (VM lab); here its ExecStop,
+# as systemd expands it (${MAINPID} the main pid, $$ a dollar, the "-"
+# prefix dropped), must sync exactly the device of its own main process:
+# a pid file for /dev/nbd$FAKE_NBD held by a stand-in main process.
+sleep 300 &
+FAKE_PID=$!
+sleep 1000 &
+other_pid=$!
+mkdir -p /run/rlun
+echo "$FAKE_PID" >"/run/rlun/%2Fdev%2Fnbd$FAKE_NBD.pid"
+echo "$other_pid" >"/run/rlun/%2Fdev%2Fnbd$((FAKE_NBD + 1)).pid"
+stop=$(unit_line attach ExecStop)
+stop=${stop#-}
+stop=${stop//'${MAINPID}'/$FAKE_PID}
+stop=${stop//'$$'/'$'}
+stop_out=$(eval "$stop" 2>&1)
+check "attach unit: ExecStop syncs its own device /dev/nbd$FAKE_NBD and no other" \
+    bash -c "grep -q \"/dev/nbd$FAKE_NBD'\" <<<\"\$1\" && ! grep -q \"/dev/nbd$((FAKE_NBD + 1))\" <<<\"\$1\"" _ "$stop_out"
+kill "$other_pid" 2>/dev/null
+rm -f "/run/rlun/%2Fdev%2Fnbd$((FAKE_NBD + 1)).pid"
+
+# -------------------------------------------------------------- 5. non-root
 echo "== as the unprivileged user $USER_NAME"
+# A user left by an interrupted run is made anew.
+id "$USER_NAME" >/dev/null 2>&1 && userdel "$USER_NAME"
 useradd --system --no-create-home --home-dir "$work/user" --shell /bin/bash "$USER_NAME"
 mkdir -p "$work/user/mnt"
 chown -R "$USER_NAME:" "$work/user"
@@ -255,14 +324,26 @@ kill -TERM "$serve_pid" 2>/dev/null
 serve_rc=0
 wait "$serve_pid" || serve_rc=$?
 check "user: rlun serve stops cleanly on SIGTERM (exit $serve_rc)" test "$serve_rc" -eq 0
+expect_err "user: rlun attach says it needs root" '^rlun: attaching NBD devices needs root \(CAP_SYS_ADMIN\)$' \
+    as_user $R attach "$URL"
 
-# ----------------------------------------------------------------- 4. purge
-echo "== apt purge rlun"
+# ------------------------------------------------------ 6. reinstall, purge
+echo "== apt reinstall keeps the edited config file; apt purge"
+check "apt reinstall" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --reinstall --no-install-recommends "./$deb"
+check "reinstalled: /etc/rlun/rlun.toml keeps [targets.$UNIT_NAME], mode 600" \
+    bash -c "grep -qx '\[targets.$UNIT_NAME\]' /etc/rlun/rlun.toml && [ \"\$(stat -c %a /etc/rlun/rlun.toml)\" = 600 ]"
+check "apt remove keeps the config file (policy: only purge removes conffiles)" \
+    bash -c "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q rlun >/dev/null && [ ! -e /usr/bin/rlun ] && grep -qx '\[targets.$UNIT_NAME\]' /etc/rlun/rlun.toml"
 check "apt purge" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q rlun
 check "purged: dpkg knows no rlun" bash -c "! dpkg-query -W -f='\${db:Status-Status}' rlun 2>/dev/null | grep -q ."
-for f in /usr/bin/rlun /etc/rlun /lib/systemd/system/rlun-mount@.service /lib/systemd/system/rlun-serve@.service \
-    /usr/share/doc/rlun /usr/share/man/man8/rlun.8.gz /usr/share/bash-completion/completions/rlun; do
-    check "purged: $f is gone" test ! -e "$f"
+# Every file and directory of the package is gone, but the directories
+# other packages share (/usr/share/man/man8, ...), which dpkg keeps.
+left=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\.||; s|/$||' | while read -r f; do
+    [ -n "$f" ] && [ -e "$f" ] && ! [ -d "$f" ] && echo "$f"
+done)
+check "purged: no file of the package is left${left:+ (left: $left)}" test -z "$left"
+for d in /etc/rlun /usr/share/doc/rlun; do
+    check "purged: $d is gone" test ! -e "$d"
 done
 
 finish
