@@ -64,6 +64,11 @@ use crate::scsi::Sense;
 
 /// Timed-out commands are re-issued this many times before they fail.
 pub const MAX_TIMEOUT_RETRIES: u32 = 3;
+
+/// How often a command held back by the command window or the queue depth
+/// is looked at; once sent, its `command_timeout` runs from the look that
+/// found it sent (so it gets at least the full timeout on the wire).
+pub const QUEUED_RECHECK: Duration = Duration::from_secs(1);
 /// Task management requests must answer within this long.
 pub const TMF_TIMEOUT: Duration = Duration::from_secs(10);
 /// Shortest pause between failed connection attempts.
@@ -274,8 +279,13 @@ struct CmdRecord {
     req: CommandRequest,
     /// Task in the current connection's core, if submitted there.
     task: Option<TaskId>,
-    /// When it times out (only while submitted and not being aborted).
+    /// When it times out (only while submitted and not being aborted);
+    /// while it waits in the core for the command window or the queue
+    /// depth, when to look again whether it has been sent.
     deadline: Option<Instant>,
+    /// Submitted but not yet seen on the wire: its `command_timeout` starts
+    /// when a look finds it sent.
+    queued: bool,
     /// Times it was aborted because it timed out.
     timeouts: u32,
 }
@@ -447,6 +457,7 @@ impl Recovery {
                 req,
                 task: None,
                 deadline: None,
+                queued: false,
                 timeouts: 0,
             },
         );
@@ -738,7 +749,17 @@ impl Recovery {
             return;
         };
         let task = core.submit(cmd.req.clone());
-        let deadline = now + self.cfg.command_timeout;
+        // A command the window or the queue depth holds back has not reached
+        // the target: its timeout starts once it is sent, so that waiting
+        // behind other commands neither aborts it (locally, unseen by the
+        // target, and re-queued behind younger commands) nor leaves it less
+        // than `command_timeout` on the wire.
+        cmd.queued = core.is_waiting(task);
+        let deadline = if cmd.queued {
+            now + QUEUED_RECHECK
+        } else {
+            now + self.cfg.command_timeout
+        };
         if let Some(old) = cmd.deadline.replace(deadline) {
             self.deadlines.remove(&(old, id));
         }
@@ -986,6 +1007,20 @@ impl Recovery {
             let Some(task) = cmd.task else {
                 continue;
             };
+            if cmd.queued {
+                // Still waiting here: look again shortly. Sent since the
+                // last look: the full timeout from now.
+                cmd.queued = core.is_waiting(task);
+                let next = now
+                    + if cmd.queued {
+                        QUEUED_RECHECK
+                    } else {
+                        self.cfg.command_timeout
+                    };
+                cmd.deadline = Some(next);
+                self.deadlines.insert((next, id));
+                continue;
+            }
             cmd.timeouts += 1;
             self.outputs
                 .push_back(Output::Notice(Notice::CommandTimedOut {
@@ -1513,6 +1548,93 @@ mod tests {
         assert_eq!(command_results(&h.outputs()), vec![(id, Ok(GOOD))]);
         assert_eq!(h.r.pending_commands(), 0);
         assert_eq!(h.r.poll_timeout(), None, "no deadline left to watch");
+    }
+
+    /// A core that keeps at most `depth` commands in flight.
+    fn core_with_depth(depth: u32) -> Session {
+        Session::new(
+            FeatureParams {
+                queue_depth: depth,
+                nop_interval: None,
+                ..FeatureParams::default()
+            },
+            SessionNumbers {
+                cmd_sn: 1,
+                exp_cmd_sn: 1,
+                max_cmd_sn: 64,
+                exp_stat_sn: 1,
+            },
+        )
+    }
+
+    /// A core whose command window ends at `max_cmd_sn`.
+    fn core_with_window(max_cmd_sn: u32) -> Session {
+        Session::new(
+            FeatureParams {
+                nop_interval: None,
+                ..FeatureParams::default()
+            },
+            SessionNumbers {
+                cmd_sn: 1,
+                exp_cmd_sn: 1,
+                max_cmd_sn,
+                exp_stat_sn: 1,
+            },
+        )
+    }
+
+    #[test]
+    fn command_held_back_by_the_queue_depth_gets_its_full_timeout_once_sent() {
+        // Queue depth 1: B waits in rlun behind A, unseen by the target.
+        let mut h = Harness::with(cfg(), core_with_depth(1));
+        let a = h.cmd(0xa1, 0.0);
+        let b = h.cmd(0xa2, 0.0);
+        let sent = h.sent();
+        assert_eq!(sent.len(), 1, "only A goes out: {sent:?}");
+        // A is answered after 29 s; only then does B go out.
+        h.run_until(28.5);
+        assert!(h.sent().is_empty());
+        h.answer(Harness::itt_of(&sent, 0xa1), GOOD, 29.0);
+        let sent = h.sent();
+        let b_itt = Harness::itt_of(&sent, 0xa2);
+        assert_eq!(command_results(&h.outputs()), vec![(a, Ok(GOOD))]);
+        // 30 s after B was *submitted* it has been on the wire for 1 s: no
+        // ABORT TASK, no timeout notice.
+        h.run_until(45.0);
+        assert!(
+            h.sent().is_empty(),
+            "B aborted after a short time on the wire"
+        );
+        assert!(
+            !h.outputs()
+                .iter()
+                .any(|o| matches!(o, Output::Notice(Notice::CommandTimedOut { .. }))),
+            "B timed out while it waited for the queue depth"
+        );
+        h.answer(b_itt, GOOD, 50.0);
+        assert_eq!(command_results(&h.outputs()), vec![(b, Ok(GOOD))]);
+        assert_eq!(h.r.poll_timeout(), None);
+    }
+
+    #[test]
+    fn command_held_back_by_a_closed_window_is_not_aborted_locally() {
+        // The target's window is closed (MaxCmdSN = ExpCmdSN - 1): the
+        // command waits in rlun, unseen by the target. Timing it out would
+        // "abort" it locally (no ABORT TASK on the wire), re-queue it behind
+        // younger commands and, after four rounds, fail it although the
+        // target never saw it.
+        let mut h = Harness::with(cfg(), core_with_window(0));
+        let a = h.cmd(0xa1, 0.0);
+        assert!(h.sent().is_empty(), "the window is closed");
+        h.run_until(200.0);
+        let out = h.outputs();
+        assert!(
+            !out.iter()
+                .any(|o| matches!(o, Output::Notice(Notice::CommandTimedOut { .. }))),
+            "a command that never left rlun timed out: {out:?}"
+        );
+        assert!(command_results(&out).is_empty(), "{a:?} failed: {out:?}");
+        assert!(h.sent().is_empty());
     }
 
     #[test]

@@ -545,6 +545,16 @@ impl Session {
         }
     }
 
+    /// True while command `task` still waits here for the command window or
+    /// the queue depth: the target has not seen it yet.
+    pub fn is_waiting(&self, task: TaskId) -> bool {
+        // From the back: a command just submitted, if held back, is last.
+        self.waiting.iter().rev().any(|q| match q {
+            Queued::Command(t, _) => *t == task,
+            Queued::Text(..) => false,
+        })
+    }
+
     /// True when the window admits one more non-immediate command (§3.2.2.1).
     pub fn window_open(&self) -> bool {
         sn_lte(self.cmd_sn, self.max_cmd_sn)
