@@ -215,6 +215,14 @@ pub enum TaskError {
     ConnectionLost(String),
     #[error("command does not fit in a PDU: {0}")]
     Invalid(&'static str),
+    /// Aborted before it could be sent: the target kept the command window
+    /// closed (MaxCmdSN below the next CmdSN, §3.2.2.1) until the command's
+    /// deadline.
+    #[error(
+        "not sent: the target kept its command window closed (next CmdSN {cmd_sn}, \
+         MaxCmdSN {max_cmd_sn})"
+    )]
+    WindowClosed { cmd_sn: u32, max_cmd_sn: u32 },
 }
 
 /// The target broke the protocol or stopped answering: drop the connection.
@@ -567,7 +575,16 @@ impl Session {
             Queued::Command(t, _) | Queued::Text(t, _) => *t == target,
         }) {
             if let Some(q) = self.waiting.remove(pos) {
-                self.complete_queued_with(q, TaskError::Aborted);
+                // Still queued: say so when the window is what held it.
+                let err = if self.window_open() {
+                    TaskError::Aborted
+                } else {
+                    TaskError::WindowClosed {
+                        cmd_sn: self.cmd_sn,
+                        max_cmd_sn: self.max_cmd_sn,
+                    }
+                };
+                self.complete_queued_with(q, err);
             }
             self.events.push_back(Event::TaskMgmt {
                 id,
@@ -1452,6 +1469,48 @@ mod tests {
         assert_eq!(sent.len(), 2);
         assert_eq!(s.numbers().cmd_sn, 6);
         assert_eq!(s.numbers().exp_stat_sn, 3);
+    }
+
+    #[test]
+    fn aborting_a_command_the_closed_window_held_back_says_so() {
+        // Window admits CmdSN 1 only; the second command waits for it.
+        let mut s = session(params(), 1);
+        let now = Instant::now();
+        let first = s.submit(read(512));
+        let held = s.submit(read(512));
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 1);
+        // The target answers the first and keeps the window closed, moving
+        // MaxCmdSN backwards too (ignored: the window cannot shrink).
+        s.handle_pdu(response(itt_of(&sent[0]), 1, 2, 0, 0), now)
+            .unwrap();
+        assert!(
+            matches!(s.poll_event(), Some(Event::Command { id, result: Ok(_) }) if id == first)
+        );
+        assert!(drain(&mut s).is_empty());
+        s.abort_task(held);
+        assert!(matches!(
+            s.poll_event(),
+            Some(Event::Command { id, result: Err(TaskError::WindowClosed { cmd_sn: 2, max_cmd_sn: 1 }) }) if id == held
+        ));
+    }
+
+    #[test]
+    fn aborting_a_command_queued_behind_the_queue_depth_is_a_plain_abort() {
+        let p = FeatureParams {
+            queue_depth: 1,
+            ..params()
+        };
+        let mut s = session(p, 100);
+        s.submit(read(512));
+        let held = s.submit(read(512));
+        assert_eq!(drain(&mut s).len(), 1);
+        assert!(s.window_open());
+        s.abort_task(held);
+        assert!(matches!(
+            s.poll_event(),
+            Some(Event::Command { id, result: Err(TaskError::Aborted) }) if id == held
+        ));
     }
 
     #[test]
