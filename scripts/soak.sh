@@ -151,7 +151,9 @@ truncate -s 256M "$W/lun1.img" "$W/lun2.img"
 tgtadm_() { timeout 15 tgtadm -C "$CTL" --lld iscsi "$@"; }
 
 start_tgtd() {
-    inns setpriv --pdeathsig KILL \
+    # Not through the inns function: $! must be tgtd itself (nsenter and
+    # setpriv exec it), or SIGSTOP would stop a subshell instead.
+    nsenter --net="/run/netns/$NS" setpriv --pdeathsig KILL \
         tgtd -f -C "$CTL" --iscsi "portal=$TGT_IP:3260" >>"$W/tgtd.log" 2>&1 &
     TGTD_PID=$!
     local i
@@ -159,6 +161,7 @@ start_tgtd() {
         tgtadm_ --op show --mode sys >/dev/null 2>&1 && break
         sleep 0.1
     done
+    [ "$(cat "/proc/$TGTD_PID/comm" 2>/dev/null)" = tgtd ] || die "pid $TGTD_PID is not tgtd"
     tgtadm_ --op new --mode target --tid 1 -T "$IQN"
     tgtadm_ --op new --mode logicalunit --tid 1 --lun 1 -b "$W/lun1.img"
     tgtadm_ --op new --mode logicalunit --tid 1 --lun 2 -b "$W/lun2.img"
@@ -195,7 +198,7 @@ log "rlun mount $MOUNT_PID, rlun serve $SERVE_PID"
 # --- fio ----------------------------------------------------------------------
 FIO_OPTS=(--name=soak --rw=randwrite --bsrange=4k-64k --numjobs=2 --size="$SIZE"
     --offset_increment="$SIZE" --verify=crc32c --verify_backlog=32 --do_verify=1
-    --continue_on_error=all --time_based --runtime="$DURATION"
+    --continue_on_error=all --verify_state_save=0 --time_based --runtime="$DURATION"
     --output-format=json)
 fio "${FIO_OPTS[@]}" --ioengine=psync --filename="$MNT/lun1" \
     --output="$W/fio-mount.json" 2>"$W/fio-mount.err" &

@@ -71,7 +71,10 @@ fn assert_bounded_memory(m: &Measured) {
 fn endless_text_continuation_ends_discovery_with_a_protocol_error() {
     let target = ScriptedTarget::start(TextScript::EndlessContinuation);
 
-    let m = run_rlun_measured(&["discover", "--login-timeout", "3s", &target.portal()], HARD_LIMIT);
+    let m = run_rlun_measured(
+        &["discover", "--login-timeout", "3s", &target.portal()],
+        HARD_LIMIT,
+    );
 
     assert_failure(&m.output, EXIT_PROTOCOL, &["more than 1024 responses"]);
     assert_bounded_memory(&m);
@@ -85,7 +88,10 @@ fn endless_text_continuation_ends_discovery_with_a_protocol_error() {
 fn unbounded_send_targets_reply_ends_discovery_with_a_protocol_error_within_16_mib() {
     let target = ScriptedTarget::start(TextScript::UnboundedSendTargets);
 
-    let m = run_rlun_measured(&["discover", "--login-timeout", "3s", &target.portal()], HARD_LIMIT);
+    let m = run_rlun_measured(
+        &["discover", "--login-timeout", "3s", &target.portal()],
+        HARD_LIMIT,
+    );
 
     assert_failure(&m.output, EXIT_PROTOCOL, &["over 16 MiB of text"]);
     assert_bounded_memory(&m);
@@ -303,10 +309,17 @@ fn stat_sn_and_exp_cmd_sn_going_backwards_are_ignored_and_the_copy_is_exact() {
     let back = s.lun.with_file_name("back.img");
     let m = run_rlun_measured(&["cp", &url, path(&back)], HARD_LIMIT);
     assert_success(&m.output, "rlun cp LUN -> file through the rewriting proxy");
-    assert!(s.proxy.rewritten() >= 10, "{} PDUs rewritten", s.proxy.rewritten());
+    assert!(
+        s.proxy.rewritten() >= 10,
+        "{} PDUs rewritten",
+        s.proxy.rewritten()
+    );
     let want = std::fs::read(&s.src).expect("read the source");
     let lun = std::fs::read(&s.lun).expect("read the LUN backing file");
     let got = std::fs::read(&back).expect("read the copy back");
-    assert!(lun[..want.len()] == want[..], "the LUN does not hold the source");
+    assert!(
+        lun[..want.len()] == want[..],
+        "the LUN does not hold the source"
+    );
     assert!(got[..want.len()] == want[..], "the copy read back differs");
 }

@@ -39,6 +39,31 @@
 //! protocol or stopped answering: at ErrorRecoveryLevel 0 the connection must
 //! be dropped (§7.1.5); [`Session::fail_all`] then completes every task with
 //! the error so no caller waits forever.
+//!
+//! # Resource bounds
+//!
+//! Nothing a target sends makes the core hold more than the caller asked
+//! for plus these fixed amounts (tests/hostile_bounds.rs checks each against
+//! a hostile target, with rlun's peak RSS under 64 MiB):
+//!
+//! - a PDU's data segment is at most the MaxRecvDataSegmentLength rlun
+//!   declared (256 KiB by default, 16 MiB - 1 at most), refused from the
+//!   header before the data is read (`transport`);
+//! - Data-In lands only in the read buffer of its command, whose size the
+//!   caller chose: data past it ([`ProtocolError::DataOverrun`]), out of
+//!   order ([`ProtocolError::DataSn`], [`ProtocolError::DataOffset`]) or for
+//!   an unknown task ends the connection;
+//! - an R2T may only ask for bytes of the write, at most MaxBurstLength of
+//!   them ([`ProtocolError::BadR2t`]): Data-Out never reads past the
+//!   caller's buffer;
+//! - one Text exchange keeps at most [`MAX_TEXT_RESPONSE_BYTES`] (16 MiB)
+//!   of text over at most [`MAX_TEXT_RESPONSES`] (1024) responses;
+//! - StatSN, ExpCmdSN and MaxCmdSN that go backwards are ignored
+//!   (§3.2.2.1, §4.2.2.1); a command window that never reopens holds
+//!   commands back only until their deadline: aborted unsent, they fail
+//!   with [`TaskError::WindowClosed`] after the recovery layer's retries;
+//! - tasks in flight are bounded by the queue depth, and an ITT is freed
+//!   when its task completes.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
