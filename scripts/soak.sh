@@ -40,7 +40,7 @@
 # under 10 minutes, which also hold latency/loss 8 s instead of 15),
 # SOAK_SIZE (bytes of each LUN that fio works on, default 128M),
 # SOAK_KEEP=1 (keep the work directory with the logs), SOAK_DIR (work dir
-# parent, default /var/tmp).
+# parent, default /var/tmp), SOAK_RLUN_OPTS (extra rlun options).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -189,8 +189,11 @@ proxy() { echo "$*" >&9; }
 log "proxy $PROXY_PID on 127.0.0.1:$PPORT"
 
 # --- rlun ---------------------------------------------------------------------
+# SOAK_RLUN_OPTS: extra options for both rlun processes (word-split), e.g.
+# "--replacement-timeout 3s" to see the soak catch failed I/O.
+# shellcheck disable=SC2206
 RLUN_OPTS=(-v --nop-interval "${NOP_INTERVAL}s" --nop-timeout "${NOP_TIMEOUT}s"
-    --cache-size 32M)
+    --cache-size 32M ${SOAK_RLUN_OPTS:-})
 mkdir "$MNT"
 "$RLUN" mount "${RLUN_OPTS[@]}" --direct-io "iscsi://127.0.0.1:$PPORT/$IQN/1" "$MNT" \
     >"$W/mount.log" 2>&1 &
