@@ -22,6 +22,8 @@ set -euo pipefail
 #                    layouts against rdma-core's headers compiles a C program
 #   g++              libfuzzer-sys compiles libFuzzer (scripts/fuzz.sh; the
 #                    nightly toolchain it needs is never installed from here)
+#   nftables         scripts/soak.sh: packet loss when the kernel has no
+#                    netem qdisc (iproute2 gives ip, ss and tc)
 #   lintian, rpm, rpm2cpio, cpio, file, man-db, systemd (systemd-analyze)
 #                    tests/packaging/run.sh: check the .deb/.rpm and the units
 PACKAGES=(
@@ -35,6 +37,7 @@ PACKAGES=(
     openssl
     e2fsprogs
     iproute2
+    nftables
     procps
     util-linux
     time

@@ -5,6 +5,7 @@
 #   RLUN_SKIP_LAB=1 scripts/test.sh   the same without the VM lab (tests/lab)
 #   RLUN_SKIP_PACKAGING=1 ...         without tests/packaging (the .deb/.rpm
 #                                     build, install and checks; needs root)
+#   RLUN_SOAK=0 ...                   without the 2-minute fault soak
 #
 # Exits non-zero on the first failure.
 set -euo pipefail
@@ -43,6 +44,20 @@ cargo test --doc
 # run and names its reproducer. RLUN_FUZZ_SECONDS sets the time per target.
 step "fuzz (${RLUN_FUZZ_SECONDS:-20} s per target)"
 RLUN_FUZZ_SEED=${RLUN_FUZZ_SEED:-1} RLUN_FUZZ_JOBS=${RLUN_FUZZ_JOBS:-$(nproc)} scripts/fuzz.sh "${RLUN_FUZZ_SECONDS:-20}"
+
+# Fault soak (scripts/soak.sh): fio verify through a mount and an NBD export
+# while tgtd is killed, reset, paused, degraded and corrupted; fails on any
+# I/O or verify error, an unclean rlun exit or RSS growth. Two minutes here
+# (one pass over every fault); RLUN_SOAK=10m runs longer, RLUN_SOAK=0 skips.
+# Needs root (network namespace, FUSE mount).
+if [ "${RLUN_SOAK:-2m}" = 0 ]; then
+    step "fault soak: skipped (RLUN_SOAK=0)"
+elif [ "$(id -u)" != 0 ]; then
+    step "fault soak: skipped (needs root)"
+else
+    step "fault soak (${RLUN_SOAK:-2m})"
+    scripts/soak.sh "${RLUN_SOAK:-2m}"
+fi
 
 # Packaging (tests/packaging/run.sh): build the .deb and .rpm, inspect them
 # (lintian, rpm), install the .deb, run it as root, under a test

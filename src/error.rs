@@ -95,7 +95,8 @@ impl TaskError {
             TaskError::TargetFailure(_)
             | TaskError::Rejected(_)
             | TaskError::Aborted
-            | TaskError::Invalid(_) => ErrorKind::Io,
+            | TaskError::Invalid(_)
+            | TaskError::WindowClosed { .. } => ErrorKind::Io,
         }
     }
 }

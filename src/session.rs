@@ -831,9 +831,12 @@ impl<T: Transport> Driver<T> {
     fn failure(&self, f: Failure) -> SessionError {
         match f {
             Failure::Task(e) => SessionError::Task(e),
-            Failure::ConnectionLost => {
-                SessionError::Task(TaskError::ConnectionLost(error_chain(&*self.last)))
-            }
+            // A request lost because the target broke the protocol fails
+            // as a protocol error (exit 7), naming the violation.
+            Failure::ConnectionLost => match &*self.last {
+                SessionError::Protocol(e) => SessionError::Protocol(e.clone()),
+                last => SessionError::Task(TaskError::ConnectionLost(error_chain(last))),
+            },
             Failure::ReplacementTimeout => SessionError::ReplacementTimeout {
                 timeout: self.cfg.replacement_timeout,
                 last: self.last.clone(),

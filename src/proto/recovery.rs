@@ -879,12 +879,18 @@ impl Recovery {
         if let Some(d) = cmd.deadline.take() {
             self.deadlines.remove(&(d, id));
         }
-        if result == Err(TaskError::Aborted) && cmd.timeouts > 0 {
+        // Aborted after its deadline, or never sent because the target
+        // kept the command window closed that long: retried the same way.
+        let timed_out = matches!(
+            result,
+            Err(TaskError::Aborted | TaskError::WindowClosed { .. })
+        );
+        if timed_out && cmd.timeouts > 0 {
             if cmd.timeouts > self.cfg.max_timeout_retries {
                 self.cmds.remove(&id);
                 self.outputs.push_back(Output::Command {
                     id,
-                    result: Err(Failure::Task(TaskError::Aborted)),
+                    result: result.map_err(Failure::Task),
                 });
             } else {
                 self.outputs
@@ -1109,13 +1115,14 @@ impl Recovery {
             cmd.task = None;
             cmd.deadline = None;
         }
-        self.fail_others(Failure::ConnectionLost);
         let our_logout = self.logout_by() == Some(LogoutBy::Us);
         self.logout_sent = None;
         let reconnect = self.cfg.reconnect && self.closing.is_none() && !our_logout;
         let right_after_login =
             !self.progress_on_conn && now.saturating_duration_since(self.live_since) < FLAP_WINDOW;
         self.flaps = if right_after_login { self.flaps + 1 } else { 0 };
+        // The cause goes out before the failures it explains, so a driver
+        // reporting `Failure::ConnectionLost` can name it.
         self.outputs.push_back(Output::Disconnect {
             cause: cause.clone(),
             reconnect,
@@ -1123,6 +1130,7 @@ impl Recovery {
             // Repeats are summarised below instead of each one warned of.
             quiet: our_logout && self.cmds.is_empty() || reconnect && self.flaps > 1,
         });
+        self.fail_others(Failure::ConnectionLost);
         if !reconnect {
             self.finish(Failure::ConnectionLost);
             return;
@@ -1856,6 +1864,16 @@ mod tests {
         assert!(out.iter().any(
             |o| matches!(o, Output::Pong { id, result: Err(Failure::ConnectionLost) } if *id == p)
         ));
+        // The cause comes first, so the driver can name it in the failures.
+        let disconnect_at = out
+            .iter()
+            .position(|o| matches!(o, Output::Disconnect { .. }))
+            .expect("a Disconnect");
+        let text_at = out
+            .iter()
+            .position(|o| matches!(o, Output::Text { .. }))
+            .expect("the Text failure");
+        assert!(disconnect_at < text_at, "{out:?}");
         assert!(command_results(&out).is_empty());
         assert_eq!(h.r.pending_commands(), 1);
         let _ = c;
@@ -1949,6 +1967,48 @@ mod tests {
                     vec![(id, Err(Failure::Task(TaskError::Aborted)))]
                 );
                 assert!(h.sent().is_empty());
+            }
+        }
+        assert_eq!(h.r.pending_commands(), 0);
+    }
+
+    #[test]
+    fn command_the_closed_window_holds_back_fails_saying_so_after_its_retries() {
+        // The target's window admits nothing (MaxCmdSN = ExpCmdSN - 1) and
+        // never opens: the command times out unsent, is retried like an
+        // aborted one, and finally fails naming the closed window.
+        let core = Session::new(
+            FeatureParams {
+                nop_interval: None,
+                ..FeatureParams::default()
+            },
+            SessionNumbers {
+                cmd_sn: 1,
+                exp_cmd_sn: 1,
+                max_cmd_sn: 0,
+                exp_stat_sn: 1,
+            },
+        );
+        let mut h = Harness::with(cfg(), core);
+        let id = h.cmd(0xa1, 0.0);
+        assert!(h.sent().is_empty(), "nothing fits in the window");
+        for round in 1..=4 {
+            h.run_until(30.0 * f64::from(round) + 1.0);
+            let out = h.outputs();
+            assert!(h.sent().is_empty(), "round {round}: nothing is sent");
+            if round < 4 {
+                assert!(command_results(&out).is_empty(), "round {round}");
+            } else {
+                assert_eq!(
+                    command_results(&out),
+                    vec![(
+                        id,
+                        Err(Failure::Task(TaskError::WindowClosed {
+                            cmd_sn: 1,
+                            max_cmd_sn: 0
+                        }))
+                    )]
+                );
             }
         }
         assert_eq!(h.r.pending_commands(), 0);

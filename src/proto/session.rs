@@ -39,6 +39,31 @@
 //! protocol or stopped answering: at ErrorRecoveryLevel 0 the connection must
 //! be dropped (§7.1.5); [`Session::fail_all`] then completes every task with
 //! the error so no caller waits forever.
+//!
+//! # Resource bounds
+//!
+//! Nothing a target sends makes the core hold more than the caller asked
+//! for plus these fixed amounts (tests/hostile_bounds.rs checks each against
+//! a hostile target, with rlun's peak RSS under 64 MiB):
+//!
+//! - a PDU's data segment is at most the MaxRecvDataSegmentLength rlun
+//!   declared (256 KiB by default, 16 MiB - 1 at most), refused from the
+//!   header before the data is read (`transport`);
+//! - Data-In lands only in the read buffer of its command, whose size the
+//!   caller chose: data past it ([`ProtocolError::DataOverrun`]), out of
+//!   order ([`ProtocolError::DataSn`], [`ProtocolError::DataOffset`]) or for
+//!   an unknown task ends the connection;
+//! - an R2T may only ask for bytes of the write, at most MaxBurstLength of
+//!   them ([`ProtocolError::BadR2t`]): Data-Out never reads past the
+//!   caller's buffer;
+//! - one Text exchange keeps at most [`MAX_TEXT_RESPONSE_BYTES`] (16 MiB)
+//!   of text over at most [`MAX_TEXT_RESPONSES`] (1024) responses;
+//! - StatSN, ExpCmdSN and MaxCmdSN that go backwards are ignored
+//!   (§3.2.2.1, §4.2.2.1); a command window that never reopens holds
+//!   commands back only until their deadline: aborted unsent, they fail
+//!   with [`TaskError::WindowClosed`] after the recovery layer's retries;
+//! - tasks in flight are bounded by the queue depth, and an ITT is freed
+//!   when its task completes.
 
 use std::collections::VecDeque;
 
@@ -219,6 +244,14 @@ pub enum TaskError {
     ConnectionLost(String),
     #[error("command does not fit in a PDU: {0}")]
     Invalid(&'static str),
+    /// Aborted before it could be sent: the target kept the command window
+    /// closed (MaxCmdSN below the next CmdSN, §3.2.2.1) until the command's
+    /// deadline.
+    #[error(
+        "not sent: the target kept its command window closed (next CmdSN {cmd_sn}, \
+         MaxCmdSN {max_cmd_sn})"
+    )]
+    WindowClosed { cmd_sn: u32, max_cmd_sn: u32 },
 }
 
 /// The target broke the protocol or stopped answering: drop the connection.
@@ -617,7 +650,16 @@ impl Session {
             Queued::Command(t, _) | Queued::Text(t, _) => *t == target,
         }) {
             if let Some(q) = self.waiting.remove(pos) {
-                self.complete_queued_with(q, TaskError::Aborted);
+                // Still queued: say so when the window is what held it.
+                let err = if self.window_open() {
+                    TaskError::Aborted
+                } else {
+                    TaskError::WindowClosed {
+                        cmd_sn: self.cmd_sn,
+                        max_cmd_sn: self.max_cmd_sn,
+                    }
+                };
+                self.complete_queued_with(q, err);
             }
             self.events.push_back(Event::TaskMgmt {
                 id,
@@ -1509,6 +1551,48 @@ mod tests {
         assert_eq!(sent.len(), 2);
         assert_eq!(s.numbers().cmd_sn, 6);
         assert_eq!(s.numbers().exp_stat_sn, 3);
+    }
+
+    #[test]
+    fn aborting_a_command_the_closed_window_held_back_says_so() {
+        // Window admits CmdSN 1 only; the second command waits for it.
+        let mut s = session(params(), 1);
+        let now = Instant::now();
+        let first = s.submit(read(512));
+        let held = s.submit(read(512));
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 1);
+        // The target answers the first and keeps the window closed, moving
+        // MaxCmdSN backwards too (ignored: the window cannot shrink).
+        s.handle_pdu(response(itt_of(&sent[0]), 1, 2, 0, 0), now)
+            .unwrap();
+        assert!(
+            matches!(s.poll_event(), Some(Event::Command { id, result: Ok(_) }) if id == first)
+        );
+        assert!(drain(&mut s).is_empty());
+        s.abort_task(held);
+        assert!(matches!(
+            s.poll_event(),
+            Some(Event::Command { id, result: Err(TaskError::WindowClosed { cmd_sn: 2, max_cmd_sn: 1 }) }) if id == held
+        ));
+    }
+
+    #[test]
+    fn aborting_a_command_queued_behind_the_queue_depth_is_a_plain_abort() {
+        let p = FeatureParams {
+            queue_depth: 1,
+            ..params()
+        };
+        let mut s = session(p, 100);
+        s.submit(read(512));
+        let held = s.submit(read(512));
+        assert_eq!(drain(&mut s).len(), 1);
+        assert!(s.window_open());
+        s.abort_task(held);
+        assert!(matches!(
+            s.poll_event(),
+            Some(Event::Command { id, result: Err(TaskError::Aborted) }) if id == held
+        ));
     }
 
     #[test]

@@ -176,3 +176,71 @@ pub(crate) fn describe(cmd: &Command) -> String {
     }
     s
 }
+
+/// What [`run_rlun_measured`] saw of one rlun run.
+#[derive(Debug)]
+pub struct Measured {
+    pub output: Output,
+    pub took: Duration,
+    /// The largest `VmHWM` (peak resident set, KiB) read from
+    /// `/proc/PID/status` while the process ran. Sampled every 2 ms, so
+    /// growth in the last instant before exit can escape it; a process
+    /// that grows without bound is caught long before.
+    pub peak_rss_kib: u64,
+}
+
+/// Run `rlun ARGS...` like [`run_rlun_with_timeout`] (panics if it does not
+/// end within `timeout`), watching its peak memory.
+pub fn run_rlun_measured(args: &[&str], timeout: Duration) -> Measured {
+    let mut cmd = Command::new(rlun_bin());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let command = describe(&cmd);
+    let start = Instant::now();
+    let mut child = ChildGuard(
+        cmd.spawn()
+            .unwrap_or_else(|e| panic!("could not start {command}: {e}")),
+    );
+    let stdout = collect(child.stdout.take());
+    let stderr = collect(child.stderr.take());
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak = 0u64;
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(&status_file) {
+            if let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak = peak.max(kib);
+            }
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() >= timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let err = stderr.recv_timeout(PIPE_GRACE).unwrap_or_default();
+                panic!(
+                    "`{command}` still running after {timeout:?} (peak RSS {peak} KiB); \
+                     stderr: {:?}",
+                    String::from_utf8_lossy(&err)
+                );
+            }
+            Ok(None) => thread::sleep(Duration::from_millis(2)),
+            Err(e) => panic!("waiting for `{command}`: {e}"),
+        }
+    };
+    let took = start.elapsed();
+    Measured {
+        output: Output {
+            status,
+            stdout: stdout.recv_timeout(PIPE_GRACE).unwrap_or_default(),
+            stderr: stderr.recv_timeout(PIPE_GRACE).unwrap_or_default(),
+        },
+        took,
+        peak_rss_kib: peak,
+    }
+}

@@ -12,10 +12,17 @@
 //!   initiator while the connection stays open — a target that goes silent
 //!   after every login;
 //! - delays everything the target sends by a fixed time;
-//! - drops: closes every current connection and each new one at once.
+//! - drops: closes every current connection and each new one at once;
+//! - rewrites: hands every PDU the target sends after login to a
+//!   [`Rewrite`] function that may change its header or data — a target
+//!   that gets the protocol wrong in one precise way (Data-In past the
+//!   buffer, an R2T for more than the write, sequence numbers going
+//!   backwards) while tgtd does the rest of the work.
 //!
-//! The proxy follows the target's PDUs only during login, where digests
-//! are never used; after login it copies bytes without looking at them.
+//! The proxy follows the target's PDUs during login, where digests are
+//! never used, and after login only while rewriting (so rewriting needs a
+//! session without digests); otherwise it copies bytes without looking at
+//! them.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -24,7 +31,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use super::hostile::{read_pdu, BHS_LEN, OP_LOGIN_RESPONSE, STAGE_FULL_FEATURE};
+use super::hostile::{
+    data_segment_length, read_pdu, BHS_LEN, OP_LOGIN_RESPONSE, STAGE_FULL_FEATURE,
+};
 
 /// What the proxy does to the connections it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +52,11 @@ pub enum Fault {
     Drop,
 }
 
+/// Changes one PDU from the target after login: its 48-byte BHS and its
+/// data segment (padding removed; the proxy fixes DataSegmentLength and
+/// the padding after the call). Returns whether it changed anything.
+pub type Rewrite = fn(bhs: &mut [u8], data: &mut Vec<u8>) -> bool;
+
 /// A listener on 127.0.0.1 that forwards each connection to `upstream`,
 /// injecting the current [`Fault`]. Dropping it stops accepting and closes
 /// the connections it carries.
@@ -58,6 +72,8 @@ struct Shared {
     logins: AtomicUsize,
     corrupted: AtomicUsize,
     swallowed: AtomicUsize,
+    rewrite: Mutex<Option<Rewrite>>,
+    rewritten: AtomicUsize,
     /// Both sockets of every connection, to close them on `Drop`.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
 }
@@ -81,6 +97,8 @@ impl FaultProxy {
             logins: AtomicUsize::new(0),
             corrupted: AtomicUsize::new(0),
             swallowed: AtomicUsize::new(0),
+            rewrite: Mutex::new(None),
+            rewritten: AtomicUsize::new(0),
             open: Mutex::new(Vec::new()),
         });
         let s = Arc::clone(&shared);
@@ -140,6 +158,22 @@ impl FaultProxy {
         if fault == Fault::Drop {
             self.close_all();
         }
+    }
+
+    /// Rewrite every PDU the target sends after a login that completes from
+    /// now on (connections already in the full feature phase keep being
+    /// copied as they are); `None` stops rewriting on new connections.
+    pub fn set_rewrite(&self, rewrite: Option<Rewrite>) {
+        *self
+            .shared
+            .rewrite
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = rewrite;
+    }
+
+    /// PDUs the [`Rewrite`] function changed so far.
+    pub fn rewritten(&self) -> usize {
+        self.shared.rewritten.load(Ordering::SeqCst)
     }
 
     /// Connections accepted so far.
@@ -220,6 +254,30 @@ fn target_to_initiator(mut server: TcpStream, mut client: TcpStream, shared: &Sh
         shared.corrupted.fetch_add(1, Ordering::SeqCst);
         // Let the initiator read it before the connection goes.
         thread::sleep(Duration::from_millis(100));
+        return close(&server, &client);
+    }
+    let rewrite = *shared.rewrite.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(rewrite) = rewrite {
+        while let Ok((mut bhs, mut data)) = read_pdu(&mut server) {
+            // read_pdu returns AHS + padded data; keep the data proper.
+            let ahs = usize::from(bhs[4]) * 4;
+            let dsl = data_segment_length(&bhs) as usize;
+            let mut segment = data.split_off(ahs.min(data.len()));
+            segment.truncate(dsl);
+            if rewrite(&mut bhs, &mut segment) {
+                shared.rewritten.fetch_add(1, Ordering::SeqCst);
+            }
+            let len = (segment.len() as u32).to_be_bytes();
+            bhs[5..8].copy_from_slice(&len[1..]);
+            segment.resize(segment.len().div_ceil(4) * 4, 0);
+            delay(shared);
+            if client.write_all(&bhs).is_err()
+                || client.write_all(&data).is_err()
+                || client.write_all(&segment).is_err()
+            {
+                break;
+            }
+        }
         return close(&server, &client);
     }
     let mut buf = vec![0u8; 256 * 1024];
