@@ -286,6 +286,9 @@ struct CmdRecord {
     /// Submitted but not yet seen on the wire: its `command_timeout` starts
     /// when a look finds it sent.
     queued: bool,
+    /// When it was last handed to the core (for a command held back by a
+    /// command window the target keeps closed).
+    submitted: Option<Instant>,
     /// Times it was aborted because it timed out.
     timeouts: u32,
 }
@@ -458,6 +461,7 @@ impl Recovery {
                 task: None,
                 deadline: None,
                 queued: false,
+                submitted: None,
                 timeouts: 0,
             },
         );
@@ -755,6 +759,7 @@ impl Recovery {
         // target, and re-queued behind younger commands) nor leaves it less
         // than `command_timeout` on the wire.
         cmd.queued = core.is_waiting(task);
+        cmd.submitted = Some(now);
         let deadline = if cmd.queued {
             now + QUEUED_RECHECK
         } else {
@@ -1013,7 +1018,17 @@ impl Recovery {
             let Some(task) = cmd.task else {
                 continue;
             };
-            if cmd.queued {
+            // Held back by a window the *target* has kept closed for a whole
+            // command timeout: that is the target's doing, and the command
+            // times out as before (aborted locally, re-issued, and failing
+            // as WindowClosed after its retries). Held back by our own queue
+            // depth, or by a window that is open again, it only waits.
+            let window_stuck = cmd.queued
+                && !core.window_open()
+                && cmd
+                    .submitted
+                    .is_some_and(|t| now >= t + self.cfg.command_timeout);
+            if cmd.queued && !window_stuck {
                 // Still waiting here: look again shortly. Sent since the
                 // last look: the full timeout from now.
                 cmd.queued = core.is_waiting(task);
@@ -1625,24 +1640,32 @@ mod tests {
     }
 
     #[test]
-    fn command_held_back_by_a_closed_window_is_not_aborted_locally() {
+    fn command_held_back_by_a_closed_window_waits_a_whole_command_timeout() {
         // The target's window is closed (MaxCmdSN = ExpCmdSN - 1): the
-        // command waits in rlun, unseen by the target. Timing it out would
-        // "abort" it locally (no ABORT TASK on the wire), re-queue it behind
-        // younger commands and, after four rounds, fail it although the
-        // target never saw it.
+        // command waits in rlun, unseen by the target, and is looked at
+        // every QUEUED_RECHECK. Those looks must not time it out before the
+        // target has kept the window closed for a whole command timeout
+        // (then it fails as WindowClosed after its retries:
+        // command_the_closed_window_holds_back_fails_saying_so_after_its_retries).
         let mut h = Harness::with(cfg(), core_with_window(0));
         let a = h.cmd(0xa1, 0.0);
         assert!(h.sent().is_empty(), "the window is closed");
-        h.run_until(200.0);
+        h.run_until(29.5);
         let out = h.outputs();
         assert!(
             !out.iter()
                 .any(|o| matches!(o, Output::Notice(Notice::CommandTimedOut { .. }))),
-            "a command that never left rlun timed out: {out:?}"
+            "timed out before the command timeout: {out:?}"
         );
         assert!(command_results(&out).is_empty(), "{a:?} failed: {out:?}");
         assert!(h.sent().is_empty());
+        h.run_until(31.0);
+        assert!(
+            h.outputs()
+                .iter()
+                .any(|o| matches!(o, Output::Notice(Notice::CommandTimedOut { .. }))),
+            "a window kept closed for the whole command timeout times the command out"
+        );
     }
 
     #[test]
