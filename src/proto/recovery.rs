@@ -10,6 +10,11 @@
 //! - **Command deadlines.** A command without an answer for
 //!   `command_timeout` is aborted (ABORT TASK, RFC 7143 §11.5.1) and
 //!   re-issued; after [`MAX_TIMEOUT_RETRIES`] re-issues it fails as aborted.
+//!   The timeout counts time on the wire: a command the core holds back
+//!   for the queue depth is looked at every [`QUEUED_RECHECK`] and its
+//!   timeout starts once it is sent; one held back by a command window the
+//!   target keeps closed for a whole `command_timeout` times out unsent and
+//!   finally fails as `WindowClosed`.
 //!   An ABORT TASK that fails or is unanswered for `tmf_timeout` escalates to
 //!   LOGICAL UNIT RESET; a reset that fails or is unanswered ends the
 //!   connection, and the kept commands go to a new one.
