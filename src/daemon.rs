@@ -519,6 +519,45 @@ impl Drop for PidFile {
     }
 }
 
+/// How an rlun process that was asked to stop ended, as
+/// [`wait_for_exit`] saw it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// It left exit code 0, or a later process took the pid file over
+    /// (ours finished).
+    Clean,
+    /// It left a non-zero exit code and its message.
+    Failed(i32, String),
+    /// It is gone without leaving an exit status.
+    Unknown,
+    /// It still runs after the timeout.
+    StillRunning,
+}
+
+/// Wait up to `timeout` for process `pid`, which wrote `pid_file`, to end
+/// (`rlun umount` and `rlun detach` after they signalled it), then collect
+/// the exit status it left there.
+pub async fn wait_for_exit(pid: u32, pid_file: &Path, timeout: Duration) -> Stopped {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let alive = crate::cmd::mount::process_alive(pid);
+        let file_ours =
+            std::fs::read_to_string(pid_file).is_ok_and(|t| t.trim() == pid.to_string());
+        if !alive || !file_ours {
+            return match read_exit_status(pid_file, pid) {
+                Some((0, _)) => Stopped::Clean,
+                Some((code, message)) => Stopped::Failed(code, message),
+                None if file_ours => Stopped::Unknown,
+                None => Stopped::Clean,
+            };
+        }
+        if std::time::Instant::now() >= deadline {
+            return Stopped::StillRunning;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The exit status process `pid` left next to `pid_file`
 /// ([`PidFile::finish`]): its exit code and message. The file is consumed.
 pub fn read_exit_status(pid_file: &Path, pid: u32) -> Option<(i32, String)> {

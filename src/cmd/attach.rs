@@ -13,7 +13,7 @@
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -303,31 +303,19 @@ pub async fn detach(device: &Path, timeout: Duration) -> Result<(), CliError> {
     if !status.success() {
         return Err(CliError::Other(format!("cannot signal rlun (pid {pid})")));
     }
-    let deadline = Instant::now() + timeout;
-    loop {
-        let alive = super::mount::process_alive(pid);
-        let file_ours = std::fs::read_to_string(&state).is_ok_and(|t| t.trim() == pid.to_string());
-        if !alive || !file_ours {
-            return match daemon::read_exit_status(&state, pid) {
-                Some((0, _)) => Ok(()),
-                Some((code, message)) => Err(CliError::Child {
-                    message: format!("rlun (pid {pid}) attached as {}: {message}", dev.display()),
-                    code,
-                }),
-                None if file_ours => Err(CliError::Other(format!(
-                    "rlun (pid {pid}) ended without saying whether written data reached the \
-                     target"
-                ))),
-                None => Ok(()),
-            };
-        }
-        if Instant::now() >= deadline {
-            return Err(CliError::Other(format!(
-                "rlun (pid {pid}) is still detaching {} after {timeout:?}",
-                dev.display()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    match daemon::wait_for_exit(pid, &state, timeout).await {
+        daemon::Stopped::Clean => Ok(()),
+        daemon::Stopped::Failed(code, message) => Err(CliError::Child {
+            message: format!("rlun (pid {pid}) attached as {}: {message}", dev.display()),
+            code,
+        }),
+        daemon::Stopped::Unknown => Err(CliError::Other(format!(
+            "rlun (pid {pid}) ended without saying whether written data reached the target"
+        ))),
+        daemon::Stopped::StillRunning => Err(CliError::Other(format!(
+            "rlun (pid {pid}) is still detaching {} after {timeout:?}",
+            dev.display()
+        ))),
     }
 }
 

@@ -30,7 +30,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fuser::{Config, MountOption, SessionACL};
 use tracing::{debug, info, warn};
@@ -479,34 +479,22 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     };
     // Wait for the rlun process to write back and log out, then collect
     // the exit status it left: fail when written data was lost.
-    let deadline = Instant::now() + timeout;
-    loop {
-        let alive = process_alive(pid);
-        let file_ours = std::fs::read_to_string(&state).is_ok_and(|t| t.trim() == pid.to_string());
-        if !alive || !file_ours {
-            return match daemon::read_exit_status(&state, pid) {
-                Some((0, _)) => Ok(()),
-                Some((code, message)) => Err(CliError::Child {
-                    message: format!("rlun (pid {pid}) serving {}: {message}", path.display()),
-                    code,
-                }),
-                None if file_ours => Err(CliError::Other(format!(
-                    "{} is unmounted, but rlun (pid {pid}) ended without saying whether written \
-                     data reached the target",
-                    path.display()
-                ))),
-                // A later process took the pid file over: ours finished.
-                None => Ok(()),
-            };
-        }
-        if Instant::now() >= deadline {
-            return Err(CliError::Other(format!(
-                "{} is unmounted, but rlun (pid {pid}) is still writing back after {:?}",
-                path.display(),
-                timeout
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    match daemon::wait_for_exit(pid, &state, timeout).await {
+        daemon::Stopped::Clean => Ok(()),
+        daemon::Stopped::Failed(code, message) => Err(CliError::Child {
+            message: format!("rlun (pid {pid}) serving {}: {message}", path.display()),
+            code,
+        }),
+        daemon::Stopped::Unknown => Err(CliError::Other(format!(
+            "{} is unmounted, but rlun (pid {pid}) ended without saying whether written \
+             data reached the target",
+            path.display()
+        ))),
+        daemon::Stopped::StillRunning => Err(CliError::Other(format!(
+            "{} is unmounted, but rlun (pid {pid}) is still writing back after {:?}",
+            path.display(),
+            timeout
+        ))),
     }
 }
 
