@@ -24,7 +24,9 @@ set -euo pipefail
 #                    nightly toolchain it needs is never installed from here)
 #   nftables         scripts/soak.sh: packet loss when the kernel has no
 #                    netem qdisc (iproute2 gives ip, ss and tc)
-#   lintian, rpm, rpm2cpio, cpio, file, man-db, systemd (systemd-analyze)
+#   dpkg-dev, rpm    scripts/package.sh builds the .deb (dpkg-deb,
+#                    dpkg-shlibdeps) and the .rpm (rpmbuild)
+#   lintian, rpm2cpio, cpio, file, man-db, systemd (systemd-analyze)
 #                    tests/packaging/run.sh: check the .deb/.rpm and the units
 PACKAGES=(
     tgt
@@ -50,6 +52,7 @@ PACKAGES=(
     librdmacm-dev
     gcc
     g++
+    dpkg-dev
     lintian
     rpm
     rpm2cpio
@@ -131,27 +134,11 @@ if command -v rustup >/dev/null 2>&1; then
     done
 fi
 
-# The packagers scripts/package.sh runs (tests/packaging/run.sh builds both
-# packages; Debian 12 packages neither). Built from crates.io with the
-# versions pinned and their Cargo.lock, only when missing and not when the
-# packaging tests are skipped (RLUN_SKIP_PACKAGING=1): compiling them takes
-# minutes on a fresh machine (see the README's Tests section).
-cargo_packager() {
-    local cmd=$1 crate=$2 version=$3
-    if ! cargo "$cmd" --version >/dev/null 2>&1; then
-        echo "install-test-deps: cargo install --locked $crate@$version"
-        cargo install --locked "$crate@$version"
-    fi
-}
-if [ "${RLUN_SKIP_PACKAGING:-}" != 1 ]; then
-    cargo_packager deb cargo-deb 3.8.0
-    cargo_packager generate-rpm cargo-generate-rpm 0.21.1
-fi
 
 # Fail here, with a clear message, rather than deep inside a test.
 for tool in tgtd tgtadm iscsi-ls iscsi-inq iscsi-readcapacity16 iscsi-perf \
     qemu-img qemu-io fio setpriv python3 cargo lintian rpm rpm2cpio cpio \
-    systemd-analyze man; do
+    systemd-analyze man dpkg-deb dpkg-shlibdeps rpmbuild; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "install-test-deps: '$tool' is still missing after installing packages" >&2
         exit 1

@@ -62,8 +62,8 @@ fi
 # Packaging (tests/packaging/run.sh): build the .deb and .rpm, inspect them
 # (lintian, rpm), install the .deb, run it as root, under a test
 # NOTIFY_SOCKET as the units run it and as an unprivileged user, purge it,
-# run the .rpm's binary. Needs root; cargo-deb and cargo-generate-rpm come
-# from scripts/install-test-deps.sh (compiled once per machine). In CI it
+# run the .rpm's binary. Needs root; the packages are built with dpkg-deb
+# and rpmbuild (scripts/package.sh). In CI it
 # packages the release binary built above. RLUN_SKIP_PACKAGING=1 skips it.
 if [ "${RLUN_SKIP_PACKAGING:-}" = 1 ]; then
     step "packaging: skipped (RLUN_SKIP_PACKAGING=1)"

@@ -5,7 +5,8 @@
 #      dpkg-deb -I/-c, lintian (no errors), rpm -qip/-qlp/--configfiles/
 #      --requires/--recommends; man pages and completions in both, equal to
 #      the committed (fresh) ones;
-#   2. unpack the .rpm into a scratch root and run its binary;
+#   2. unpack the .rpm into a scratch root and run its binary; install it
+#      into another with rpm itself (-i, -V, -U keeps an edited config, -e);
 #   3. install the .deb with apt: rlun --version, man rlun, bash completion,
 #      systemd-analyze verify on the three installed units, the README's
 #      main job (info, cp both ways, mount + read/write + umount) against a
@@ -106,7 +107,7 @@ ok "built $deb"
 # .deb ones still run.
 rpm=
 if RLUN_PACKAGE_NO_BUILD=1 scripts/package.sh rpm >"$work/rpm.log" 2>&1; then
-    rpm=$(ls target/generate-rpm/rlun-"$version"-1.*.rpm)
+    rpm=$(ls target/rpm/rlun-"$version"-1.*.rpm)
     ok "built $rpm"
 else
     bad "scripts/package.sh rpm"
@@ -182,6 +183,19 @@ check "rpm: its rlun --help lists attach and serve" bash -c "'$work/rpmroot/usr/
 check "rpm: its completions are the committed ones" bash -c "cmp '$work/rpmroot/usr/share/bash-completion/completions/rlun' packaging/completions/rlun.bash && cmp '$work/rpmroot/usr/share/zsh/site-functions/_rlun' packaging/completions/_rlun && cmp '$work/rpmroot/usr/share/fish/vendor_completions.d/rlun.fish' packaging/completions/rlun.fish"
 check "rpm: its units are the committed ones" bash -c "for u in mount serve attach; do cmp '$work/rpmroot/usr/lib/systemd/system/rlun-'\$u'@.service' packaging/systemd/rlun-\$u@.service || exit 1; done"
 check "rpm: its man page is the committed one" bash -c "zcat '$work/rpmroot/usr/share/man/man8/rlun.8.gz' | cmp - man/rlun.8"
+
+echo "== .rpm installed by rpm into a scratch root"
+# rpm itself, with its own database under the scratch root (Debian's rpm
+# keeps it in ~/.rpmdb, so under root/). --nodeps: the
+# root holds no glibc, fuse3 or kmod for the requirements to name.
+rr=$work/rpminst
+mkdir -p "$rr"
+check "rpm -i: installs" bash -c "rpm --root '$rr' --initdb && rpm --root '$rr' -i --nodeps '$ROOT/$rpm' 2>/dev/null && rpm --root '$rr' -q rlun | grep -qx 'rlun-$version-1.*'"
+check "rpm -V: every installed file as packaged (modes, digests)" bash -c "out=\$(rpm --root '$rr' -V --nodeps rlun 2>/dev/null); [ -z \"\$out\" ] || { echo \"\$out\"; exit 1; }"
+check "rpm -i: /etc/rlun/rlun.toml mode 600" bash -c "[ \"\$(stat -c %a '$rr/etc/rlun/rlun.toml')\" = 600 ]"
+echo '# edited by the packaging test' >>"$rr/etc/rlun/rlun.toml"
+check "rpm -U --replacepkgs: the edited config stays (noreplace)" bash -c "rpm --root '$rr' -U --replacepkgs --nodeps '$ROOT/$rpm' 2>/dev/null && tail -n1 '$rr/etc/rlun/rlun.toml' | grep -qx '# edited by the packaging test'"
+check "rpm -e: no file of the package left but the edited config (.rpmsave)" bash -c "rpm --root '$rr' -e rlun 2>/dev/null; left=\$(find '$rr' -path '$rr/root' -prune -o -path '$rr/var' -prune -o -type f -print); [ \"\$left\" = '$rr/etc/rlun/rlun.toml.rpmsave' ] || { echo \"\$left\"; exit 1; }"
 fi
 
 # --------------------------------------------------------------- 3. install
