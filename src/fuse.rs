@@ -67,6 +67,7 @@
 
 use std::ffi::OsStr;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -88,6 +89,13 @@ use crate::export::{Export, ExportError, ExportSet, ZeroMode};
 /// Largest read or write one FUSE request carries (`max_write`, and
 /// `max_pages` for reads).
 pub const MAX_IO: u32 = 1 << 20;
+/// The kernel read-ahead window `rlun mount` sets on its mount
+/// (`/sys/class/bdi/<dev>/read_ahead_kb`): the kernel splits a window into
+/// requests of [`MAX_IO`] and sends them all at once (`FUSE_ASYNC_READ`),
+/// so a sequential reader keeps up to eight 1 MiB reads in flight, the
+/// queue depth of the `rlun bench --bs 1M --qd 8` reference. A 1 MiB
+/// window kept at most two in flight and read about half as fast.
+pub const KERNEL_READAHEAD: u32 = 8 * MAX_IO;
 /// How long the kernel may cache attributes and directory entries.
 pub const ATTR_TTL: Duration = Duration::from_secs(1);
 /// Background requests (read-ahead, async direct I/O) the kernel keeps in
@@ -120,6 +128,11 @@ pub struct FsOptions {
     pub read_only: bool,
     /// Open files with `FOPEN_DIRECT_IO` (bypass the kernel page cache).
     pub direct_io: bool,
+    /// Ask the kernel for write-back caching (`FUSE_WRITEBACK_CACHE`):
+    /// buffered writes complete in the page cache and reach rlun as large
+    /// write-back requests, several at once. Ignored with `direct_io` and
+    /// for read-only mounts.
+    pub writeback_cache: bool,
 }
 
 impl Default for FsOptions {
@@ -130,6 +143,7 @@ impl Default for FsOptions {
             mode: 0o600,
             read_only: false,
             direct_io: false,
+            writeback_cache: false,
         }
     }
 }
@@ -399,16 +413,133 @@ impl<B: LunBackend> LunFs<B> {
     }
 }
 
+/// What the kernel sent: how many reads and writes, how large and how many
+/// at once. Logged when the mount ends; tests read it from the log to check
+/// that the negotiated limits hold (large requests, several in flight).
+#[derive(Debug, Default)]
+pub struct FuseStats {
+    reads: OpStats,
+    writes: OpStats,
+}
+
+#[derive(Debug, Default)]
+struct OpStats {
+    count: AtomicU64,
+    bytes: AtomicU64,
+    largest: AtomicU64,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+/// A snapshot of [`FuseStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FuseCounters {
+    pub reads: u64,
+    pub read_bytes: u64,
+    /// Largest read request, bytes.
+    pub largest_read: u64,
+    /// Most read requests rlun was serving at once.
+    pub max_reads_in_flight: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub largest_write: u64,
+    pub max_writes_in_flight: u64,
+}
+
+impl std::fmt::Display for FuseCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "reads={} read_bytes={} largest_read={} max_reads_in_flight={} writes={} \
+             write_bytes={} largest_write={} max_writes_in_flight={}",
+            self.reads,
+            self.read_bytes,
+            self.largest_read,
+            self.max_reads_in_flight,
+            self.writes,
+            self.write_bytes,
+            self.largest_write,
+            self.max_writes_in_flight
+        )
+    }
+}
+
+impl FuseStats {
+    pub fn counters(&self) -> FuseCounters {
+        let r = &self.reads;
+        let w = &self.writes;
+        FuseCounters {
+            reads: r.count.load(Relaxed),
+            read_bytes: r.bytes.load(Relaxed),
+            largest_read: r.largest.load(Relaxed),
+            max_reads_in_flight: r.max_in_flight.load(Relaxed),
+            writes: w.count.load(Relaxed),
+            write_bytes: w.bytes.load(Relaxed),
+            largest_write: w.largest.load(Relaxed),
+            max_writes_in_flight: w.max_in_flight.load(Relaxed),
+        }
+    }
+
+    /// Count a request of `size` bytes; it is in flight until the guard
+    /// drops (after the reply).
+    fn start(self: &Arc<Self>, write: bool, size: u64) -> InFlight {
+        let op = if write { &self.writes } else { &self.reads };
+        op.count.fetch_add(1, Relaxed);
+        op.bytes.fetch_add(size, Relaxed);
+        op.largest.fetch_max(size, Relaxed);
+        let now = op.in_flight.fetch_add(1, Relaxed) + 1;
+        op.max_in_flight.fetch_max(now, Relaxed);
+        InFlight {
+            stats: self.clone(),
+            write,
+        }
+    }
+}
+
+/// One request in flight ([`FuseStats::start`]).
+struct InFlight {
+    stats: Arc<FuseStats>,
+    write: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let op = if self.write {
+            &self.stats.writes
+        } else {
+            &self.stats.reads
+        };
+        op.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
 /// The `fuser` adapter: decodes requests, spawns the work of each onto the
 /// Tokio runtime and replies from the task.
 pub struct FuseFs<B: LunBackend> {
     fs: Arc<LunFs<B>>,
     rt: tokio::runtime::Handle,
+    stats: Arc<FuseStats>,
 }
 
 impl<B: LunBackend> FuseFs<B> {
     pub fn new(fs: Arc<LunFs<B>>, rt: tokio::runtime::Handle) -> FuseFs<B> {
-        FuseFs { fs, rt }
+        FuseFs {
+            fs,
+            rt,
+            stats: Arc::default(),
+        }
+    }
+
+    /// The request counters (shared: still readable once the session owns
+    /// the adapter).
+    pub fn stats(&self) -> Arc<FuseStats> {
+        self.stats.clone()
+    }
+
+    /// Whether to ask the kernel for write-back caching.
+    fn wants_writeback_cache(&self) -> bool {
+        let o = &self.fs.opts;
+        o.writeback_cache && !o.direct_io && !self.fs.all_read_only()
     }
 
     /// Run `work` on the runtime with the file of `ino`; `ENOENT` (or
@@ -445,12 +576,27 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
         // Async direct I/O: AIO on O_DIRECT keeps its queue depth in flight.
-        let wanted = InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_ASYNC_READ;
+        // Async reads: the kernel sends a whole read-ahead window at once.
+        let mut wanted = InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_ASYNC_READ;
+        if self.wants_writeback_cache() {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
         let supported = config.capabilities() & wanted;
         if config.add_capabilities(supported).is_err() {
             debug!("kernel refused FUSE capabilities {supported:?}");
         }
-        debug!(kernel_abi = %config.kernel_abi(), "FUSE connection initialised");
+        if supported != wanted {
+            debug!(
+                "the kernel lacks FUSE capabilities {:?}",
+                wanted.difference(supported)
+            );
+        }
+        debug!(
+            kernel_abi = %config.kernel_abi(),
+            max_pages_flag = config.capabilities().contains(InitFlags::FUSE_MAX_PAGES),
+            writeback_cache = supported.contains(InitFlags::FUSE_WRITEBACK_CACHE),
+            "FUSE connection initialised"
+        );
         Ok(())
     }
 
@@ -535,11 +681,13 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let in_flight = self.stats.start(false, u64::from(size));
         self.with_file(
             ino,
             reply,
             ReplyData::error,
             move |fs, idx, reply| async move {
+                let _in_flight = in_flight;
                 match fs.read(&fs.files[idx], offset, size).await {
                     Ok(data) => reply.data(&data),
                     Err(e) => reply.error(e),
@@ -565,11 +713,13 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         // target fetches the data from there (`crate::iobuf`).
         let data = crate::iobuf::IoBuf::copy_from_slice(data).into_bytes();
         let sync = flags.0 & O_DSYNC != 0;
+        let in_flight = self.stats.start(true, data.len() as u64);
         self.with_file(
             ino,
             reply,
             ReplyWrite::error,
             move |fs, idx, reply| async move {
+                let _in_flight = in_flight;
                 match fs.write(&fs.files[idx], offset, data, sync).await {
                     Ok(n) => reply.written(n),
                     Err(e) => reply.error(e),
