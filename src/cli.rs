@@ -428,6 +428,14 @@ write-back makes writes complete in memory: they reach the target within
 --writeback-delay, on fsync, or when the mount ends, and are lost if rlun is
 killed before.
 
+--writeback-cache on lets the kernel cache buffered writes too: write(2)
+completes in the page cache and the kernel writes back 1 MiB requests, many
+at once (much faster sequential writes). fsync still reaches the target
+(SYNCHRONIZE CACHE), and close and unmount write the data back before they
+return; but data not yet written back is lost if rlun is killed, a write
+past the end of the LUN fails at fsync/close rather than at write(2), and a
+capacity change shows only after a remount. Off by default.
+
 Examples:
   rlun mount iscsi://10.0.0.5/iqn.2026-11.org.example:store /mnt/store
   rlun mount --daemon --uid 1000 --mode 0640 store /mnt/store    # config name

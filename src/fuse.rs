@@ -20,9 +20,13 @@
 //! runtime; the task does the I/O and sends the reply itself, so requests
 //! run in parallel and no lock is held across network I/O (the device's
 //! own block range locks aside). Reads and writes of up to [`MAX_IO`]
-//! bytes arrive in one request (`max_write`, `max_pages`), reads
+//! bytes arrive in one request (`max_write`, `max_pages`; fuser asks for
+//! `FUSE_MAX_PAGES` and derives `max_pages` from `max_write`), reads
 //! asynchronously (`FUSE_ASYNC_READ`), and `O_DIRECT` AIO with
-//! `FUSE_ASYNC_DIO` keeps a whole queue depth in flight.
+//! `FUSE_ASYNC_DIO` keeps a whole queue depth in flight. A read reply is
+//! one `writev` of fuser's header and rlun's data buffer (no copy in user
+//! space; the kernel copies it into the page cache or the caller's
+//! buffer).
 //!
 //! Every rule about the LUNs themselves — which LUNs, clipping at the end,
 //! `ENOSPC`, unmap-or-zero, FUA, flush, capacity changes, shutdown — lives
@@ -55,9 +59,34 @@
 //! `rlun mount` defaults to `none` over the page cache (a second copy costs
 //! memory and a copy per read: sequential reads measured about twice as
 //! fast without it) and to `write-through` with `--direct-io`. It also
-//! raises the kernel's read-ahead window on the mount from 128 KiB to 1 MiB
-//! (`/sys/class/bdi/<dev>/read_ahead_kb`), so several 1 MiB reads are in
-//! flight while `dd` reads sequentially.
+//! raises the kernel's read-ahead window on the mount from 128 KiB to
+//! [`KERNEL_READAHEAD`] (8 MiB, `/sys/class/bdi/<dev>/read_ahead_kb`): the
+//! kernel sends a window as 1 MiB requests all at once, so a sequential
+//! reader keeps up to eight in flight (at 1 MiB it kept at most two).
+//!
+//! # Write-back caching in the kernel (`--writeback-cache on`)
+//!
+//! Off by default. Without it every buffered `write(2)` is one request that
+//! rlun completes before the call returns: a writer such as `dd` has one
+//! write in flight. With it (`FUSE_WRITEBACK_CACHE`) writes complete in the
+//! page cache and the kernel writes them back as 1 MiB requests, dozens at
+//! once. What stays guaranteed: `fsync`/`fdatasync` write the file's dirty
+//! pages back, wait for them, then reach [`Export::flush`] (SYNCHRONIZE
+//! CACHE); `close` writes the dirty pages back and waits before it returns,
+//! and reports a failure; unmounting (`rlun umount`, SIGTERM) writes them
+//! back before rlun logs out. What changes: until one of those, written
+//! data exists only in the kernel's memory, so if rlun dies (SIGKILL, a
+//! crash) it is lost although `write(2)` succeeded; the application learns
+//! it only from a failing `fsync` or `close`. The kernel also keeps the
+//! file size itself: a write past the end of the LUN fails at write-back
+//! (`fsync`/`close`) instead of at `write(2)`, and a capacity change of the
+//! LUN shows only after a remount. `--direct-io` and read-only mounts never
+//! use it.
+//!
+//! # Counters
+//!
+//! [`FuseStats`] counts what the kernel sends (reads and writes, their
+//! largest size, most in flight at once); `rlun mount` logs it at unmount.
 //!
 //! # Capacity changes
 //!
