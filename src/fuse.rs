@@ -125,6 +125,12 @@ pub const MAX_IO: u32 = 1 << 20;
 /// queue depth of the `rlun bench --bs 1M --qd 8` reference. A 1 MiB
 /// window kept at most two in flight and read about half as fast.
 pub const KERNEL_READAHEAD: u32 = 8 * MAX_IO;
+/// A write request larger than this goes to the LUN as several commands
+/// at once, split on multiples of it ([`LunFs::write`]): a buffered writer
+/// such as `dd` has only one request in flight, and a 1 MiB SCSI WRITE
+/// moves its data burst after burst (one R2T each), while four 256 KiB
+/// WRITEs move theirs in parallel.
+pub const WRITE_SPLIT: usize = 256 << 10;
 /// How long the kernel may cache attributes and directory entries.
 pub const ATTR_TTL: Duration = Duration::from_secs(1);
 /// Background requests (read-ahead, async direct I/O) the kernel keeps in
@@ -374,6 +380,14 @@ impl<B: LunBackend> LunFs<B> {
 
     /// Write `data` at `offset`; returns the bytes written (short at the
     /// end of the LUN, `ENOSPC` at or past it). `sync` writes with FUA.
+    ///
+    /// More than [`WRITE_SPLIT`] bytes go out as several writes at once,
+    /// cut on multiples of `WRITE_SPLIT` (so no two share a block). All of
+    /// them have finished when this returns. The count is that of the
+    /// leading pieces written in full: a piece cut short at the end of the
+    /// LUN, or failing after others were written, ends it (a short write,
+    /// as `write(2)` reports a partial one); a failure of the first piece
+    /// is the error.
     pub async fn write(
         &self,
         f: &LunFile<B>,
@@ -381,10 +395,59 @@ impl<B: LunBackend> LunFs<B> {
         data: Bytes,
         sync: bool,
     ) -> Result<u32, Errno> {
-        f.export
-            .write(offset, data, sync)
-            .await
-            .map_err(|e| errno(&e))
+        if data.len() <= WRITE_SPLIT {
+            return f
+                .export
+                .write(offset, data, sync)
+                .await
+                .map_err(|e| errno(&e));
+        }
+        let split = WRITE_SPLIT as u64;
+        let mut pieces = Vec::with_capacity(data.len().div_ceil(WRITE_SPLIT) + 1);
+        let mut pos = 0;
+        while pos < data.len() {
+            let at = offset.saturating_add(pos as u64);
+            let room = split - at % split;
+            let len = usize::try_from(room).map_or(data.len() - pos, |r| r.min(data.len() - pos));
+            let piece = data.slice(pos..pos + len);
+            let export = f.export.clone();
+            let task = tokio::spawn(async move { export.write(at, piece, sync).await });
+            pieces.push((len, task));
+            pos += len;
+        }
+        let mut written: u32 = 0;
+        let mut first_error = None;
+        let mut ended = false;
+        for (len, task) in pieces {
+            // Wait for every piece, also after a failure: none may still
+            // be writing when the kernel hears back.
+            let r = task.await;
+            if ended {
+                continue;
+            }
+            match r {
+                Ok(Ok(n)) => {
+                    written += n;
+                    ended = n as usize != len;
+                }
+                Ok(Err(e)) => {
+                    if written == 0 {
+                        first_error = Some(errno(&e));
+                    }
+                    ended = true;
+                }
+                Err(_) => {
+                    if written == 0 {
+                        first_error = Some(Errno::EIO);
+                    }
+                    ended = true;
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(written),
+        }
     }
 
     /// fsync / fdatasync: write back dirty data, then SYNCHRONIZE CACHE.
@@ -1240,6 +1303,62 @@ mod tests {
         assert_eq!(n as usize, MIB + 3);
         assert_eq!(&back[..], &payload[..]);
         assert_eq!(lun.mem.bytes_at(1001, MIB + 3), payload);
+    }
+
+    #[tokio::test]
+    async fn large_write_goes_out_as_several_commands_split_on_aligned_offsets() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 8192));
+        let f = &fs.files()[0];
+        let payload = data(MIB + 3);
+        let at = 3 * WRITE_SPLIT as u64 - 1000;
+
+        let n = fs
+            .write(f, at, Bytes::from(payload.clone()), true)
+            .await
+            .expect("write");
+
+        assert_eq!(n as usize, MIB + 3);
+        assert_eq!(lun.mem.bytes_at(at, MIB + 3), payload);
+        let writes: Vec<_> = lun
+            .mem
+            .log()
+            .into_iter()
+            .filter(|c| c.op == crate::device::MemOp::Write)
+            .collect();
+        // Five pieces: 1000 bytes up to a multiple of WRITE_SPLIT, three
+        // whole ones and the rest; each with FUA.
+        assert!(writes.len() >= 5, "several commands: {writes:?}");
+        assert!(writes.iter().all(|c| c.fua), "FUA on every piece");
+    }
+
+    #[tokio::test]
+    async fn large_write_across_the_end_is_short_and_past_it_enospc() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 2048));
+        let f = &fs.files()[0];
+        let at = (MIB / 2 + 100) as u64;
+
+        let short = fs.write(f, at, Bytes::from(vec![4u8; MIB]), false).await;
+        let past = fs
+            .write(f, MIB as u64, Bytes::from(vec![4u8; MIB]), false)
+            .await;
+
+        assert_eq!(short, Ok((MIB / 2 - 100) as u32));
+        assert_eq!(
+            lun.mem.bytes_at(at, MIB / 2 - 100),
+            vec![4u8; MIB / 2 - 100]
+        );
+        assert_eq!(past, Err(Errno::ENOSPC));
+    }
+
+    #[tokio::test]
+    async fn large_write_failing_in_its_first_piece_is_an_error() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 8192));
+        let f = &fs.files()[0];
+
+        lun.mem.fail_next(crate::device::MemOp::Write, 1, 5);
+        let first = fs.write(f, 0, Bytes::from(vec![1u8; MIB]), false).await;
+
+        assert_eq!(first, Err(Errno::EIO));
     }
 
     #[tokio::test]
