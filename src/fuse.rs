@@ -38,7 +38,7 @@
 //! | request | what rlun does |
 //! | --- | --- |
 //! | read | [`Export::read`]: clipped at the end of the LUN |
-//! | write | [`Export::write`] (with FUA for `O_SYNC`/`O_DSYNC` files); a write past the end is short, one at the end gets `ENOSPC` |
+//! | write | [`Export::write`] (with FUA for `O_SYNC`/`O_DSYNC` files), in [`WRITE_SPLIT`] pieces at once when larger; a write past the end is short, one at the end gets `ENOSPC` |
 //! | fsync, fdatasync | [`Export::flush`]: dirty pages, then SYNCHRONIZE CACHE (SBC-4 §5.26) |
 //! | fallocate `PUNCH_HOLE\|KEEP_SIZE` | [`Export::write_zeroes`] with [`ZeroMode::MayUnmap`]: UNMAP when the LUN reports LBPU and LBPRZ (unmapped blocks read as zeros), else WRITE SAME of zeros: the range always reads back as zeros, as `fallocate(2)` promises |
 //! | fallocate `ZERO_RANGE` | [`Export::write_zeroes`] with [`ZeroMode::Allocate`] (WRITE SAME, SBC-4 §5.50, falling back to writing zeros) |

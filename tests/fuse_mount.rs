@@ -232,10 +232,21 @@ fn dd_through_the_mounted_file_matches_the_backing_file() {
 
 #[test]
 fn fio_verify_with_several_jobs_passes_on_the_mounted_file() {
+    fio_verify_on_a_mount(&[], "4k-128k");
+}
+
+#[test]
+fn fio_verify_passes_with_the_kernel_writeback_cache_and_split_large_writes() {
+    // Direct writes up to 1 MiB go to the LUN in 256 KiB pieces at once;
+    // buffered ones through the kernel's write-back cache.
+    fio_verify_on_a_mount(&["--writeback-cache", "on"], "4k-1M");
+}
+
+fn fio_verify_on_a_mount(mount_args: &[&str], direct_bsrange: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, _backing) = tgtd_with_file(dir.path(), 64 * MIB, 3);
     let mp = mountpoint(dir.path(), "mnt");
-    let m = mount(&format!("{}/1", target_url(&tgtd)), &mp, &[]);
+    let m = mount(&format!("{}/1", target_url(&tgtd)), &mp, mount_args);
     let file = m.file("lun1").display().to_string();
 
     // O_DIRECT AIO: 4 jobs, each on its own 16 MiB, random block sizes,
@@ -246,7 +257,7 @@ fn fio_verify_with_several_jobs_passes_on_the_mounted_file() {
             "--name=direct",
             &format!("--filename={file}"),
             "--rw=randwrite",
-            "--bsrange=4k-128k",
+            &format!("--bsrange={direct_bsrange}"),
             "--ioengine=libaio",
             "--iodepth=16",
             "--direct=1",
