@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark of the FUSE front end: rlun's `rlun mount` file and
 # libnbd's `nbdfuse` over `qemu-nbd iscsi://` (libiscsi), against the same
-# LUN of one private tgtd, in the same run.
+# LUN of one private tgtd, in the same run; and `rlun bench` on that LUN
+# (rlun's own I/O loop, no FUSE): what the mount could reach at best.
 #
-# Cases, each on both files:
+# Cases, each on both files, and the rlun bench reference for it:
 #   seq read   dd bs=1M of the whole LUN, page cache of the file dropped first
+#              (rlun bench --pattern read --bs 1M --qd 8)
 #   seq write  dd bs=1M of the whole LUN with conv=fdatasync
+#              (rlun bench --pattern write --bs 1M --qd 8)
 #   randread   fio 4 KiB random reads, libaio, O_DIRECT, queue depth 32
-# Prints MiB/s (IOPS for randread) for both and the ratio rlun / nbdfuse.
+#              (rlun bench --pattern randread --bs 4k --qd 32)
+# Prints MiB/s (IOPS for randread) for each and two ratios: rlun mount /
+# rlun bench (goals: >= 0.7 for seq read and write, >= 0.6 for randread)
+# and rlun mount / nbdfuse (goal >= 1.5).
 #
 # Environment:
-#   BENCH_SECONDS=10           seconds of each fio run
+#   BENCH_SECONDS=10           seconds of each fio and rlun bench run
 #   BENCH_FILE_MIB=1024        size of the file LUN (on tmpfs when it fits)
 #   BENCH_ROUNDS=1             repeat every case this often (best kept)
 #   RLUN=target/release/rlun   rlun binary (built when it is the default and missing)
@@ -113,6 +119,23 @@ seq_write() { # file -> MiB/s
     mib_per_s "$size_r" "$(python3 -c "print($t1 - $t0)")"
 }
 
+# rlun bench on the LUN itself, the reference for a case: MiB/s or IOPS.
+rlun_bench() { # case
+    local args
+    case $1 in
+    seq_read) args=(--pattern read --bs 1M --qd 8) ;;
+    seq_write) args=(--pattern write --bs 1M --qd 8 --allow-write) ;;
+    randread) args=(--pattern randread --bs 4k --qd 32) ;;
+    esac
+    timeout $((SECS + 120)) "$RLUN" bench "${args[@]}" --duration "${SECS}s" --json "$url" \
+        >"$work/bench.json" 2>"$work/bench.err" || die "rlun bench $1 failed: $(cat "$work/bench.err")"
+    python3 -c "
+import json, sys
+b = json.load(open(sys.argv[1]))
+print(f\"{b['iops']:.0f}\" if sys.argv[2] == 'randread' else f\"{b['bytes'] / b['seconds'] / 2**20:.1f}\")
+" "$work/bench.json" "$1"
+}
+
 randread() { # file -> IOPS
     local f=$1
     timeout $((SECS + 120)) fio --name=randread --filename="$f" --rw=randread --bs=4k \
@@ -129,23 +152,30 @@ printf '\ntgtd on 127.0.0.1:%s, file LUN %s MiB at %s, %s round(s)\n' "$port" "$
 printf 'rlun: %s mount %s\n\n' "$RLUN" "${RLUN_MOUNT_ARGS:-(defaults)}"
 rows=()
 for case in seq_read seq_write randread; do
-    r_all=() n_all=()
+    r_all=() n_all=() b_all=()
     for _ in $(seq "$ROUNDS"); do
+        echo "running $case (rlun bench) ..." >&2
+        b_all+=("$(rlun_bench "$case")")
         echo "running $case (nbdfuse) ..." >&2
         n_all+=("$($case "$nbd_file")")
-        echo "running $case (rlun) ..." >&2
+        echo "running $case (rlun mount) ..." >&2
         r_all+=("$($case "$rlun_file")")
     done
     r=$(best "${r_all[@]}")
     n=$(best "${n_all[@]}")
+    b=$(best "${b_all[@]}")
     unit=$([ "$case" = randread ] && echo "IOPS (4k QD32)" || echo "MiB/s (dd bs=1M)")
-    rows+=("$(printf '%-10s %-18s | %10s | %10s | %6s' "$case" "$unit" "$n" "$r" "$(ratio "$r" "$n")")")
+    rows+=("$(printf '%-10s %-16s | %10s | %10s | %10s | %11s | %9s' "$case" "$unit" "$b" "$n" "$r" \
+        "$(ratio "$r" "$b")" "$(ratio "$r" "$n")")")
 done
 
-header=$(printf '%-10s %-18s | %10s | %10s | %6s' case unit nbdfuse rlun "x")
+header=$(printf '%-10s %-16s | %10s | %10s | %10s | %11s | %9s' case unit "rlun bench" nbdfuse \
+    "rlun mount" "mount/bench" "mount/nbd")
 echo "$header"
 printf '%s\n' "${header//?/-}"
 printf '%s\n' "${rows[@]}"
 echo
-echo "x = rlun / nbdfuse (higher is better for rlun)."
+echo "mount/bench = rlun mount / rlun bench on the same LUN (goals: >= 0.7 for seq_read and"
+echo "seq_write, >= 0.6 for randread); mount/nbd = rlun mount / nbdfuse (goal >= 1.5)."
+echo "rlun bench: read/write --bs 1M --qd 8, randread --bs 4k --qd 32, ${SECS} s each."
 "$RLUN" umount "$work/rlun" || die "rlun umount failed"

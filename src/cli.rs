@@ -373,7 +373,7 @@ pub struct CacheOpts {
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub cache_size: u64,
     /// Read ahead of sequential streams in rlun's cache; mount also raises
-    /// the kernel's read-ahead window to 1 MiB (when rlun may write
+    /// the kernel's read-ahead window to 8 MiB (when rlun may write
     /// /sys/class/bdi). Off: no read-ahead at all.
     #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On)]
     pub readahead: OnOff,
@@ -428,6 +428,14 @@ write-back makes writes complete in memory: they reach the target within
 --writeback-delay, on fsync, or when the mount ends, and are lost if rlun is
 killed before.
 
+--writeback-cache on lets the kernel cache buffered writes too: write(2)
+completes in the page cache and the kernel writes back 1 MiB requests, many
+at once (much faster sequential writes). fsync still reaches the target
+(SYNCHRONIZE CACHE), and close and unmount write the data back before they
+return; but data not yet written back is lost if rlun is killed, a write
+past the end of the LUN fails at fsync/close rather than at write(2), and a
+capacity change shows only after a remount. Off by default.
+
 Examples:
   rlun mount iscsi://10.0.0.5/iqn.2026-11.org.example:store /mnt/store
   rlun mount --daemon --uid 1000 --mode 0640 store /mnt/store    # config name
@@ -465,6 +473,11 @@ pub struct MountOpts {
     /// Threads reading requests from /dev/fuse.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub fuse_threads: u16,
+    /// The kernel's write-back cache for buffered writes: write(2)
+    /// completes in the page cache; close, fsync and unmount write the data
+    /// to the LUN (see below). Not with --direct-io.
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::Off)]
+    pub writeback_cache: OnOff,
 }
 
 const SERVE_AFTER_HELP: &str = "\

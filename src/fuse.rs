@@ -20,9 +20,13 @@
 //! runtime; the task does the I/O and sends the reply itself, so requests
 //! run in parallel and no lock is held across network I/O (the device's
 //! own block range locks aside). Reads and writes of up to [`MAX_IO`]
-//! bytes arrive in one request (`max_write`, `max_pages`), reads
+//! bytes arrive in one request (`max_write`, `max_pages`; fuser asks for
+//! `FUSE_MAX_PAGES` and derives `max_pages` from `max_write`), reads
 //! asynchronously (`FUSE_ASYNC_READ`), and `O_DIRECT` AIO with
-//! `FUSE_ASYNC_DIO` keeps a whole queue depth in flight.
+//! `FUSE_ASYNC_DIO` keeps a whole queue depth in flight. A read reply is
+//! one `writev` of fuser's header and rlun's data buffer (no copy in user
+//! space; the kernel copies it into the page cache or the caller's
+//! buffer).
 //!
 //! Every rule about the LUNs themselves — which LUNs, clipping at the end,
 //! `ENOSPC`, unmap-or-zero, FUA, flush, capacity changes, shutdown — lives
@@ -34,7 +38,7 @@
 //! | request | what rlun does |
 //! | --- | --- |
 //! | read | [`Export::read`]: clipped at the end of the LUN |
-//! | write | [`Export::write`] (with FUA for `O_SYNC`/`O_DSYNC` files); a write past the end is short, one at the end gets `ENOSPC` |
+//! | write | [`Export::write`] (with FUA for `O_SYNC`/`O_DSYNC` files), in [`WRITE_SPLIT`] pieces at once when larger; a write past the end is short, one at the end gets `ENOSPC` |
 //! | fsync, fdatasync | [`Export::flush`]: dirty pages, then SYNCHRONIZE CACHE (SBC-4 §5.26) |
 //! | fallocate `PUNCH_HOLE\|KEEP_SIZE` | [`Export::write_zeroes`] with [`ZeroMode::MayUnmap`]: UNMAP when the LUN reports LBPU and LBPRZ (unmapped blocks read as zeros), else WRITE SAME of zeros: the range always reads back as zeros, as `fallocate(2)` promises |
 //! | fallocate `ZERO_RANGE` | [`Export::write_zeroes`] with [`ZeroMode::Allocate`] (WRITE SAME, SBC-4 §5.50, falling back to writing zeros) |
@@ -55,9 +59,34 @@
 //! `rlun mount` defaults to `none` over the page cache (a second copy costs
 //! memory and a copy per read: sequential reads measured about twice as
 //! fast without it) and to `write-through` with `--direct-io`. It also
-//! raises the kernel's read-ahead window on the mount from 128 KiB to 1 MiB
-//! (`/sys/class/bdi/<dev>/read_ahead_kb`), so several 1 MiB reads are in
-//! flight while `dd` reads sequentially.
+//! raises the kernel's read-ahead window on the mount from 128 KiB to
+//! [`KERNEL_READAHEAD`] (8 MiB, `/sys/class/bdi/<dev>/read_ahead_kb`): the
+//! kernel sends a window as 1 MiB requests all at once, so a sequential
+//! reader keeps up to eight in flight (at 1 MiB it kept at most two).
+//!
+//! # Write-back caching in the kernel (`--writeback-cache on`)
+//!
+//! Off by default. Without it every buffered `write(2)` is one request that
+//! rlun completes before the call returns: a writer such as `dd` has one
+//! write in flight. With it (`FUSE_WRITEBACK_CACHE`) writes complete in the
+//! page cache and the kernel writes them back as 1 MiB requests, dozens at
+//! once. What stays guaranteed: `fsync`/`fdatasync` write the file's dirty
+//! pages back, wait for them, then reach [`Export::flush`] (SYNCHRONIZE
+//! CACHE); `close` writes the dirty pages back and waits before it returns,
+//! and reports a failure; unmounting (`rlun umount`, SIGTERM) writes them
+//! back before rlun logs out. What changes: until one of those, written
+//! data exists only in the kernel's memory, so if rlun dies (SIGKILL, a
+//! crash) it is lost although `write(2)` succeeded; the application learns
+//! it only from a failing `fsync` or `close`. The kernel also keeps the
+//! file size itself: a write past the end of the LUN fails at write-back
+//! (`fsync`/`close`) instead of at `write(2)`, and a capacity change of the
+//! LUN shows only after a remount. `--direct-io` and read-only mounts never
+//! use it.
+//!
+//! # Counters
+//!
+//! [`FuseStats`] counts what the kernel sends (reads and writes, their
+//! largest size, most in flight at once); `rlun mount` logs it at unmount.
 //!
 //! # Capacity changes
 //!
@@ -67,6 +96,7 @@
 
 use std::ffi::OsStr;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -88,6 +118,19 @@ use crate::export::{Export, ExportError, ExportSet, ZeroMode};
 /// Largest read or write one FUSE request carries (`max_write`, and
 /// `max_pages` for reads).
 pub const MAX_IO: u32 = 1 << 20;
+/// The kernel read-ahead window `rlun mount` sets on its mount
+/// (`/sys/class/bdi/<dev>/read_ahead_kb`): the kernel splits a window into
+/// requests of [`MAX_IO`] and sends them all at once (`FUSE_ASYNC_READ`),
+/// so a sequential reader keeps up to eight 1 MiB reads in flight, the
+/// queue depth of the `rlun bench --bs 1M --qd 8` reference. A 1 MiB
+/// window kept at most two in flight and read about half as fast.
+pub const KERNEL_READAHEAD: u32 = 8 * MAX_IO;
+/// A write request larger than this goes to the LUN as several commands
+/// at once, split on multiples of it ([`LunFs::write`]): a buffered writer
+/// such as `dd` has only one request in flight, and a 1 MiB SCSI WRITE
+/// moves its data burst after burst (one R2T each), while four 256 KiB
+/// WRITEs move theirs in parallel.
+pub const WRITE_SPLIT: usize = 256 << 10;
 /// How long the kernel may cache attributes and directory entries.
 pub const ATTR_TTL: Duration = Duration::from_secs(1);
 /// Background requests (read-ahead, async direct I/O) the kernel keeps in
@@ -120,6 +163,11 @@ pub struct FsOptions {
     pub read_only: bool,
     /// Open files with `FOPEN_DIRECT_IO` (bypass the kernel page cache).
     pub direct_io: bool,
+    /// Ask the kernel for write-back caching (`FUSE_WRITEBACK_CACHE`):
+    /// buffered writes complete in the page cache and reach rlun as large
+    /// write-back requests, several at once. Ignored with `direct_io` and
+    /// for read-only mounts.
+    pub writeback_cache: bool,
 }
 
 impl Default for FsOptions {
@@ -130,6 +178,7 @@ impl Default for FsOptions {
             mode: 0o600,
             read_only: false,
             direct_io: false,
+            writeback_cache: false,
         }
     }
 }
@@ -331,6 +380,14 @@ impl<B: LunBackend> LunFs<B> {
 
     /// Write `data` at `offset`; returns the bytes written (short at the
     /// end of the LUN, `ENOSPC` at or past it). `sync` writes with FUA.
+    ///
+    /// More than [`WRITE_SPLIT`] bytes go out as several writes at once,
+    /// cut on multiples of `WRITE_SPLIT` (so no two share a block). All of
+    /// them have finished when this returns. The count is that of the
+    /// leading pieces written in full: a piece cut short at the end of the
+    /// LUN, or failing after others were written, ends it (a short write,
+    /// as `write(2)` reports a partial one); a failure of the first piece
+    /// is the error.
     pub async fn write(
         &self,
         f: &LunFile<B>,
@@ -338,10 +395,59 @@ impl<B: LunBackend> LunFs<B> {
         data: Bytes,
         sync: bool,
     ) -> Result<u32, Errno> {
-        f.export
-            .write(offset, data, sync)
-            .await
-            .map_err(|e| errno(&e))
+        if data.len() <= WRITE_SPLIT {
+            return f
+                .export
+                .write(offset, data, sync)
+                .await
+                .map_err(|e| errno(&e));
+        }
+        let split = WRITE_SPLIT as u64;
+        let mut pieces = Vec::with_capacity(data.len().div_ceil(WRITE_SPLIT) + 1);
+        let mut pos = 0;
+        while pos < data.len() {
+            let at = offset.saturating_add(pos as u64);
+            let room = split - at % split;
+            let len = usize::try_from(room).map_or(data.len() - pos, |r| r.min(data.len() - pos));
+            let piece = data.slice(pos..pos + len);
+            let export = f.export.clone();
+            let task = tokio::spawn(async move { export.write(at, piece, sync).await });
+            pieces.push((len, task));
+            pos += len;
+        }
+        let mut written: u32 = 0;
+        let mut first_error = None;
+        let mut ended = false;
+        for (len, task) in pieces {
+            // Wait for every piece, also after a failure: none may still
+            // be writing when the kernel hears back.
+            let r = task.await;
+            if ended {
+                continue;
+            }
+            match r {
+                Ok(Ok(n)) => {
+                    written += n;
+                    ended = n as usize != len;
+                }
+                Ok(Err(e)) => {
+                    if written == 0 {
+                        first_error = Some(errno(&e));
+                    }
+                    ended = true;
+                }
+                Err(_) => {
+                    if written == 0 {
+                        first_error = Some(Errno::EIO);
+                    }
+                    ended = true;
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(written),
+        }
     }
 
     /// fsync / fdatasync: write back dirty data, then SYNCHRONIZE CACHE.
@@ -399,16 +505,133 @@ impl<B: LunBackend> LunFs<B> {
     }
 }
 
+/// What the kernel sent: how many reads and writes, how large and how many
+/// at once. Logged when the mount ends; tests read it from the log to check
+/// that the negotiated limits hold (large requests, several in flight).
+#[derive(Debug, Default)]
+pub struct FuseStats {
+    reads: OpStats,
+    writes: OpStats,
+}
+
+#[derive(Debug, Default)]
+struct OpStats {
+    count: AtomicU64,
+    bytes: AtomicU64,
+    largest: AtomicU64,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+/// A snapshot of [`FuseStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FuseCounters {
+    pub reads: u64,
+    pub read_bytes: u64,
+    /// Largest read request, bytes.
+    pub largest_read: u64,
+    /// Most read requests rlun was serving at once.
+    pub max_reads_in_flight: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub largest_write: u64,
+    pub max_writes_in_flight: u64,
+}
+
+impl std::fmt::Display for FuseCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "reads={} read_bytes={} largest_read={} max_reads_in_flight={} writes={} \
+             write_bytes={} largest_write={} max_writes_in_flight={}",
+            self.reads,
+            self.read_bytes,
+            self.largest_read,
+            self.max_reads_in_flight,
+            self.writes,
+            self.write_bytes,
+            self.largest_write,
+            self.max_writes_in_flight
+        )
+    }
+}
+
+impl FuseStats {
+    pub fn counters(&self) -> FuseCounters {
+        let r = &self.reads;
+        let w = &self.writes;
+        FuseCounters {
+            reads: r.count.load(Relaxed),
+            read_bytes: r.bytes.load(Relaxed),
+            largest_read: r.largest.load(Relaxed),
+            max_reads_in_flight: r.max_in_flight.load(Relaxed),
+            writes: w.count.load(Relaxed),
+            write_bytes: w.bytes.load(Relaxed),
+            largest_write: w.largest.load(Relaxed),
+            max_writes_in_flight: w.max_in_flight.load(Relaxed),
+        }
+    }
+
+    /// Count a request of `size` bytes; it is in flight until the guard
+    /// drops (after the reply).
+    fn start(self: &Arc<Self>, write: bool, size: u64) -> InFlight {
+        let op = if write { &self.writes } else { &self.reads };
+        op.count.fetch_add(1, Relaxed);
+        op.bytes.fetch_add(size, Relaxed);
+        op.largest.fetch_max(size, Relaxed);
+        let now = op.in_flight.fetch_add(1, Relaxed) + 1;
+        op.max_in_flight.fetch_max(now, Relaxed);
+        InFlight {
+            stats: self.clone(),
+            write,
+        }
+    }
+}
+
+/// One request in flight ([`FuseStats::start`]).
+struct InFlight {
+    stats: Arc<FuseStats>,
+    write: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let op = if self.write {
+            &self.stats.writes
+        } else {
+            &self.stats.reads
+        };
+        op.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
 /// The `fuser` adapter: decodes requests, spawns the work of each onto the
 /// Tokio runtime and replies from the task.
 pub struct FuseFs<B: LunBackend> {
     fs: Arc<LunFs<B>>,
     rt: tokio::runtime::Handle,
+    stats: Arc<FuseStats>,
 }
 
 impl<B: LunBackend> FuseFs<B> {
     pub fn new(fs: Arc<LunFs<B>>, rt: tokio::runtime::Handle) -> FuseFs<B> {
-        FuseFs { fs, rt }
+        FuseFs {
+            fs,
+            rt,
+            stats: Arc::default(),
+        }
+    }
+
+    /// The request counters (shared: still readable once the session owns
+    /// the adapter).
+    pub fn stats(&self) -> Arc<FuseStats> {
+        self.stats.clone()
+    }
+
+    /// Whether to ask the kernel for write-back caching.
+    fn wants_writeback_cache(&self) -> bool {
+        let o = &self.fs.opts;
+        o.writeback_cache && !o.direct_io && !self.fs.all_read_only()
     }
 
     /// Run `work` on the runtime with the file of `ino`; `ENOENT` (or
@@ -445,12 +668,27 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
         // Async direct I/O: AIO on O_DIRECT keeps its queue depth in flight.
-        let wanted = InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_ASYNC_READ;
+        // Async reads: the kernel sends a whole read-ahead window at once.
+        let mut wanted = InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_ASYNC_READ;
+        if self.wants_writeback_cache() {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
         let supported = config.capabilities() & wanted;
         if config.add_capabilities(supported).is_err() {
             debug!("kernel refused FUSE capabilities {supported:?}");
         }
-        debug!(kernel_abi = %config.kernel_abi(), "FUSE connection initialised");
+        if supported != wanted {
+            debug!(
+                "the kernel lacks FUSE capabilities {:?}",
+                wanted.difference(supported)
+            );
+        }
+        debug!(
+            kernel_abi = %config.kernel_abi(),
+            max_pages_flag = config.capabilities().contains(InitFlags::FUSE_MAX_PAGES),
+            writeback_cache = supported.contains(InitFlags::FUSE_WRITEBACK_CACHE),
+            "FUSE connection initialised"
+        );
         Ok(())
     }
 
@@ -535,11 +773,13 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let in_flight = self.stats.start(false, u64::from(size));
         self.with_file(
             ino,
             reply,
             ReplyData::error,
             move |fs, idx, reply| async move {
+                let _in_flight = in_flight;
                 match fs.read(&fs.files[idx], offset, size).await {
                     Ok(data) => reply.data(&data),
                     Err(e) => reply.error(e),
@@ -565,11 +805,13 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         // target fetches the data from there (`crate::iobuf`).
         let data = crate::iobuf::IoBuf::copy_from_slice(data).into_bytes();
         let sync = flags.0 & O_DSYNC != 0;
+        let in_flight = self.stats.start(true, data.len() as u64);
         self.with_file(
             ino,
             reply,
             ReplyWrite::error,
             move |fs, idx, reply| async move {
+                let _in_flight = in_flight;
                 match fs.write(&fs.files[idx], offset, data, sync).await {
                     Ok(n) => reply.written(n),
                     Err(e) => reply.error(e),
@@ -1061,6 +1303,62 @@ mod tests {
         assert_eq!(n as usize, MIB + 3);
         assert_eq!(&back[..], &payload[..]);
         assert_eq!(lun.mem.bytes_at(1001, MIB + 3), payload);
+    }
+
+    #[tokio::test]
+    async fn large_write_goes_out_as_several_commands_split_on_aligned_offsets() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 8192));
+        let f = &fs.files()[0];
+        let payload = data(MIB + 3);
+        let at = 3 * WRITE_SPLIT as u64 - 1000;
+
+        let n = fs
+            .write(f, at, Bytes::from(payload.clone()), true)
+            .await
+            .expect("write");
+
+        assert_eq!(n as usize, MIB + 3);
+        assert_eq!(lun.mem.bytes_at(at, MIB + 3), payload);
+        let writes: Vec<_> = lun
+            .mem
+            .log()
+            .into_iter()
+            .filter(|c| c.op == crate::device::MemOp::Write)
+            .collect();
+        // Five pieces: 1000 bytes up to a multiple of WRITE_SPLIT, three
+        // whole ones and the rest; each with FUA.
+        assert!(writes.len() >= 5, "several commands: {writes:?}");
+        assert!(writes.iter().all(|c| c.fua), "FUA on every piece");
+    }
+
+    #[tokio::test]
+    async fn large_write_across_the_end_is_short_and_past_it_enospc() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 2048));
+        let f = &fs.files()[0];
+        let at = (MIB / 2 + 100) as u64;
+
+        let short = fs.write(f, at, Bytes::from(vec![4u8; MIB]), false).await;
+        let past = fs
+            .write(f, MIB as u64, Bytes::from(vec![4u8; MIB]), false)
+            .await;
+
+        assert_eq!(short, Ok((MIB / 2 - 100) as u32));
+        assert_eq!(
+            lun.mem.bytes_at(at, MIB / 2 - 100),
+            vec![4u8; MIB / 2 - 100]
+        );
+        assert_eq!(past, Err(Errno::ENOSPC));
+    }
+
+    #[tokio::test]
+    async fn large_write_failing_in_its_first_piece_is_an_error() {
+        let (fs, lun) = one_lun(MemBackend::new(512, 8192));
+        let f = &fs.files()[0];
+
+        lun.mem.fail_next(crate::device::MemOp::Write, 1, 5);
+        let first = fs.write(f, 0, Bytes::from(vec![1u8; MIB]), false).await;
+
+        assert_eq!(first, Err(Errno::EIO));
     }
 
     #[tokio::test]

@@ -232,10 +232,21 @@ fn dd_through_the_mounted_file_matches_the_backing_file() {
 
 #[test]
 fn fio_verify_with_several_jobs_passes_on_the_mounted_file() {
+    fio_verify_on_a_mount(&[], "4k-128k");
+}
+
+#[test]
+fn fio_verify_passes_with_the_kernel_writeback_cache_and_split_large_writes() {
+    // Direct writes up to 1 MiB go to the LUN in 256 KiB pieces at once;
+    // buffered ones through the kernel's write-back cache.
+    fio_verify_on_a_mount(&["--writeback-cache", "on"], "4k-1M");
+}
+
+fn fio_verify_on_a_mount(mount_args: &[&str], direct_bsrange: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, _backing) = tgtd_with_file(dir.path(), 64 * MIB, 3);
     let mp = mountpoint(dir.path(), "mnt");
-    let m = mount(&format!("{}/1", target_url(&tgtd)), &mp, &[]);
+    let m = mount(&format!("{}/1", target_url(&tgtd)), &mp, mount_args);
     let file = m.file("lun1").display().to_string();
 
     // O_DIRECT AIO: 4 jobs, each on its own 16 MiB, random block sizes,
@@ -246,7 +257,7 @@ fn fio_verify_with_several_jobs_passes_on_the_mounted_file() {
             "--name=direct",
             &format!("--filename={file}"),
             "--rw=randwrite",
-            "--bsrange=4k-128k",
+            &format!("--bsrange={direct_bsrange}"),
             "--ioengine=libaio",
             "--iodepth=16",
             "--direct=1",
@@ -837,5 +848,133 @@ fn stats_interval_logs_the_cache_counters_of_a_running_mount() {
     assert!(
         text.lines().any(|l| l.contains("dirty_bytes=65536")),
         "the 64 KiB write-back write shows as dirty before unmount:\n{text}"
+    );
+}
+
+/// Mount `url` on `mp` as a daemon with `-v` and a log file plus `args`.
+fn mount_logged(url: &str, mp: &Path, log: &Path, args: &[&str]) {
+    let mut argv = vec![
+        "-v",
+        "mount",
+        "--daemon",
+        "--log-file",
+        log.to_str().expect("log path"),
+    ];
+    argv.extend_from_slice(args);
+    let mp_s = mp.display().to_string();
+    argv.extend_from_slice(&[url, &mp_s]);
+    let out = run_rlun(&argv, &[]);
+    assert_success(&out, "rlun mount --daemon");
+}
+
+/// The request counters of the "FUSE requests:" line rlun logs when the
+/// mount ends (`reads=… largest_read=… max_reads_in_flight=…`).
+fn fuse_counters(log: &Path) -> std::collections::HashMap<String, u64> {
+    let text = fs::read_to_string(log).expect("mount log");
+    let line = text
+        .lines()
+        .find(|l| l.contains("FUSE requests:"))
+        .unwrap_or_else(|| panic!("no FUSE requests line in the log:\n{text}"));
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+fn counter(c: &std::collections::HashMap<String, u64>, name: &str) -> u64 {
+    *c.get(name)
+        .unwrap_or_else(|| panic!("{name} missing in {c:?}"))
+}
+
+#[test]
+fn sequential_reads_reach_rlun_as_1_mib_requests_several_at_once() {
+    // What the negotiated limits promise, counted by rlun rather than
+    // timed: max_pages lets a read-ahead request carry 1 MiB, and async
+    // reads over the 8 MiB read-ahead window keep several in flight.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _backing) = tgtd_with_file(dir.path(), 64 * MIB, 17);
+    let mp = mountpoint(dir.path(), "mnt");
+    let log = dir.path().join("mount.log");
+    let _guard = Mounted {
+        mp: mp.clone(),
+        child: None,
+    };
+    mount_logged(&target_url(&tgtd), &mp, &log, &[]);
+
+    let copy = dir.path().join("copy.img");
+    sh(
+        "dd",
+        &[
+            &format!("if={}", m_file(&mp).display()),
+            &format!("of={}", copy.display()),
+            "bs=1M",
+            "status=none",
+        ],
+    );
+    let umount = run_rlun(["umount", &mp.display().to_string()], &[]);
+
+    assert_success(&umount, "rlun umount");
+    assert_same_bytes(
+        &read(&copy),
+        &pattern_bytes(17, 0, 64 * MIB as usize),
+        "dd read",
+    );
+    let c = fuse_counters(&log);
+    assert!(counter(&c, "read_bytes") >= 64 * MIB, "{c:?}");
+    assert_eq!(
+        counter(&c, "largest_read"),
+        MIB,
+        "reads arrive as 1 MiB requests (max_pages): {c:?}"
+    );
+    assert!(
+        counter(&c, "max_reads_in_flight") >= 4,
+        "several read-ahead requests in flight at once: {c:?}"
+    );
+}
+
+#[test]
+fn writeback_cache_sends_large_writes_and_fsync_and_close_put_them_on_the_backing_file() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, backing) = tgtd_with_file(dir.path(), 64 * MIB, 19);
+    let mp = mountpoint(dir.path(), "mnt");
+    let log = dir.path().join("mount.log");
+    let _guard = Mounted {
+        mp: mp.clone(),
+        child: None,
+    };
+    mount_logged(&target_url(&tgtd), &mp, &log, &["--writeback-cache", "on"]);
+    let first = pattern_bytes(20, 0, 16 * MIB as usize);
+    let second = pattern_bytes(21, 0, 3 * MIB as usize + 4096);
+
+    // 64 KiB write(2) calls, then fsync: on the target's file at once.
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(m_file(&mp))
+        .expect("open lun1 for writing");
+    f.seek(SeekFrom::Start(4 * MIB)).expect("seek");
+    for chunk in first.chunks(64 * 1024) {
+        f.write_all(chunk).expect("write");
+    }
+    f.sync_all().expect("fsync");
+    let after_fsync = range(&backing, 4 * MIB, first.len());
+    // Without fsync: close writes the dirty pages back before it returns.
+    f.seek(SeekFrom::Start(30 * MIB + 512)).expect("seek");
+    f.write_all(&second).expect("write");
+    drop(f);
+    let after_close = range(&backing, 30 * MIB + 512, second.len());
+    let umount = run_rlun(["umount", &mp.display().to_string()], &[]);
+
+    assert_same_bytes(&after_fsync, &first, "backing file after fsync");
+    assert_same_bytes(&after_close, &second, "backing file after close");
+    assert_success(&umount, "rlun umount");
+    let c = fuse_counters(&log);
+    assert!(
+        counter(&c, "largest_write") >= 512 * 1024,
+        "the kernel's write-back joins 64 KiB writes into large requests: {c:?}"
+    );
+    assert!(
+        counter(&c, "max_writes_in_flight") >= 2,
+        "write-back sends several writes at once: {c:?}"
     );
 }

@@ -166,7 +166,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache -d 'rlun\'s ow
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 8 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
@@ -182,6 +182,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l uid -d 'Owner of the
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l gid -d 'Group of the files (default: the group running rlun)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l mode -d 'Permission bits of the files, in octal (write bits are dropped for read-only LUNs). The kernel enforces them (default_permissions)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l fuse-threads -d 'Threads reading requests from /dev/fuse' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-cache -d 'The kernel\'s write-back cache for buffered writes: write(2) completes in the page cache; close, fsync and unmount write the data to the LUN (see below). Not with --direct-io' -r -f -a "on\t''
+off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l log-file -d 'With --daemon: append log messages to this file (default: discarded)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
@@ -203,7 +205,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache -d 'rlun\'s ow
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 8 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
@@ -252,7 +254,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l cache -d 'rlun\'s ow
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
-complete -c rlun -n "__fish_rlun_using_subcommand serve" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 8 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
@@ -287,7 +289,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l cache -d 'rlun\'s o
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
-complete -c rlun -n "__fish_rlun_using_subcommand attach" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 8 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r

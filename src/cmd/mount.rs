@@ -191,6 +191,7 @@ async fn serve(
     // wrote back: tokio queues it until the serving loop below looks.
     let mut signals = Signals::install()?;
     let adapter = FuseFs::new(fs.clone(), tokio::runtime::Handle::current());
+    let fuse_stats = adapter.stats();
     let mp2 = mp.clone();
     let session =
         tokio::task::spawn_blocking(move || fuser::Session::new(adapter, &mp2, &config)).await;
@@ -256,6 +257,12 @@ async fn serve(
         warn!(error = %e, "the FUSE session ended with an error");
     }
 
+    info!(
+        "FUSE requests: {} (largest and most in flight at once: the kernel's read-ahead \
+         and max_pages at work)",
+        fuse_stats.counters()
+    );
+
     // The kernel sends nothing more: write back and log out.
     let finished = daemon::finish_exports(fs.exports(), &target).await;
     drop(fs);
@@ -307,6 +314,7 @@ fn fs_options(o: &MountOpts) -> FsOptions {
         mode: o.mode,
         read_only: o.read_only,
         direct_io: o.direct_io,
+        writeback_cache: o.writeback_cache == OnOff::On,
     }
 }
 
@@ -390,12 +398,16 @@ async fn unmount_self(mp: &Path) {
     }
 }
 
-/// The kernel reads ahead 128 KiB on a FUSE file by default; a 1 MiB
-/// window (one request of `MAX_IO`) keeps several large reads in flight and
-/// roughly doubles sequential reads. Needs write access to
+/// The kernel reads ahead 128 KiB on a FUSE file by default; a window of
+/// [`crate::fuse::KERNEL_READAHEAD`] (8 requests of `MAX_IO`, all sent at
+/// once) keeps that many large reads in flight. Needs write access to
 /// `/sys/class/bdi/<major>:<minor>/read_ahead_kb` (root).
 fn set_kernel_readahead(m: &MountEntry, on: bool) {
-    let kib = if on { crate::fuse::MAX_IO / 1024 } else { 0 };
+    let kib = if on {
+        crate::fuse::KERNEL_READAHEAD / 1024
+    } else {
+        0
+    };
     let path = format!("/sys/class/bdi/{}:{}/read_ahead_kb", m.major, m.minor);
     match std::fs::write(&path, kib.to_string()) {
         Ok(()) => debug!(path, kib, "kernel read-ahead set"),
