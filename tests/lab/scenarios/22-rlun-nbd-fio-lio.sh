@@ -1,4 +1,4 @@
-# about: rlun attach --daemon of a LIO LUN over TCP: returns with the device ready and listed, the kernel is offered FUA (LIO reports no DPOFUA: WRITE + SYNCHRONIZE CACHE), fio verify (direct, QD16, and O_DSYNC writes) on /dev/nbdN, rlun detach idle and during an fio run
+# about: rlun attach --daemon of a LIO LUN over TCP: returns with the device ready and listed, the kernel is offered FUA (LIO reports no DPOFUA: WRITE + SYNCHRONIZE CACHE), fio verify (direct, QD16, and O_DSYNC writes) on /dev/nbdN, a buffered write to the held-open device reaches LIO at rlun detach (the fsync before the disconnect), rlun detach idle and during an fio run
 # default: yes
 # timeout: 600
 
@@ -52,15 +52,34 @@ scenario() {
     run "read $dev (O_DIRECT)" 120 dd if="$dev" of="$W/dev.img" bs=1M iflag=direct status=none
     nbd_dmesg_clean "fio verify on $dev"
 
+    # A buffered write right before the detach, while another process holds
+    # the device open: the kernel writes a block device's page cache back
+    # on its own only at the last close or after the writeback delay (30 s)
+    # and drops it at a disconnect, so only rlun's fsync of the device
+    # before the disconnect gets this 1 MiB to the target.
+    random_file "$W/pattern.bin" 1
+    sleep 600 <>"$dev" &
+    local holder=$!
+    on_exit "kill $holder 2>/dev/null; true"
+    run "buffered write of 1 MiB at 20 MiB, $dev held open" 60 \
+        dd if="$W/pattern.bin" of="$dev" bs=1M seek=20 conv=notrunc status=none
+    grep -E '^(Dirty|Writeback):' /proc/meminfo | sed 's/^/  | /'
+    dd if="$W/pattern.bin" of="$W/dev.img" bs=1M seek=20 conv=notrunc status=none
+
     # Idle detach: rlun exits 0, the device is gone from the kernel and
     # from rlun list, what the device showed is in the backing file.
     t0=$SECONDS
-    run "rlun detach $dev (idle)" 120 "$RLUN" detach "$dev"
+    run "rlun detach $dev (idle; held open by pid $holder)" 120 "$RLUN" detach "$dev"
     wait_for "rlun (pid $pid) exited" 30 bash -c "! kill -0 $pid"
     log "idle detach took $((SECONDS - t0))s"
     test ! -e "/sys/block/$n/pid" || fail "$dev still connected after rlun detach"
     capture "rlun list after detach" 30 "$W/list2.txt" "$RLUN" list
     ! grep -q "$dev" "$W/list2.txt" || fail "rlun list still shows $dev after detach"
+    kill "$holder" 2>/dev/null || true
+    wait "$holder" 2>/dev/null || true
+    run "read 1 MiB at 20 MiB of the backing file" 30 \
+        dd if="$backing" of="$W/back.bin" bs=1M skip=20 count=1 status=none
+    assert_same_data "the buffered write before the detach, on LIO's backing file" "$W/pattern.bin" "$W/back.bin"
     assert_same_data "backing file after fio and detach vs what $dev showed" "$W/dev.img" "$backing"
 
     # Busy detach: fio writes with O_DIRECT at QD8 until it fails. The
