@@ -61,10 +61,10 @@ scenario() {
     sleep 600 <>"$dev" &
     local holder=$!
     on_exit "kill $holder 2>/dev/null; true"
-    run "buffered write of 1 MiB at 20 MiB, $dev held open" 60 \
-        dd if="$W/pattern.bin" of="$dev" bs=1M seek=20 conv=notrunc status=none
+    run "buffered write of 1 MiB at 14 MiB, $dev held open" 60 \
+        dd if="$W/pattern.bin" of="$dev" bs=1M seek=14 conv=notrunc status=none
     grep -E '^(Dirty|Writeback):' /proc/meminfo | sed 's/^/  | /'
-    dd if="$W/pattern.bin" of="$W/dev.img" bs=1M seek=20 conv=notrunc status=none
+    dd if="$W/pattern.bin" of="$W/dev.img" bs=1M seek=14 conv=notrunc status=none
 
     # Idle detach: rlun exits 0, the device is gone from the kernel and
     # from rlun list, what the device showed is in the backing file.
@@ -77,8 +77,8 @@ scenario() {
     ! grep -q "$dev" "$W/list2.txt" || fail "rlun list still shows $dev after detach"
     kill "$holder" 2>/dev/null || true
     wait "$holder" 2>/dev/null || true
-    run "read 1 MiB at 20 MiB of the backing file" 30 \
-        dd if="$backing" of="$W/back.bin" bs=1M skip=20 count=1 status=none
+    run "read 1 MiB at 14 MiB of the backing file" 30 \
+        dd if="$backing" of="$W/back.bin" bs=1M skip=14 count=1 status=none
     assert_same_data "the buffered write before the detach, on LIO's backing file" "$W/pattern.bin" "$W/back.bin"
     assert_same_data "backing file after fio and detach vs what $dev showed" "$W/dev.img" "$backing"
 
