@@ -365,14 +365,11 @@ impl Pattern {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Cache options")]
 pub struct CacheOpts {
-    /// rlun's own cache of LUN data. Default: for mount and attach none (the
-    /// kernel page cache already caches the files and /dev/nbdN; a second
-    /// copy costs memory and, today, speed: whole-device reads through
-    /// rlun's cache take about twice the CPU), write-through for mount
-    /// --direct-io; for serve write-through (shared by every connection: it
-    /// wins for 4 KiB random and hot re-reads, --cache none is faster for
-    /// whole-LUN copies); for bench no cache at all (I/O goes straight to
-    /// the LUN).
+    /// rlun's own cache of LUN data. Default: for mount none (the kernel
+    /// page cache already caches), write-through with --direct-io; for serve
+    /// and attach write-through (shared by every connection; it wins for
+    /// 4 KiB random and hot re-reads, --cache none is faster for whole-LUN
+    /// copies); for bench no cache at all (I/O goes straight to the LUN).
     #[arg(long, value_enum, value_name = "MODE")]
     pub cache: Option<CacheChoice>,
     /// Memory cap of rlun's cache, per LUN.

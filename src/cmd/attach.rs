@@ -116,10 +116,7 @@ async fn attach(
             "{arg} names a portal, not a LUN: attach one LUN (iscsi://host/<iqn>/<lun>)"
         )));
     };
-    // No cache of rlun's own by default: the kernel's page cache of
-    // /dev/nbdN already caches buffered I/O (as for mount); see
-    // CacheOpts::cache for the figures behind it.
-    let dev_cfg = cache.device_config(cache.cache.unwrap_or(CacheChoice::None).mode());
+    let dev_cfg = cache.device_config(cache.cache.unwrap_or(CacheChoice::WriteThrough).mode());
     let cfg = ctx.session_config(&url, entry.as_deref(), conn)?;
     let target = Target::login(cfg).await?;
     let luns = match open_luns(&target, &iqn, url.lun).await {

@@ -1,4 +1,4 @@
-# about: rlun attach --daemon of a LIO LUN over TCP: returns with the device ready and listed, the kernel is offered FUA (LIO reports no DPOFUA: WRITE + SYNCHRONIZE CACHE), fio verify (direct, QD16, and O_DSYNC writes) on /dev/nbdN, a buffered write to the held-open device reaches LIO at rlun detach (the fsync before the disconnect), rlun detach idle and during an fio run
+# about: rlun attach --daemon of a LIO LUN over TCP: returns with the device ready and listed, the kernel is offered FUA (LIO reports no DPOFUA: WRITE + SYNCHRONIZE CACHE), fio verify (direct, QD16, and O_DSYNC writes) on /dev/nbdN, a buffered write to the held-open device reaches LIO at rlun detach and at SIGTERM (the fsync before the disconnect), rlun detach idle and during an fio run
 # default: yes
 # timeout: 600
 
@@ -108,5 +108,30 @@ scenario() {
         fail "fio failed, but not with EIO: $(head -n 2 "$W/fio-busy.err")"
     log "ok: fio on the busy device ended with EIO (exit code $rc) $((SECONDS - t0))s after detach began"
     test ! -e "/sys/block/$n/pid" || fail "$dev still connected after the busy detach"
-    note "DPOFUA=$(json_get "$W/info.json" dpofua); busy detach: fio got EIO"
+
+    # SIGTERM alone (what systemd sends; no `rlun detach` to fsync first):
+    # rlun's own fsync before the disconnect gets a buffered write of a
+    # process that holds the device open to the target.
+    RUST_LOG=rlun=info setsid "$RLUN" attach "$url" "$dev" </dev/null >"$W/attach3.out" 2>"$W/attach3.log" &
+    pid=$!
+    on_exit "cp '$W/attach3.log' '$LAB_OUT/logs/$LAB_SCENARIO-attach3.log' 2>/dev/null; true"
+    wait_for "rlun attached $dev a third time" 60 test -e "/sys/block/$n/pid"
+    random_file "$W/pattern2.bin" 1
+    sleep 600 <>"$dev" &
+    holder=$!
+    on_exit "kill $holder 2>/dev/null; true"
+    run "buffered write of 1 MiB at 15 MiB, $dev held open" 60 \
+        dd if="$W/pattern2.bin" of="$dev" bs=1M seek=15 conv=notrunc status=none
+    kill -TERM "$pid"
+    wait_for "rlun (pid $pid) exited after SIGTERM" 120 bash -c "! kill -0 $pid"
+    rc=0
+    wait "$pid" || rc=$?
+    assert_eq "rlun attach exit code after SIGTERM" 0 "$rc"
+    grep -q "flushed $dev" "$W/attach3.log" || fail "rlun did not log the fsync of $dev: $(tail -n 5 "$W/attach3.log")"
+    kill "$holder" 2>/dev/null || true
+    wait "$holder" 2>/dev/null || true
+    run "read 1 MiB at 15 MiB of the backing file" 30 \
+        dd if="$backing" of="$W/back2.bin" bs=1M skip=15 count=1 status=none
+    assert_same_data "the buffered write before SIGTERM, on LIO's backing file" "$W/pattern2.bin" "$W/back2.bin"
+    note "DPOFUA=$(json_get "$W/info.json" dpofua); busy detach: fio got EIO; buffered writes reached LIO at detach and at SIGTERM"
 }
