@@ -169,6 +169,10 @@ async fn attach(
                 path: PathBuf::from("the kernel NBD client"),
                 source,
             })?;
+        // Replies go out through ours, the kernel's requests (WRITE data)
+        // through theirs.
+        crate::nbd::server::enlarge_send_buffer(&ours);
+        crate::nbd::server::enlarge_send_buffer(&theirs);
         ours.set_nonblocking(true)
             .and_then(|()| tokio::net::UnixStream::from_std(ours))
             .map(|s| {

@@ -72,11 +72,12 @@ scenario() {
     run "rlun detach $dev (idle; held open by pid $holder)" 120 "$RLUN" detach "$dev"
     wait_for "rlun (pid $pid) exited" 30 bash -c "! kill -0 $pid"
     log "idle detach took $((SECONDS - t0))s"
-    test ! -e "/sys/block/$n/pid" || fail "$dev still connected after rlun detach"
-    capture "rlun list after detach" 30 "$W/list2.txt" "$RLUN" list
-    ! grep -q "$dev" "$W/list2.txt" || fail "rlun list still shows $dev after detach"
+    # The holder's open keeps the kernel's device state until it closes.
     kill "$holder" 2>/dev/null || true
     wait "$holder" 2>/dev/null || true
+    wait_for "$dev disconnected once its holder closed it" 30 bash -c "! test -e /sys/block/$n/pid"
+    capture "rlun list after detach" 30 "$W/list2.txt" "$RLUN" list
+    ! grep -q "$dev" "$W/list2.txt" || fail "rlun list still shows $dev after detach"
     run "read 1 MiB at 14 MiB of the backing file" 30 \
         dd if="$backing" of="$W/back.bin" bs=1M skip=14 count=1 status=none
     assert_same_data "the buffered write before the detach, on LIO's backing file" "$W/pattern.bin" "$W/back.bin"
@@ -130,6 +131,7 @@ scenario() {
     grep -q "flushed $dev" "$W/attach3.log" || fail "rlun did not log the fsync of $dev: $(tail -n 5 "$W/attach3.log")"
     kill "$holder" 2>/dev/null || true
     wait "$holder" 2>/dev/null || true
+    wait_for "$dev disconnected once its holder closed it" 30 bash -c "! test -e /sys/block/$n/pid"
     run "read 1 MiB at 15 MiB of the backing file" 30 \
         dd if="$backing" of="$W/back2.bin" bs=1M skip=15 count=1 status=none
     assert_same_data "the buffered write before SIGTERM, on LIO's backing file" "$W/pattern2.bin" "$W/back2.bin"
