@@ -52,29 +52,29 @@ scenario() {
     run "read $dev (O_DIRECT)" 120 dd if="$dev" of="$W/dev.img" bs=1M iflag=direct status=none
     nbd_dmesg_clean "fio verify on $dev"
 
-    # A buffered write right before the detach, while another process holds
-    # the device open: the kernel writes a block device's page cache back
-    # on its own only at the last close or after the writeback delay (30 s)
-    # and drops it at a disconnect, so only rlun's fsync of the device
-    # before the disconnect gets this 1 MiB to the target.
+    # A buffered write right before the detach through a descriptor this
+    # shell keeps open, as a running program would: the kernel writes a
+    # block device's page cache back on its own only after the writeback
+    # delay (30 s) or when the last descriptor closes (which also wakes
+    # udev's close-after-write rescan), and drops it at a disconnect, so
+    # only rlun's fsync of the device before the disconnect gets this 1 MiB
+    # to the target.
     random_file "$W/pattern.bin" 1
-    sleep 600 <>"$dev" &
-    local holder=$!
-    on_exit "kill $holder 2>/dev/null; true"
-    run "buffered write of 1 MiB at 14 MiB, $dev held open" 60 \
-        dd if="$W/pattern.bin" of="$dev" bs=1M seek=14 conv=notrunc status=none
+    local holder
+    exec {holder}<>"$dev"
+    run "buffered write of 1 MiB at 14 MiB through an open descriptor of $dev" 60 \
+        bash -c "dd if='$W/pattern.bin' bs=1M seek=14 conv=notrunc status=none >&$holder"
     grep -E '^(Dirty|Writeback):' /proc/meminfo | sed 's/^/  | /'
     dd if="$W/pattern.bin" of="$W/dev.img" bs=1M seek=14 conv=notrunc status=none
 
     # Idle detach: rlun exits 0, the device is gone from the kernel and
     # from rlun list, what the device showed is in the backing file.
     t0=$SECONDS
-    run "rlun detach $dev (idle; held open by pid $holder)" 120 "$RLUN" detach "$dev"
+    run "rlun detach $dev (idle; held open)" 120 "$RLUN" detach "$dev"
     wait_for "rlun (pid $pid) exited" 30 bash -c "! kill -0 $pid"
     log "idle detach took $((SECONDS - t0))s"
-    # The holder's open keeps the kernel's device state until it closes.
-    kill "$holder" 2>/dev/null || true
-    wait "$holder" 2>/dev/null || true
+    # The open descriptor keeps the kernel's device state until it closes.
+    exec {holder}>&-
     wait_for "$dev disconnected once its holder closed it" 30 bash -c "! test -e /sys/block/$n/pid"
     capture "rlun list after detach" 30 "$W/list2.txt" "$RLUN" list
     ! grep -q "$dev" "$W/list2.txt" || fail "rlun list still shows $dev after detach"
@@ -118,19 +118,17 @@ scenario() {
     on_exit "cp '$W/attach3.log' '$LAB_OUT/logs/$LAB_SCENARIO-attach3.log' 2>/dev/null; true"
     wait_for "rlun attached $dev a third time" 60 test -e "/sys/block/$n/pid"
     random_file "$W/pattern2.bin" 1
-    sleep 600 <>"$dev" &
-    holder=$!
-    on_exit "kill $holder 2>/dev/null; true"
-    run "buffered write of 1 MiB at 15 MiB, $dev held open" 60 \
-        dd if="$W/pattern2.bin" of="$dev" bs=1M seek=15 conv=notrunc status=none
+    exec {holder}<>"$dev"
+    run "buffered write of 1 MiB at 15 MiB through an open descriptor of $dev" 60 \
+        bash -c "dd if='$W/pattern2.bin' bs=1M seek=15 conv=notrunc status=none >&$holder"
+    grep -E '^(Dirty|Writeback):' /proc/meminfo | sed 's/^/  | /'
     kill -TERM "$pid"
     wait_for "rlun (pid $pid) exited after SIGTERM" 120 bash -c "! kill -0 $pid"
     rc=0
     wait "$pid" || rc=$?
     assert_eq "rlun attach exit code after SIGTERM" 0 "$rc"
     grep -q "flushed $dev" "$W/attach3.log" || fail "rlun did not log the fsync of $dev: $(tail -n 5 "$W/attach3.log")"
-    kill "$holder" 2>/dev/null || true
-    wait "$holder" 2>/dev/null || true
+    exec {holder}>&-
     wait_for "$dev disconnected once its holder closed it" 30 bash -c "! test -e /sys/block/$n/pid"
     run "read 1 MiB at 15 MiB of the backing file" 30 \
         dd if="$backing" of="$W/back2.bin" bs=1M skip=15 count=1 status=none
