@@ -268,8 +268,9 @@ pub enum Command {
     /// (one per --connections) and prints the device it attached. The
     /// device is named (it must be free) or, when left out, the kernel
     /// picks a free one. rlun stays in the foreground until
-    /// SIGINT/SIGTERM or `rlun detach`, then disconnects the device, lets
-    /// the requests in flight finish, writes back cached data and logs out.
+    /// SIGINT/SIGTERM or `rlun detach`, then fsyncs the device, disconnects
+    /// it, lets the requests in flight finish, writes back cached data and
+    /// logs out.
     /// Not root, the nbd module not loaded (`modprobe nbd`) and a device in
     /// use are refused before any network I/O, with exit code 1.
     #[command(after_help = ATTACH_AFTER_HELP)]
@@ -288,10 +289,11 @@ pub enum Command {
         #[command(flatten)]
         cache: CacheOpts,
     },
-    /// Detach a device attached by `rlun attach`: the owning rlun
-    /// disconnects it, writes back and logs out; fails if written data did
-    /// not reach the target. A device left connected by an rlun that was
-    /// killed is disconnected directly.
+    /// Detach a device attached by `rlun attach`: fsync the device (what
+    /// the kernel buffers for it is written to the target), then the owning
+    /// rlun fsyncs it again, disconnects it, writes back and logs out;
+    /// fails if written data did not reach the target. A device left
+    /// connected by an rlun that was killed is disconnected directly.
     Detach {
         /// The device, e.g. /dev/nbd0.
         device: PathBuf,
@@ -365,8 +367,9 @@ impl Pattern {
 pub struct CacheOpts {
     /// rlun's own cache of LUN data. Default: for mount none (the kernel
     /// page cache already caches), write-through with --direct-io; for serve
-    /// write-through (shared by every connection); for bench no cache at all
-    /// (I/O goes straight to the LUN).
+    /// and attach write-through (shared by every connection; it wins for
+    /// 4 KiB random and hot re-reads, --cache none is faster for whole-LUN
+    /// copies); for bench no cache at all (I/O goes straight to the LUN).
     #[arg(long, value_enum, value_name = "MODE")]
     pub cache: Option<CacheChoice>,
     /// Memory cap of rlun's cache, per LUN.
@@ -503,8 +506,12 @@ Examples:
   nbdinfo --list nbds://server.example/";
 
 const ATTACH_AFTER_HELP: &str = "\
-Unmount file systems on the device before detaching: the kernel's own page
-cache of /dev/nbdN is written back by umount/sync, not by the disconnect.
+Before it disconnects the device, rlun fsyncs /dev/nbdN, so data a program
+that holds the device open has written but the kernel still buffers reaches
+the target (the kernel would drop it at the disconnect). A mounted or
+held-open device is still detached. Unmount file systems on the device
+before detaching: a file system's own dirty data is written back by
+umount/sync, not by the device's fsync.
 The kernel is driven over the nbd netlink interface, or over the ioctls on
 kernels without it; RLUN_NBD_INTERFACE=ioctl (or netlink) forces one.
 

@@ -7,8 +7,10 @@
 //! size, block size and flags over netlink) and hands the other ends to
 //! the kernel. Local problems come first, before any network I/O: not
 //! root, the nbd module not loaded ("modprobe nbd"), the named device in
-//! use. On SIGINT/SIGTERM (or `rlun detach`) rlun disconnects the device,
-//! lets the requests in flight finish, writes back its cache and logs out.
+//! use. On SIGINT/SIGTERM (or `rlun detach`) rlun first fsyncs the device
+//! (so what the kernel still buffers for it, written by a process that
+//! holds it open, reaches the target), then disconnects it, lets the
+//! requests in flight finish, writes back its cache and logs out.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,10 @@ use crate::daemon::{self, Launched, PidFile, Readiness, Signals};
 use crate::export::{open_luns, ExportSet, OpenError};
 use crate::nbd::kernel::{self, flags, ConnectParams, Interface, KernelError};
 use crate::nbd::server::{Limits, Server};
+
+/// Longest wait for the fsync of `/dev/nbdN` before a disconnect (see
+/// [`kernel::flush_device`]); then the device is disconnected anyway.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The index N of `/dev/nbdN` (or `nbdN`).
 pub fn parse_device(dev: &Path) -> Result<u32, CliError> {
@@ -163,6 +169,10 @@ async fn attach(
                 path: PathBuf::from("the kernel NBD client"),
                 source,
             })?;
+        // Replies go out through ours, the kernel's requests (WRITE data)
+        // through theirs.
+        crate::nbd::server::enlarge_send_buffer(&ours);
+        crate::nbd::server::enlarge_send_buffer(&theirs);
         ours.set_nonblocking(true)
             .and_then(|()| tokio::net::UnixStream::from_std(ours))
             .map(|s| {
@@ -239,6 +249,18 @@ async fn attach(
     };
     readiness.stopping("disconnecting the device");
     if !ended_by_kernel {
+        // What the kernel still buffers for the device (written by a
+        // process that holds it open) would be dropped at the disconnect.
+        let path = dev.clone();
+        let flush = tokio::task::spawn_blocking(move || kernel::flush_device(&path, FLUSH_TIMEOUT));
+        tokio::select! {
+            r = flush => match r {
+                Ok(Ok(())) => info!("flushed {}", dev.display()),
+                Ok(Err(e)) => warn!(error = %e, "flushing {} before the disconnect failed", dev.display()),
+                Err(e) => warn!(error = %e, "flushing {} before the disconnect failed", dev.display()),
+            },
+            _ = signals.recv() => warn!("second signal: disconnecting without waiting for the flush"),
+        }
         let disconnect = move || match iface {
             Interface::Netlink => kernel::disconnect(index),
             Interface::Ioctl => kernel::disconnect_ioctl(index),
@@ -295,6 +317,16 @@ pub async fn detach(device: &Path, timeout: Duration) -> Result<(), CliError> {
     let Some(pid) = pid else {
         return detach_orphan(index, &state);
     };
+    // Flush the device from here too, before rlun is asked to stop (rlun
+    // flushes again before it disconnects; the second one finds nothing
+    // dirty). A failure is reported, and the detach goes on.
+    let flush_wait = timeout.min(FLUSH_TIMEOUT);
+    let path = dev.clone();
+    match tokio::task::spawn_blocking(move || kernel::flush_device(&path, flush_wait)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("rlun: warning: flushing {} failed: {e}", dev.display()),
+        Err(e) => eprintln!("rlun: warning: flushing {} failed: {e}", dev.display()),
+    }
     let status = tokio::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()

@@ -306,12 +306,14 @@ impl Listener {
         match self {
             Listener::Unix(l, _) => {
                 let (s, _) = l.accept().await?;
+                crate::nbd::server::enlarge_send_buffer(&s);
                 let server = server.clone();
                 conns.spawn(async move { log_end(server.serve(s, "unix").await, "unix") });
             }
             Listener::Tcp(l, _) => {
                 let (s, peer) = l.accept().await?;
                 let _ = s.set_nodelay(true);
+                crate::nbd::server::enlarge_send_buffer(&s);
                 let server = server.clone();
                 conns.spawn(async move {
                     let peer = peer.to_string();

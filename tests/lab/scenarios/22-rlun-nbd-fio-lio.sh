@@ -1,4 +1,4 @@
-# about: rlun attach --daemon of a LIO LUN over TCP: returns with the device ready and listed, the kernel is offered FUA (LIO reports no DPOFUA: WRITE + SYNCHRONIZE CACHE), fio verify (direct, QD16, and O_DSYNC writes) on /dev/nbdN, rlun detach idle and during an fio run
+# about: rlun attach --daemon of a LIO LUN over TCP: returns with the device ready and listed, the kernel is offered FUA (LIO reports no DPOFUA: WRITE + SYNCHRONIZE CACHE), fio verify (direct, QD16, and O_DSYNC writes) on /dev/nbdN, a buffered write to the held-open device reaches LIO at rlun detach and at SIGTERM (the fsync before the disconnect), rlun detach idle and during an fio run
 # default: yes
 # timeout: 600
 
@@ -52,15 +52,35 @@ scenario() {
     run "read $dev (O_DIRECT)" 120 dd if="$dev" of="$W/dev.img" bs=1M iflag=direct status=none
     nbd_dmesg_clean "fio verify on $dev"
 
+    # A buffered write right before the detach through a descriptor this
+    # shell keeps open, as a running program would: the kernel writes a
+    # block device's page cache back on its own only after the writeback
+    # delay (30 s) or when the last descriptor closes (which also wakes
+    # udev's close-after-write rescan), and drops it at a disconnect, so
+    # only rlun's fsync of the device before the disconnect gets this 1 MiB
+    # to the target.
+    random_file "$W/pattern.bin" 1
+    local holder
+    exec {holder}<>"$dev"
+    run "buffered write of 1 MiB at 14 MiB through an open descriptor of $dev" 60 \
+        bash -c "dd if='$W/pattern.bin' bs=1M seek=14 conv=notrunc status=none >&$holder"
+    grep -E '^(Dirty|Writeback):' /proc/meminfo | sed 's/^/  | /'
+    dd if="$W/pattern.bin" of="$W/dev.img" bs=1M seek=14 conv=notrunc status=none
+
     # Idle detach: rlun exits 0, the device is gone from the kernel and
     # from rlun list, what the device showed is in the backing file.
     t0=$SECONDS
-    run "rlun detach $dev (idle)" 120 "$RLUN" detach "$dev"
+    run "rlun detach $dev (idle; held open)" 120 "$RLUN" detach "$dev"
     wait_for "rlun (pid $pid) exited" 30 bash -c "! kill -0 $pid"
     log "idle detach took $((SECONDS - t0))s"
-    test ! -e "/sys/block/$n/pid" || fail "$dev still connected after rlun detach"
+    # The open descriptor keeps the kernel's device state until it closes.
+    exec {holder}>&-
+    wait_for "$dev disconnected once its holder closed it" 30 bash -c "! test -e /sys/block/$n/pid"
     capture "rlun list after detach" 30 "$W/list2.txt" "$RLUN" list
     ! grep -q "$dev" "$W/list2.txt" || fail "rlun list still shows $dev after detach"
+    run "read 1 MiB at 14 MiB of the backing file" 30 \
+        dd if="$backing" of="$W/back.bin" bs=1M skip=14 count=1 status=none
+    assert_same_data "the buffered write before the detach, on LIO's backing file" "$W/pattern.bin" "$W/back.bin"
     assert_same_data "backing file after fio and detach vs what $dev showed" "$W/dev.img" "$backing"
 
     # Busy detach: fio writes with O_DIRECT at QD8 until it fails. The
@@ -89,5 +109,29 @@ scenario() {
         fail "fio failed, but not with EIO: $(head -n 2 "$W/fio-busy.err")"
     log "ok: fio on the busy device ended with EIO (exit code $rc) $((SECONDS - t0))s after detach began"
     test ! -e "/sys/block/$n/pid" || fail "$dev still connected after the busy detach"
-    note "DPOFUA=$(json_get "$W/info.json" dpofua); busy detach: fio got EIO"
+
+    # SIGTERM alone (what systemd sends; no `rlun detach` to fsync first):
+    # rlun's own fsync before the disconnect gets a buffered write of a
+    # process that holds the device open to the target.
+    RUST_LOG=rlun=info setsid "$RLUN" attach "$url" "$dev" </dev/null >"$W/attach3.out" 2>"$W/attach3.log" &
+    pid=$!
+    on_exit "cp '$W/attach3.log' '$LAB_OUT/logs/$LAB_SCENARIO-attach3.log' 2>/dev/null; true"
+    wait_for "rlun attached $dev a third time" 60 test -e "/sys/block/$n/pid"
+    random_file "$W/pattern2.bin" 1
+    exec {holder}<>"$dev"
+    run "buffered write of 1 MiB at 15 MiB through an open descriptor of $dev" 60 \
+        bash -c "dd if='$W/pattern2.bin' bs=1M seek=15 conv=notrunc status=none >&$holder"
+    grep -E '^(Dirty|Writeback):' /proc/meminfo | sed 's/^/  | /'
+    kill -TERM "$pid"
+    wait_for "rlun (pid $pid) exited after SIGTERM" 120 bash -c "! kill -0 $pid"
+    rc=0
+    wait "$pid" || rc=$?
+    assert_eq "rlun attach exit code after SIGTERM" 0 "$rc"
+    grep -q "flushed $dev" "$W/attach3.log" || fail "rlun did not log the fsync of $dev: $(tail -n 5 "$W/attach3.log")"
+    exec {holder}>&-
+    wait_for "$dev disconnected once its holder closed it" 30 bash -c "! test -e /sys/block/$n/pid"
+    run "read 1 MiB at 15 MiB of the backing file" 30 \
+        dd if="$backing" of="$W/back2.bin" bs=1M skip=15 count=1 status=none
+    assert_same_data "the buffered write before SIGTERM, on LIO's backing file" "$W/pattern2.bin" "$W/back2.bin"
+    note "DPOFUA=$(json_get "$W/info.json" dpofua); busy detach: fio got EIO; buffered writes reached LIO at detach and at SIGTERM"
 }

@@ -32,18 +32,18 @@ scenario() {
     stop=${stop//'${MAINPID}'/'$MAINPID'}
     stop=${stop//\/usr\/bin\/rlun/$RLUN}
     random_file "$W/pattern.bin" 1
-    # What runs before SIGTERM: a buffered write of 1 MiB at 8 MiB while
-    # another process holds the device open (the kernel writes a block
-    # device's page cache back on its last close, so only a holder keeps the
-    # data dirty, as a running application would), then the unit's
-    # ExecStop, after which the data must be on LIO's backing file already.
+    # What runs before SIGTERM: a buffered write of 1 MiB at 8 MiB through
+    # a descriptor the script keeps open, as a running application would
+    # (the kernel writes a block device's page cache back when its last
+    # descriptor closes, which also wakes udev's close-after-write rescan,
+    # so a dd that opens and closes the device itself would leave nothing
+    # dirty), then the unit's ExecStop, after which the data must be on
+    # LIO's backing file already.
     {
         echo '#!/bin/bash'
         echo 'set -e'
-        echo 'sleep 600 <>"$DEV" &'
-        echo 'holder=$!'
-        echo 'trap "kill $holder" EXIT'
-        printf 'dd if=%q of="$DEV" bs=1M seek=8 conv=notrunc status=none\n' "$W/pattern.bin"
+        echo 'exec {holder}<>"$DEV"'
+        printf 'dd if=%q bs=1M seek=8 conv=notrunc status=none >&$holder\n' "$W/pattern.bin"
         printf 'on_target() { dd if=%q bs=1M skip=8 count=1 status=none | cmp -s %q -; }\n' "$backing" "$W/pattern.bin"
         echo "grep -E '^(Dirty|Writeback):' /proc/meminfo"
         echo 'if on_target; then echo "before ExecStop: already on the target"; else echo "before ExecStop: not on the target yet"; fi'
