@@ -369,7 +369,13 @@ pub struct CacheOpts {
     /// (I/O goes straight to the LUN).
     #[arg(long, value_enum, value_name = "MODE")]
     pub cache: Option<CacheChoice>,
-    /// Memory cap of rlun's cache, per LUN.
+    /// Memory cap of rlun's cache for the whole process: every LUN the
+    /// command opens shares it (a mount of a target with 16 LUNs uses at
+    /// most this much in all, not 16 times it). 7/8 of it (at least SIZE
+    /// - 256M) holds cache pages, allocated once as one region when the
+    /// first cached LUN starts and, over iSER, registered with the RDMA
+    /// device once; the rest bounds the cache's reads and write-backs in
+    /// flight. Unused with --cache none.
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub cache_size: u64,
     /// Read ahead of sequential streams in rlun's cache; mount also raises
@@ -390,10 +396,14 @@ pub struct CacheOpts {
 impl CacheOpts {
     /// The device settings for cache `mode` (the command's choice when
     /// `--cache` is not given).
+    /// Every call makes a new budget of `--cache-size`, shared by every
+    /// device opened with (a clone of) the returned settings: call it once
+    /// per process.
     pub fn device_config(&self, mode: crate::device::CacheMode) -> crate::device::DeviceConfig {
         crate::device::DeviceConfig {
             mode,
             cache_size: self.cache_size,
+            budget: Some(crate::device::CacheBudget::new(self.cache_size)),
             readahead: self.readahead == OnOff::On,
             writeback_delay: self.writeback_delay,
             stats_interval: self.stats_interval,

@@ -85,6 +85,7 @@
 //! page have std mutexes held for a lookup or a memcpy.
 
 mod backend;
+mod budget;
 mod cache;
 mod mem;
 mod rangelock;
@@ -108,6 +109,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tracing::{debug, info, warn};
 
 pub use backend::{BackendError, BlockBackend, LunBackend};
+pub use budget::CacheBudget;
 pub use mem::{MemBackend, MemCommand, MemCounts, MemOp};
 
 use cache::{bits, for_each_run, Cache, Claim, FetchState, Pinned};
@@ -163,8 +165,13 @@ impl FromStr for CacheMode {
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
     pub mode: CacheMode,
-    /// Cap on the cache's memory in bytes (default 256 MiB).
+    /// Cap on the cache's memory in bytes (default 256 MiB): the size of
+    /// the private budget made when `budget` is `None`.
     pub cache_size: u64,
+    /// The memory this device's cache shares with other devices (one per
+    /// process: every LUN of a `mount`, `serve` or `attach`). `None`: a
+    /// budget of `cache_size` for this device alone.
+    pub budget: Option<CacheBudget>,
     /// Page size in bytes; `None` picks one (see the module docs). Must be a
     /// power of two, a multiple of the block size, at most 128 blocks.
     pub page_size: Option<u32>,
@@ -187,6 +194,7 @@ impl Default for DeviceConfig {
         DeviceConfig {
             mode: CacheMode::WriteThrough,
             cache_size: 256 << 20,
+            budget: None,
             page_size: None,
             readahead: true,
             readahead_min: 128 << 10,
@@ -336,8 +344,6 @@ impl Geometry {
     }
 }
 
-/// Largest share of the cache reserved for in-flight I/O buffers.
-const MAX_IO_RESERVE: u64 = 256 << 20;
 /// Largest single fetch command.
 const MAX_FETCH_BYTES: u64 = 1 << 20;
 
@@ -354,16 +360,17 @@ struct Inner<B> {
     geo: Geometry,
     cfg: DeviceConfig,
     cache: Arc<Cache>,
+    budget: CacheBudget,
     locks: Arc<RangeLock>,
     io: Arc<Semaphore>,
     streams: Mutex<Streams>,
     c: Counters,
     signals: Arc<Signals>,
-    /// Dirty bytes above which the flusher writes regardless of age.
+    /// Dirty bytes (of every device of the budget) above which the
+    /// flushers write regardless of age.
     dirty_background: u64,
     wb_failures: AtomicU64,
     last_wb_error: Mutex<Option<Arc<BackendError>>>,
-    mem_waiters: AtomicUsize,
 }
 
 /// Fetch of a run of consecutive pages by one READ.
@@ -481,19 +488,26 @@ impl<B: BlockBackend> LunDevice<B> {
             ));
         }
         let bpp = page / bs;
-        let (budget, io_reserve) = if cfg.mode == CacheMode::None {
-            (0, page * 2)
+        if page > crate::iobuf::ARENA_LEN as u64 {
+            return bad(format!("page size {page} is larger than 4 MiB"));
+        }
+        let budget = match &cfg.budget {
+            Some(b) if cfg.mode != CacheMode::None => b.clone(),
+            _ => CacheBudget::new(cfg.cache_size),
+        };
+        let (io_reserve, io) = if cfg.mode == CacheMode::None {
+            (page * 2, Arc::new(Semaphore::new((page * 2) as usize)))
         } else {
-            let io_reserve = (cfg.cache_size / 8).clamp(2 * page, MAX_IO_RESERVE) / bs * bs;
-            let budget = cfg.cache_size.saturating_sub(io_reserve);
-            let min = 4 * (page + cache::PAGE_OVERHEAD) + io_reserve;
-            if cfg.cache_size < min {
+            let b = &budget.inner;
+            let min = 4 * (page + cache::PAGE_OVERHEAD);
+            if b.pages < min || b.io_reserve < 2 * page {
                 return bad(format!(
-                    "cache size {} is too small for {page}-byte pages (at least {min})",
-                    cfg.cache_size
+                    "cache size {} is too small for {page}-byte pages (at least {})",
+                    budget.size(),
+                    8 * min
                 ));
             }
-            (budget, io_reserve)
+            (b.io_reserve / bs * bs, b.io.clone())
         };
         if cfg.readahead_min == 0 || cfg.readahead_max < cfg.readahead_min {
             return bad("read-ahead window sizes must satisfy 0 < min <= max".into());
@@ -513,24 +527,28 @@ impl<B: BlockBackend> LunDevice<B> {
         };
         let inner = Arc::new(Inner {
             geo,
-            cache: Cache::new(page as usize, budget),
+            cache: if cfg.mode == CacheMode::None {
+                Cache::new(page as usize, CacheBudget::new(0).inner)
+            } else {
+                Cache::new(page as usize, budget.inner.clone())
+            },
+            dirty_background: budget.inner.pages / 2,
+            budget,
             locks: RangeLock::new(),
-            io: Arc::new(Semaphore::new(io_reserve as usize)),
+            io,
             streams: Mutex::new(Streams::new(cfg.readahead_min, cfg.readahead_max, size)),
             c: Counters::default(),
             signals: Arc::new(Signals::default()),
-            dirty_background: budget / 2,
             wb_failures: AtomicU64::new(0),
             last_wb_error: Mutex::new(None),
-            mem_waiters: AtomicUsize::new(0),
             cfg,
             backend,
         });
         debug!(
             mode = %inner.cfg.mode,
             page_size = page,
-            cache_size = inner.cfg.cache_size,
-            page_budget = budget,
+            cache_size = inner.budget.size(),
+            page_budget = inner.budget.inner.pages,
             io_reserve,
             "LunDevice ready"
         );
@@ -719,7 +737,7 @@ impl<B: BlockBackend> Inner<B> {
             cache_size: if self.cfg.mode == CacheMode::None {
                 0
             } else {
-                self.cfg.cache_size
+                self.budget.size()
             },
             dirty_bytes: l(&self.c.dirty_blocks) * self.geo.bs,
             flushes: l(&self.c.flushes),
@@ -733,6 +751,24 @@ impl<B: BlockBackend> Inner<B> {
 
     fn cached(&self) -> bool {
         self.cfg.mode != CacheMode::None
+    }
+
+    fn dirty_add(&self, blocks: u64) {
+        add(&self.c.dirty_blocks, blocks);
+        add(&self.budget.inner.dirty, blocks * self.geo.bs);
+    }
+
+    fn dirty_sub(&self, blocks: u64) {
+        self.c.dirty_blocks.fetch_sub(blocks, Ordering::Relaxed);
+        self.budget
+            .inner
+            .dirty
+            .fetch_sub(blocks * self.geo.bs, Ordering::Relaxed);
+    }
+
+    /// Dirty bytes of every device of the budget.
+    fn budget_dirty(&self) -> u64 {
+        self.budget.inner.dirty.load(Ordering::Relaxed)
     }
 
     // ---- commands to the backend ------------------------------------------
@@ -895,6 +931,7 @@ impl<B: BlockBackend> Inner<B> {
                     for_each_run(full & !s.valid, |x, y| {
                         let (x, y) = (x as usize * bs, y as usize * bs);
                         s.buf[x..y].copy_from_slice(&data[base + x..base + y]);
+                        crate::stats::add_cache_copied((y - x) as u64);
                     });
                     s.valid |= full;
                 }
@@ -959,10 +996,13 @@ impl<B: BlockBackend> Inner<B> {
             }
         }
         let failures = self.wb_failures.load(Ordering::Acquire);
-        self.mem_waiters.fetch_add(1, Ordering::AcqRel);
-        let _w = Waiting(&self.mem_waiters);
+        let b = &self.budget.inner;
+        b.mem_waiters.fetch_add(1, Ordering::AcqRel);
+        let _w = Waiting(&b.mem_waiters);
         self.signals.kick.notify_one();
-        let changed = self.cache.mem_changed.notified();
+        // Other devices' dirty pages may hold the memory: their flushers too.
+        b.kick.notify_waiters();
+        let changed = b.mem_changed.notified();
         let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
         if self.wb_failures.load(Ordering::Acquire) != failures {
             if let Some(e) = self
@@ -1013,6 +1053,7 @@ impl<B: BlockBackend> Inner<B> {
                 if s.valid & mask == mask {
                     out[(a - offset) as usize..(b - offset) as usize]
                         .copy_from_slice(&s.buf[(a - pstart) as usize..(b - pstart) as usize]);
+                    crate::stats::add_cache_copied(b - a);
                     if first_look {
                         add(&self.c.hits, 1);
                     }
@@ -1082,9 +1123,7 @@ impl<B: BlockBackend> Inner<B> {
                     let bs = self.geo.bs;
                     self.write_back_fua(offset / bs, (offset + len).div_ceil(bs))
                         .await?;
-                } else if self.c.dirty_blocks.load(Ordering::Relaxed) * self.geo.bs
-                    > self.dirty_background
-                {
+                } else if self.budget_dirty() > self.dirty_background {
                     self.signals.kick.notify_one();
                 }
                 Ok(())
@@ -1107,6 +1146,7 @@ impl<B: BlockBackend> Inner<B> {
                 let bit = b - idx * g.bpp;
                 if s.valid & bits(bit, bit + 1) != 0 {
                     let at = (bit * g.bs) as usize;
+                    crate::stats::add_cache_copied(g.bs);
                     return Ok(Bytes::copy_from_slice(&s.buf[at..at + g.bs as usize]));
                 }
             }
@@ -1152,6 +1192,7 @@ impl<B: BlockBackend> Inner<B> {
                 );
                 let from = ((lo - b0) * g.bs) as usize;
                 s.buf[x..y].copy_from_slice(&buf[from..from + (y - x)]);
+                crate::stats::add_cache_copied((y - x) as u64);
                 s.valid |= bits(lo - first, hi - first);
             }
         }
@@ -1185,10 +1226,11 @@ impl<B: BlockBackend> Inner<B> {
                         let src =
                             &data[(pstart + a - offset) as usize..(pstart + b - offset) as usize];
                         s.buf[a as usize..b as usize].copy_from_slice(src);
+                        crate::stats::add_cache_copied(b - a);
                         s.valid |= mask;
                         let newly = mask & !s.dirty;
                         s.dirty |= mask;
-                        add(&self.c.dirty_blocks, newly.count_ones() as u64);
+                        self.dirty_add(newly.count_ones() as u64);
                         s.dirty_since.get_or_insert_with(Instant::now);
                         let listed = s.in_dirty;
                         drop(s);
@@ -1272,9 +1314,7 @@ impl<B: BlockBackend> Inner<B> {
             let cleaned = s.dirty & sel;
             s.dirty &= !sel;
             s.wb |= sel;
-            self.c
-                .dirty_blocks
-                .fetch_sub(cleaned.count_ones() as u64, Ordering::Relaxed);
+            self.dirty_sub(cleaned.count_ones() as u64);
             taken.push((sel, cleaned));
         }
         missing |= next < b1;
@@ -1296,6 +1336,7 @@ impl<B: BlockBackend> Inner<B> {
                 runs[r]
                     .1
                     .extend_from_slice(&s.buf[(x * g.bs) as usize..(y * g.bs) as usize]);
+                crate::stats::add_cache_copied((y - x) * g.bs);
             });
         }
         if runs.is_empty() {
@@ -1315,7 +1356,7 @@ impl<B: BlockBackend> Inner<B> {
             if failed.is_some() {
                 let back = cleaned & !s.dirty;
                 s.dirty |= cleaned;
-                add(&self.c.dirty_blocks, back.count_ones() as u64);
+                self.dirty_add(back.count_ones() as u64);
                 if s.dirty != 0 {
                     s.dirty_since.get_or_insert_with(Instant::now);
                 }
@@ -1414,9 +1455,7 @@ impl<B: BlockBackend> Inner<B> {
             let first = p.idx * g.bpp;
             let m = bits(b0.max(first) - first, b1.min(first + g.bpp) - first);
             let mut s = p.lock();
-            self.c
-                .dirty_blocks
-                .fetch_sub((s.dirty & m).count_ones() as u64, Ordering::Relaxed);
+            self.dirty_sub((s.dirty & m).count_ones() as u64);
             s.valid &= !m;
             s.dirty &= !m;
         }
@@ -1481,9 +1520,14 @@ async fn flusher<B: BlockBackend>(weak: Weak<Inner<B>>, signals: Arc<Signals>) {
         None => return,
     };
     let mut backoff = Duration::ZERO;
+    let budget = match weak.upgrade() {
+        Some(i) => i.budget.clone(),
+        None => return,
+    };
     loop {
         tokio::select! {
             _ = signals.kick.notified() => {}
+            _ = budget.inner.kick.notified() => {}
             _ = tokio::time::sleep(tick) => {}
         }
         if signals.shutdown.load(Ordering::Acquire) {
@@ -1493,9 +1537,8 @@ async fn flusher<B: BlockBackend>(weak: Weak<Inner<B>>, signals: Arc<Signals>) {
             tokio::time::sleep(backoff).await;
         }
         let Some(inner) = weak.upgrade() else { break };
-        let pressure = inner.c.dirty_blocks.load(Ordering::Relaxed) * inner.geo.bs
-            > inner.dirty_background
-            || inner.mem_waiters.load(Ordering::Acquire) > 0;
+        let pressure = inner.budget_dirty() > inner.dirty_background
+            || inner.budget.inner.mem_waiters.load(Ordering::Acquire) > 0;
         let runs = inner.collect_runs(pressure, false);
         if runs.is_empty() {
             continue;
@@ -1527,6 +1570,7 @@ async fn stats_logger<B: BlockBackend>(weak: Weak<Inner<B>>, every: Duration) {
             bytes_read = s.bytes_read,
             bytes_written = s.bytes_written,
             copied_bytes = d.copied_bytes,
+            cache_copied_bytes = d.cache_copied_bytes,
             data_path_registrations = d.data_path_registrations,
             "cache"
         );
