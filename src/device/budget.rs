@@ -25,6 +25,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Instant;
 
 use tokio::sync::{Notify, Semaphore};
 
@@ -70,7 +71,11 @@ pub(crate) struct BudgetInner {
     pub mem_waiters: AtomicUsize,
     caches: Mutex<Vec<Weak<Cache>>>,
     cursor: AtomicUsize,
+    epoch: Instant,
 }
+
+/// A cache that needed no new page for this long counts as idle.
+const IDLE_MS: u64 = 1000;
 
 impl CacheBudget {
     /// A budget of `size` bytes. Nothing is allocated until a cached device
@@ -93,6 +98,7 @@ impl CacheBudget {
                 mem_waiters: AtomicUsize::new(0),
                 caches: Mutex::new(Vec::new()),
                 cursor: AtomicUsize::new(0),
+                epoch: Instant::now(),
             }),
         }
     }
@@ -146,6 +152,12 @@ impl BudgetInner {
         })
     }
 
+    /// The page memory's arenas (none before a cached device started).
+    #[cfg(test)]
+    pub fn arenas(&self) -> Vec<crate::iobuf::Arena> {
+        self.pool.get().map(|p| p.arenas()).unwrap_or_default()
+    }
+
     /// Make sure the page memory exists (reserved at a cached device's start).
     pub fn reserve(&self) {
         if self.pages > 0 {
@@ -177,10 +189,36 @@ impl BudgetInner {
         v.push(Arc::downgrade(cache));
     }
 
-    /// Evict one clean, unused page of a device other than `me`, taking
-    /// turns between devices. Called with no lock held.
+    /// Milliseconds since the budget was made.
+    pub fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn idle(&self, c: &Cache, now: u64) -> bool {
+        now.saturating_sub(c.last_alloc.load(Ordering::Relaxed)) > IDLE_MS
+    }
+
+    /// The pages' share divided by the caches of the budget that are not
+    /// idle.
+    pub fn fair_share(&self) -> u64 {
+        let now = self.now_ms();
+        let n = self
+            .caches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| !self.idle(c, now))
+            .count()
+            .max(1);
+        self.pages / n as u64
+    }
+
+    /// Evict one clean, unused page of a device other than `me`: of the
+    /// one holding the most memory (ties taking turns). Called with no
+    /// lock held.
     pub fn reclaim_elsewhere(&self, me: &Cache) -> bool {
-        let others: Vec<Arc<Cache>> = {
+        let mut others: Vec<Arc<Cache>> = {
             let v = self.caches.lock().unwrap_or_else(|p| p.into_inner());
             v.iter()
                 .filter_map(Weak::upgrade)
@@ -190,7 +228,12 @@ impl BudgetInner {
         if others.is_empty() {
             return false;
         }
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-        (0..others.len()).any(|k| others[(start + k) % others.len()].evict_for_other())
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed) % others.len();
+        others.rotate_left(start);
+        // Idle ones first, then the largest (stable: ties keep the rotated
+        // order).
+        let now = self.now_ms();
+        others.sort_by_key(|c| (!self.idle(c, now), std::cmp::Reverse(c.charged())));
+        others.iter().any(|c| c.evict_for_other())
     }
 }

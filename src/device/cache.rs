@@ -165,6 +165,17 @@ pub(crate) struct Cache {
     pub page_cost: u64,
     pub evictions: AtomicU64,
     charged: AtomicU64,
+    /// When this cache last needed a new page (budget clock, ms).
+    pub last_alloc: AtomicU64,
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        // The pages go with the cache (their chunks return on their own).
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        self.budget.uncharge(st.charged);
+        st.charged = 0;
+    }
 }
 
 impl std::fmt::Debug for BudgetInner {
@@ -196,6 +207,7 @@ impl Cache {
             page_cost: page_size as u64 + PAGE_OVERHEAD,
             evictions: AtomicU64::new(0),
             charged: AtomicU64::new(0),
+            last_alloc: AtomicU64::new(0),
         });
         cache.budget.add_cache(&cache);
         cache
@@ -267,7 +279,7 @@ impl Cache {
 
     /// Charge a new page and take its buffer, evicting this cache's clean
     /// pages while the budget or the page memory is exhausted.
-    fn make_room(&self, st: &mut State) -> Option<IoBuf> {
+    fn make_room(&self, st: &mut State, evict: bool) -> Option<IoBuf> {
         loop {
             if self.budget.try_charge(self.page_cost) {
                 if let Some(buf) = self.budget.page_buf(self.page_size) {
@@ -275,7 +287,7 @@ impl Cache {
                 }
                 self.budget.uncharge(self.page_cost);
             }
-            if !self.evict_one(st) {
+            if !evict || !self.evict_one(st) {
                 return None;
             }
         }
@@ -304,21 +316,32 @@ impl Cache {
         page
     }
 
-    /// Take a new page's memory: from this cache's LRU end, else from
-    /// another cache of the budget (with no lock held meanwhile). On
-    /// success the state lock is held again and the charge is made.
+    /// Take a new page's memory when the budget is full: a cache holding
+    /// less than its fair share (the pages' share divided by the caches
+    /// of the budget that needed a page within the last second: idle
+    /// caches give theirs up) takes it from the cache holding the most
+    /// (idle ones first), else from
+    /// its own LRU end, else from another cache (with no lock held while
+    /// evicting elsewhere). On success the state lock is held again and
+    /// the charge is made. `Err(true)`: the page exists now.
     fn room(self: &Arc<Self>, idx: u64) -> Result<(MutexGuard<'_, State>, IoBuf), bool> {
-        for attempt in 0..4 {
+        self.last_alloc
+            .store(self.budget.now_ms(), Ordering::Relaxed);
+        let mut own_first = self.charged() >= self.budget.fair_share();
+        for _ in 0..8 {
             let mut st = self.lock();
             if st.clean.contains(&idx) || st.dirty.contains_key(&idx) {
                 return Err(true);
             }
-            if let Some(buf) = self.make_room(&mut st) {
+            if let Some(buf) = self.make_room(&mut st, own_first) {
                 return Ok((st, buf));
             }
             drop(st);
-            if attempt == 3 || !self.budget.reclaim_elsewhere(self) {
-                break;
+            if !self.budget.reclaim_elsewhere(self) {
+                if own_first {
+                    break;
+                }
+                own_first = true;
             }
         }
         Err(false)
