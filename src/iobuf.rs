@@ -14,6 +14,12 @@
 //! caller gets back ([`IoBuf::into_bytes`] hands the same memory over as
 //! `Bytes`, and dropping the last `Bytes` returns the chunk to the pool).
 //!
+//! The page cache's memory is a pool of its own ([`Pool::reserved`], one
+//! per [`crate::device::CacheBudget`]): allocated once up front, never
+//! grown (bar one arena for a chunk size that has none), its arenas in the
+//! same process-wide list ([`arenas`], [`arena_of`]) that an iSER
+//! connection registers, so cache pages are registered memory too.
+//!
 //! Chunks come in power-of-two size classes from 4 KiB to the arena size;
 //! larger requests, requests once the pool is at its cap, and every request
 //! while the pool is disabled (TCP only) get ordinary heap memory, which a

@@ -165,7 +165,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l command-timeout -d '
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache -d 'rlun\'s own cache of LUN data. Default: for mount none (the kernel page cache already caches), write-through with --direct-io; for serve write-through (shared by every connection); for bench no cache at all (I/O goes straight to the LUN)' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache-size -d 'Memory cap of rlun\'s cache for the whole process: every LUN the command opens shares it (a mount of a target with 16 LUNs uses at most this much in all, not 16 times it). 7/8 of it (at least SIZE - 256M) holds cache pages, reserved once as one region when the command starts and, over iSER, registered with the RDMA device once per connection; the rest bounds the cache\'s reads and write-backs in flight. Unused with --cache none' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
@@ -202,7 +202,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l command-timeout -d '
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache -d 'rlun\'s own cache of LUN data. Default: for mount none (the kernel page cache already caches), write-through with --direct-io; for serve write-through (shared by every connection); for bench no cache at all (I/O goes straight to the LUN)' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache-size -d 'Memory cap of rlun\'s cache for the whole process: every LUN the command opens shares it (a mount of a target with 16 LUNs uses at most this much in all, not 16 times it). 7/8 of it (at least SIZE - 256M) holds cache pages, reserved once as one region when the command starts and, over iSER, registered with the RDMA device once per connection; the rest bounds the cache\'s reads and write-backs in flight. Unused with --cache none' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
@@ -251,7 +251,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l command-timeout -d '
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l cache -d 'rlun\'s own cache of LUN data. Default: for mount none (the kernel page cache already caches), write-through with --direct-io; for serve write-through (shared by every connection); for bench no cache at all (I/O goes straight to the LUN)' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
-complete -c rlun -n "__fish_rlun_using_subcommand serve" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l cache-size -d 'Memory cap of rlun\'s cache for the whole process: every LUN the command opens shares it (a mount of a target with 16 LUNs uses at most this much in all, not 16 times it). 7/8 of it (at least SIZE - 256M) holds cache pages, reserved once as one region when the command starts and, over iSER, registered with the RDMA device once per connection; the rest bounds the cache\'s reads and write-backs in flight. Unused with --cache none' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
@@ -286,7 +286,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l command-timeout -d 
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l cache -d 'rlun\'s own cache of LUN data. Default: for mount none (the kernel page cache already caches), write-through with --direct-io; for serve write-through (shared by every connection); for bench no cache at all (I/O goes straight to the LUN)' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
-complete -c rlun -n "__fish_rlun_using_subcommand attach" -l cache-size -d 'Memory cap of rlun\'s cache, per LUN' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l cache-size -d 'Memory cap of rlun\'s cache for the whole process: every LUN the command opens shares it (a mount of a target with 16 LUNs uses at most this much in all, not 16 times it). 7/8 of it (at least SIZE - 256M) holds cache pages, reserved once as one region when the command starts and, over iSER, registered with the RDMA device once per connection; the rest bounds the cache\'s reads and write-backs in flight. Unused with --cache none' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l readahead -d 'Read ahead of sequential streams in rlun\'s cache; mount also raises the kernel\'s read-ahead window to 1 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at all' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r

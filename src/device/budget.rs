@@ -125,6 +125,13 @@ impl CacheBudget {
         self.inner.pool.get().map_or(0, |p| p.in_use() as u64)
     }
 
+    /// Reserve the page memory now (else when the first cached device
+    /// starts): an iSER connection made later registers it when it
+    /// connects instead of at first use.
+    pub fn reserve(&self) {
+        self.inner.reserve();
+    }
+
     /// Whether `self` and `other` are the same budget.
     pub fn same(&self, other: &CacheBudget) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

@@ -38,21 +38,24 @@
 //! of its blocks are valid and which are dirty, so whole-block writes never
 //! read first, and a fetch never overwrites newer data.
 //!
-//! **Memory.** `cache_size` is a hard cap on the cache's buffers: 7/8 of it
-//! (at least `cache_size - 256 MiB`) holds pages, each charged its size plus
-//! a fixed per-page overhead whether clean, dirty or still being fetched;
-//! the rest bounds the buffers of READs and WRITEs in flight for the cache
-//! (fetch data before it is copied into pages, write-back data being sent).
-//! When pages are needed, clean pages are evicted from the LRU end; when
-//! everything is dirty, writers (and readers) wait for the flusher instead
-//! of allocating more. What is not counted: the caller's own buffers (the
+//! **Memory.** The cache's memory is a [`CacheBudget`] (see `budget`), one
+//! per process and shared by every device made with it (the commands make
+//! one from `--cache-size`; a device made with `budget: None` gets its own
+//! of `cache_size`). 7/8 of it (at least `size - 256 MiB`) holds pages,
+//! each charged its size plus a fixed per-page overhead whether clean,
+//! dirty or still being fetched, each a chunk of one page-aligned region
+//! reserved when the first cached device starts (registered like the I/O
+//! buffer pool, so an iSER connection registers it once); the rest bounds
+//! the buffers of READs and WRITEs in flight for the caches (fetch data
+//! before it is copied into pages, write-back data being sent). When pages
+//! are needed, clean pages are evicted from the LRU end (of this device,
+//! or of another device of the budget: idle ones first, a device below its
+//! fair share takes from the one holding the most); when everything is
+//! dirty, writers (and readers) wait for the flushers instead of
+//! allocating more. What is not counted: the caller's own buffers (the
 //! `Bytes` passed in and returned), the single blocks read for a
-//! read-modify-write, up to 64 spare page buffers kept for reuse, and the
-//! allocator's own overhead. Measured peak RSS (`benches/cache.sh`, glibc):
-//! streaming reads stay within `cache_size` + the process's base; write-back
-//! streams exceed it by about 10–25% of the cap, which is heap
-//! fragmentation across glibc's per-thread arenas (`MALLOC_ARENA_MAX=1`
-//! halves it), not buffers the cache holds.
+//! read-modify-write, and the process's base. Every copy into or out of a
+//! page is counted in [`crate::stats`] `cache_copied_bytes`.
 //!
 //! **Read-ahead** watches a small table of recent streams (see `readahead`):
 //! a read continuing one of them starts a read-ahead window of 128 KiB that
