@@ -70,6 +70,8 @@ pub(crate) struct BudgetInner {
     /// Callers waiting for memory, of all devices.
     pub mem_waiters: AtomicUsize,
     caches: Mutex<Vec<Weak<Cache>>>,
+    /// Caches alive now.
+    pub live: AtomicUsize,
     cursor: AtomicUsize,
     epoch: Instant,
 }
@@ -97,6 +99,7 @@ impl CacheBudget {
                 dirty: AtomicU64::new(0),
                 mem_waiters: AtomicUsize::new(0),
                 caches: Mutex::new(Vec::new()),
+                live: AtomicUsize::new(0),
                 cursor: AtomicUsize::new(0),
                 epoch: Instant::now(),
             }),
@@ -194,6 +197,7 @@ impl BudgetInner {
         let mut v = self.caches.lock().unwrap_or_else(|p| p.into_inner());
         v.retain(|w| w.strong_count() > 0);
         v.push(Arc::downgrade(cache));
+        self.live.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Milliseconds since the budget was made.

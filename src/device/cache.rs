@@ -175,6 +175,7 @@ impl Drop for Cache {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         self.budget.uncharge(st.charged);
         st.charged = 0;
+        self.budget.live.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -325,23 +326,34 @@ impl Cache {
     /// evicting elsewhere). On success the state lock is held again and
     /// the charge is made. `Err(true)`: the page exists now.
     fn room(self: &Arc<Self>, idx: u64) -> Result<(MutexGuard<'_, State>, IoBuf), bool> {
-        self.last_alloc
-            .store(self.budget.now_ms(), Ordering::Relaxed);
-        let mut own_first = self.charged() >= self.budget.fair_share();
+        let alone = self.budget.live.load(Ordering::Acquire) <= 1;
+        if !alone {
+            self.last_alloc
+                .store(self.budget.now_ms(), Ordering::Relaxed);
+        }
+        // Decided only once the budget is full.
+        let mut own_first = None;
         for _ in 0..8 {
             let mut st = self.lock();
             if st.clean.contains(&idx) || st.dirty.contains_key(&idx) {
                 return Err(true);
             }
-            if let Some(buf) = self.make_room(&mut st, own_first) {
+            if let Some(buf) = self.make_room(&mut st, false) {
                 return Ok((st, buf));
             }
+            let evict = *own_first
+                .get_or_insert_with(|| alone || self.charged() >= self.budget.fair_share());
+            if evict {
+                if let Some(buf) = self.make_room(&mut st, true) {
+                    return Ok((st, buf));
+                }
+            }
             drop(st);
-            if !self.budget.reclaim_elsewhere(self) {
-                if own_first {
+            if alone || !self.budget.reclaim_elsewhere(self) {
+                if evict {
                     break;
                 }
-                own_first = true;
+                own_first = Some(true);
             }
         }
         Err(false)

@@ -119,6 +119,7 @@ use cache::{bits, for_each_run, Cache, Claim, FetchState, Pinned};
 use rangelock::RangeLock;
 use readahead::Streams;
 
+use crate::iobuf::IoBuf;
 use crate::scsi::sense::errno;
 
 /// How [`LunDevice`] caches; see the module docs.
@@ -910,8 +911,9 @@ impl<B: BlockBackend> Inner<B> {
     }
 
     /// READ the pages of `run` and fill their invalid blocks; publish the
-    /// outcome to everyone waiting.
-    async fn fetch(self: Arc<Self>, run: Run) {
+    /// outcome to everyone waiting. Returns the data read (all the run's
+    /// blocks) when it succeeded.
+    async fn fetch(self: Arc<Self>, run: Run) -> Option<Bytes> {
         let g = self.geo;
         let lba = run.first * g.bpp;
         let end = (lba + run.pages.len() as u64 * g.bpp).min(g.blocks);
@@ -945,9 +947,13 @@ impl<B: BlockBackend> Inner<B> {
                     s.loading = None;
                 }
             }
-            data.map(|_| ())
+            data
         }
         .await;
+        let (result, data) = match result {
+            Ok(d) => (Ok(()), Some(d)),
+            Err(e) => (Err(e), None),
+        };
         if result.is_err() {
             let idxs: Vec<u64> = run.pages.iter().map(|p| p.idx).collect();
             drop(run.pages);
@@ -959,6 +965,7 @@ impl<B: BlockBackend> Inner<B> {
             debug!(lba, blocks = end - lba, readahead = run.readahead, error = %e, "cache fill failed");
         }
         run.tx.send_replace(Some(result));
+        data
     }
 
     /// Pin up to `want` pages from `idx`; at least one, waiting for memory
@@ -1021,27 +1028,45 @@ impl<B: BlockBackend> Inner<B> {
     }
 
     async fn read_cached(self: &Arc<Self>, offset: u64, len: usize) -> BResult<Bytes> {
-        let mut out = vec![0u8; len];
+        // Allocated (and zeroed) only when a page is copied into it.
+        let mut out = Vec::new();
         let ps = self.geo.page;
         let last = (offset + len as u64 - 1) / ps;
-        let mut idx = offset / ps;
+        let first = offset / ps;
+        let mut idx = first;
         while idx <= last {
             let pins = self
                 .pin_range(idx, (last - idx + 1).min(self.geo.chunk_pages))
                 .await?;
-            self.fill(&pins, offset, &mut out).await?;
+            let whole = idx == first && pins.len() as u64 == last - first + 1;
+            if let Some(b) = self.fill(&pins, offset, len, &mut out, whole).await? {
+                return Ok(b);
+            }
             idx += pins.len() as u64;
         }
         Ok(Bytes::from(out))
     }
 
-    /// Copy the part of `out` (the bytes at `offset..`) that `pins` cover,
-    /// fetching what is not valid; concurrent readers share one fetch.
-    async fn fill(self: &Arc<Self>, pins: &[Pinned], offset: u64, out: &mut [u8]) -> BResult<()> {
+    /// Copy the part of the reply (`len` bytes at `offset`, in `out`) that
+    /// `pins` cover, fetching what is not valid; concurrent readers share
+    /// one fetch. When `whole` (the pins cover the whole request) and none
+    /// of them is valid or being fetched, they are fetched by one READ
+    /// whose data *is* the reply: returned, with no copy out of the pages.
+    async fn fill(
+        self: &Arc<Self>,
+        pins: &[Pinned],
+        offset: u64,
+        len: usize,
+        out: &mut Vec<u8>,
+        whole: bool,
+    ) -> BResult<Option<Bytes>> {
         let g = self.geo;
-        let end = offset + out.len() as u64;
+        let end = offset + len as u64;
         let mut pending: Vec<usize> = (0..pins.len()).collect();
         let mut first_look = true;
+        // Some block of the request is valid (maybe dirty, newer than the
+        // target): the fetched data cannot be the reply.
+        let mut any_valid = false;
         loop {
             let mut waits = Vec::new();
             let mut runs: Vec<Run> = Vec::new();
@@ -1054,6 +1079,9 @@ impl<B: BlockBackend> Inner<B> {
                 let mask = bits((a - pstart) / g.bs, (b - pstart).div_ceil(g.bs));
                 let mut s = p.lock();
                 if s.valid & mask == mask {
+                    if out.is_empty() {
+                        out.resize(len, 0);
+                    }
                     out[(a - offset) as usize..(b - offset) as usize]
                         .copy_from_slice(&s.buf[(a - pstart) as usize..(b - pstart) as usize]);
                     crate::stats::add_cache_copied(b - a);
@@ -1067,6 +1095,7 @@ impl<B: BlockBackend> Inner<B> {
                     continue;
                 }
                 still.push(i);
+                any_valid |= s.valid & mask != 0;
                 if first_look {
                     if s.readahead {
                         s.readahead = false;
@@ -1090,7 +1119,35 @@ impl<B: BlockBackend> Inner<B> {
                 run.pages.push(p.clone());
             }
             if still.is_empty() {
-                return Ok(());
+                return Ok(None);
+            }
+            // The whole request missed and is ours to fetch in one READ:
+            // its data is the reply.
+            if first_look
+                && whole
+                && !any_valid
+                && waits.is_empty()
+                && runs.len() == 1
+                && runs[0].pages.len() == pins.len()
+            {
+                let run = runs.pop().expect("one run");
+                let base = run.first * g.page;
+                let mut rx = run.tx.subscribe();
+                if let Some(data) = self.clone().fetch(run).await {
+                    let skip = (offset - base) as usize;
+                    if data.len() >= skip + len {
+                        return Ok(Some(data.slice(skip..skip + len)));
+                    }
+                }
+                // Failed: report what the fetch published.
+                if let Ok(v) = rx.wait_for(|v| v.is_some()).await {
+                    if let Some(Err(e)) = v.as_ref() {
+                        return Err(e.clone());
+                    }
+                }
+                pending = still;
+                first_look = false;
+                continue;
             }
             first_look = false;
             // Our own fetches run inside this task (one scheduler hop less
@@ -1170,7 +1227,7 @@ impl<B: BlockBackend> Inner<B> {
             data
         } else {
             let bs = g.bs as usize;
-            let mut v = vec![0u8; ((b1 - b0) * g.bs) as usize];
+            let mut v = IoBuf::with_len(((b1 - b0) * g.bs) as usize);
             if head != 0 {
                 v[..bs].copy_from_slice(&self.block_for_rmw(b0).await?);
             }
@@ -1181,7 +1238,7 @@ impl<B: BlockBackend> Inner<B> {
                 v[at..].copy_from_slice(&self.block_for_rmw(b1 - 1).await?);
             }
             v[head..head + data.len()].copy_from_slice(&data);
-            Bytes::from(v)
+            v.into_bytes()
         };
         self.write_blocks(b0, buf.clone(), fua).await?;
         if self.cached() {
@@ -1324,22 +1381,26 @@ impl<B: BlockBackend> Inner<B> {
         // Pass 2: copy them into buffers of exactly the right size. Nothing
         // can invalidate them meanwhile (the range is locked); a writer may
         // change one again, which re-dirties it for a later write-back.
-        let mut runs: Vec<(u64, Vec<u8>)> = spans
+        // From the registered I/O pool over iSER (`crate::iobuf`), so the
+        // target reads them without a registration per command.
+        let mut runs: Vec<(u64, IoBuf, usize)> = spans
             .iter()
-            .map(|&(a, b)| (a, Vec::with_capacity(((b - a) * g.bs) as usize)))
+            .map(|&(a, b)| (a, IoBuf::with_len(((b - a) * g.bs) as usize), 0))
             .collect();
         let mut r = 0;
         for (p, &(sel, _)) in pages.iter().zip(&taken) {
             let first = p.idx * g.bpp;
             let s = p.lock();
             for_each_run(sel, |x, y| {
-                while runs[r].0 + runs[r].1.len() as u64 / g.bs != first + x {
+                while runs[r].0 + runs[r].2 as u64 / g.bs != first + x {
                     r += 1;
                 }
-                runs[r]
-                    .1
-                    .extend_from_slice(&s.buf[(x * g.bs) as usize..(y * g.bs) as usize]);
-                crate::stats::add_cache_copied((y - x) * g.bs);
+                let (_, buf, filled) = &mut runs[r];
+                let n = ((y - x) * g.bs) as usize;
+                buf[*filled..*filled + n]
+                    .copy_from_slice(&s.buf[(x * g.bs) as usize..(y * g.bs) as usize]);
+                *filled += n;
+                crate::stats::add_cache_copied(n as u64);
             });
         }
         if runs.is_empty() {
@@ -1348,7 +1409,7 @@ impl<B: BlockBackend> Inner<B> {
         add(&self.c.writebacks, runs.len() as u64);
         let results = join_all(
             runs.into_iter()
-                .map(|(lba, buf)| self.write_blocks(lba, Bytes::from(buf), fua))
+                .map(|(lba, buf, _)| self.write_blocks(lba, buf.into_bytes(), fua))
                 .collect(),
         )
         .await;
