@@ -372,7 +372,7 @@ pub struct CacheOpts {
     /// Memory cap of rlun's cache for the whole process: every LUN the
     /// command opens shares it (a mount of a target with 16 LUNs uses at
     /// most this much in all, not 16 times it). 7/8 of it (at least SIZE
-    /// - 256M) holds cache pages, reserved once as one region when the
+    /// minus 256M) holds cache pages, reserved once as one region when the
     /// command starts and, over iSER, registered with the RDMA device once
     /// per connection; the rest bounds the cache's reads and write-backs in
     /// flight. Unused with --cache none.
