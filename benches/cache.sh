@@ -13,11 +13,19 @@
 #   (d) peak RSS (VmHWM) of the rlun process vs --cache-size while 128 KiB
 #       reads (and, for write-back, writes) stream through a region larger
 #       than the cache
+#   (e) one budget for many LUNs: `rlun serve --cache-size 64M` of a target
+#       with 16 LUNs (128 MiB each), all 16 exports read whole at once by
+#       nbdcopy (2 GiB through a 64 MiB budget); peak RSS of the server vs
+#       the budget (a per-LUN budget would allow 16 x 64 MiB). Needs
+#       nbdcopy (libnbd-bin); skipped without it.
+#
+# Goal for (d) and (e): peak RSS <= cache size + 32 MiB.
 #
 # Environment:
 #   BENCH_SECONDS=5         seconds per run
 #   RLUN=target/release/rlun   rlun binary (built when it is the default and missing)
 #   BENCH_FILE_MIB=1024     size of the file LUN
+#   BENCH_ONLY=e            run case (e) alone
 #
 # Compare figures only within one run: the machine is shared and noisy.
 set -euo pipefail
@@ -105,6 +113,9 @@ printf '\ntgtd %s on 127.0.0.1:%s, %ss per run, file LUN %s MiB at %s, rlun %s\n
 rows=()
 row() { rows+=("$(printf '%-46s | %12s | %12s | %7s | %5s' "$@")"); }
 
+rss_rows=()
+# BENCH_ONLY=e: only the 16-LUN case.
+if [ "${BENCH_ONLY:-}" != e ]; then
 # (a) hot-region re-reads
 echo "running (a) hot region ..." >&2
 read -r a_off <<<"$(bench iops -- --pattern randread --bs 4k --qd 32 --size 64M)"
@@ -148,6 +159,61 @@ for spec in "read 64 write-through" "read 256 write-through" "read 512 write-thr
     rss_rows+=("$(printf '    %-34s %10s %14s %10s' "$pat 128k, $mode" "$mib" "$rss" "$over")")
 done
 
+fi
+
+# (e) 16 LUNs, one budget
+many_rows=()
+if command -v nbdcopy >/dev/null; then
+    echo "running (e) 16 LUNs under one budget ..." >&2
+    many_file=$(dirname "$lun_file")/rlun-cachebench-many.$$
+    head -c $((128 << 20)) "$lun_file" >"$many_file"
+    tgtadm_ --op new --mode target --tid 2 -T "$IQN-many"
+    for n in $(seq 1 16); do
+        tgtadm_ --op new --mode logicalunit --tid 2 --lun "$n" -b "$many_file"
+    done
+    tgtadm_ --op bind --mode target --tid 2 -I ALL
+    # many_run NAME SERVE-ARGS...: serve the 16 LUNs, read all at once, peak RSS.
+    many_run() {
+        local name=$1 pid t0 t1 c
+        shift
+        rm -f "$work/many.sock"
+        setpriv --pdeathsig KILL "$RLUN" serve "$@" "iscsi://127.0.0.1:$port/$IQN-many" \
+            --socket "$work/many.sock" >"$work/many-$name.log" 2>&1 &
+        pid=$!
+        for _ in $(seq 1 200); do
+            [ -S "$work/many.sock" ] && break
+            kill -0 "$pid" 2>/dev/null || die "rlun serve exited: $(cat "$work/many-$name.log")"
+            sleep 0.1
+        done
+        [ -S "$work/many.sock" ] || die "rlun serve made no socket: $(cat "$work/many-$name.log")"
+        t0=$(date +%s.%N)
+        local copiers=()
+        # One connection and 2 requests of 256 KiB in flight per LUN: the
+        # NBD server's own reply buffers stay small next to the cache.
+        for n in $(seq 1 16); do
+            timeout 600 nbdcopy -C 1 -R 2 "nbd+unix:///lun$n?socket=$work/many.sock" null: &
+            copiers+=($!)
+        done
+        for c in "${copiers[@]}"; do wait "$c" || die "nbdcopy of a LUN failed: $(tail -5 "$work/many-$name.log")"; done
+        t1=$(date +%s.%N)
+        many_rss=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status")
+        many_mibs=$(python3 -c "import sys; print(f'{2048 / (float(sys.argv[2]) - float(sys.argv[1])):.1f}')" "$t0" "$t1")
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    }
+    many_run none --cache none
+    e_base=$many_rss
+    many_rows+=("$(printf '    %-34s %10s %14s %10s' "serve 16 LUNs, --cache none" - "$e_base" -)")
+    many_rows+=("    (16 nbdcopy at once: $many_mibs MiB/s in all)")
+    many_run cached --cache-size 64M
+    rm -f "$many_file"
+    e_ok=$(python3 -c "import sys; print('yes' if float(sys.argv[1]) <= 64 + 32 else 'NO')" "$many_rss")
+    many_rows+=("$(printf '    %-34s %10s %14s %10s' "serve 16 LUNs, write-through" 64 "$many_rss" "$e_ok")")
+    many_rows+=("    (16 nbdcopy at once: $many_mibs MiB/s in all; 2 GiB through a 64 MiB budget)")
+else
+    many_rows+=("    skipped: nbdcopy not found (libnbd-bin)")
+fi
+
 echo
 header=$(printf '%-46s | %12s | %12s | %7s | %5s' case baseline cached ratio goal)
 echo "$header"
@@ -157,4 +223,8 @@ echo
 echo "(d) peak RSS (VmHWM) of rlun bench; 'over' = peak RSS - cache size - the uncached run's peak:"
 printf '%s\n' "${rss_rows[@]}"
 echo
-echo "goals: (a) >= 10x, (b) >= 1.2x, (c) >= 3x; (d) peak RSS within cache size + a small constant."
+echo "(e) one --cache-size for 16 LUNs: peak RSS (VmHWM) of rlun serve, within budget + 32 MiB?"
+printf '    %-34s %10s %14s %10s\n' run 'cache MiB' 'peak RSS MiB' '<= +32'
+printf '%s\n' "${many_rows[@]}"
+echo
+echo "goals: (a) >= 10x, (b) >= 1.2x, (c) >= 3x; (d), (e) peak RSS <= cache size + 32 MiB."

@@ -372,7 +372,13 @@ pub struct CacheOpts {
     /// copies); for bench no cache at all (I/O goes straight to the LUN).
     #[arg(long, value_enum, value_name = "MODE")]
     pub cache: Option<CacheChoice>,
-    /// Memory cap of rlun's cache, per LUN.
+    /// Memory cap of rlun's cache for the whole process: every LUN the
+    /// command opens shares it (a mount of a target with 16 LUNs uses at
+    /// most this much in all, not 16 times it). 7/8 of it (at least SIZE
+    /// minus 256M) holds cache pages, reserved once as one region when the
+    /// command starts and, over iSER, registered with the RDMA device once
+    /// per connection; the rest bounds the cache's reads and write-backs in
+    /// flight. Unused with --cache none.
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub cache_size: u64,
     /// Read ahead of sequential streams in rlun's cache; mount also raises
@@ -393,10 +399,20 @@ pub struct CacheOpts {
 impl CacheOpts {
     /// The device settings for cache `mode` (the command's choice when
     /// `--cache` is not given).
+    /// Every call makes a new budget of `--cache-size`, shared by every
+    /// device opened with (a clone of) the returned settings: call it once
+    /// per process.
+    /// With a cache, its page memory is reserved here, before the command
+    /// logs in, so that an iSER connection registers it when it connects.
     pub fn device_config(&self, mode: crate::device::CacheMode) -> crate::device::DeviceConfig {
+        let budget = crate::device::CacheBudget::new(self.cache_size);
+        if mode != crate::device::CacheMode::None {
+            budget.reserve();
+        }
         crate::device::DeviceConfig {
             mode,
             cache_size: self.cache_size,
+            budget: Some(budget),
             readahead: self.readahead == OnOff::On,
             writeback_delay: self.writeback_delay,
             stats_interval: self.stats_interval,

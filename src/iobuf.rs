@@ -14,6 +14,12 @@
 //! caller gets back ([`IoBuf::into_bytes`] hands the same memory over as
 //! `Bytes`, and dropping the last `Bytes` returns the chunk to the pool).
 //!
+//! The page cache's memory is a pool of its own ([`Pool::reserved`], one
+//! per [`crate::device::CacheBudget`]): allocated once up front, never
+//! grown (bar one arena for a chunk size that has none), its arenas in the
+//! same process-wide list ([`arenas`], [`arena_of`]) that an iSER
+//! connection registers, so cache pages are registered memory too.
+//!
 //! Chunks come in power-of-two size classes from 4 KiB to the arena size;
 //! larger requests, requests once the pool is at its cap, and every request
 //! while the pool is disabled (TCP only) get ordinary heap memory, which a
@@ -27,6 +33,7 @@
 //! `&'static mut [u8]` chunks, so only the transport's registration (which
 //! hands addresses to the device) needs `unsafe`, in its own module.
 
+use std::collections::VecDeque;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock};
@@ -44,6 +51,9 @@ const CLASSES: usize = (ARENA_LEN.trailing_zeros() - MIN_SHIFT + 1) as usize;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static GLOBAL: OnceLock<&'static Pool> = OnceLock::new();
+/// Every arena of every pool of the process (the I/O pool and the page
+/// cache's), in creation order: an arena's index is its position here.
+static REGISTRY: RwLock<Vec<Arena>> = RwLock::new(Vec::new());
 
 /// Let [`IoBuf`]s come from the pool from now on (an RDMA transport is in
 /// use). Until then they are heap memory, which costs nothing to pin.
@@ -70,26 +80,51 @@ pub struct Arena {
     pub len: usize,
 }
 
-/// Every arena of the process-wide pool so far.
+/// Every arena of every pool so far: the I/O pool's and the page cache's
+/// (see [`Pool::reserved`]), which an RDMA transport registers alike.
 pub fn arenas() -> Vec<Arena> {
-    global().arenas()
+    REGISTRY.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// The arena of the process-wide pool that holds all of `addr..addr+len`.
+/// The arena (of any pool) that holds all of `addr..addr+len`.
 pub fn arena_of(addr: usize, len: usize) -> Option<Arena> {
-    global().arena_of(addr, len)
+    let end = addr.checked_add(len)?;
+    REGISTRY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|a| a.addr <= addr && end <= a.addr + a.len)
+        .copied()
 }
 
-/// A pool of arenas (the process has one; tests make their own).
+fn register(addr: usize, len: usize) -> Arena {
+    let mut reg = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
+    let arena = Arena {
+        index: reg.len(),
+        addr,
+        len,
+    };
+    reg.push(arena);
+    arena
+}
+
+/// A pool of arenas: the process-wide I/O pool, each page-cache budget's
+/// pool ([`Pool::reserved`]), and the pools tests make.
 pub struct Pool {
     state: Mutex<State>,
     arenas: RwLock<Vec<Arena>>,
+    /// Reuse freed chunks oldest first (see [`Pool::reserved`]).
+    fifo: bool,
 }
 
 struct State {
-    free: [Vec<&'static mut [u8]>; CLASSES],
+    free: [VecDeque<&'static mut [u8]>; CLASSES],
     /// The part of the newest arena not yet cut into chunks.
     rest: &'static mut [u8],
+    /// Arenas allocated up front and not cut into chunks yet.
+    unused: Vec<&'static mut [u8]>,
+    /// Chunks handed out and not given back, per class.
+    out: [usize; CLASSES],
     total: usize,
     cap: usize,
 }
@@ -111,22 +146,78 @@ impl Pool {
     pub fn new(cap: usize) -> Pool {
         Pool {
             state: Mutex::new(State {
-                free: std::array::from_fn(|_| Vec::new()),
+                free: std::array::from_fn(|_| VecDeque::new()),
                 rest: Default::default(),
+                unused: Vec::new(),
+                out: [0; CLASSES],
                 total: 0,
                 cap,
             }),
             arenas: RwLock::new(Vec::new()),
+            fifo: false,
         }
     }
 
-    fn arenas(&self) -> Vec<Arena> {
+    /// A pool whose memory, `cap` bytes rounded up to whole arenas, is
+    /// allocated once, now, as one page-aligned region and registered as
+    /// arenas of the process (so an RDMA transport registers it like the
+    /// I/O pool). The page cache takes its pages from such a pool: nothing
+    /// of it is ever freed to the system, and nothing is allocated beyond
+    /// it, except one arena for a chunk size that has none at all (so a
+    /// second page size in the same budget cannot starve; see
+    /// [`Pool::try_alloc`]). Untouched memory costs no RSS (it is mapped
+    /// zero pages until first written).
+    ///
+    /// Freed chunks are reused oldest first, so chunks freed in address
+    /// order (pages evicted in LRU order after a sequential fill) are
+    /// handed out again in address order, side by side.
+    pub fn reserved(cap: usize) -> &'static Pool {
+        let n = cap.div_ceil(ARENA_LEN).max(1);
+        let mut pool = Pool::new(n * ARENA_LEN);
+        pool.fifo = true;
+        let raw: &'static mut [u8] = Box::leak(vec![0u8; n * ARENA_LEN + PAGE].into_boxed_slice());
+        let skip = raw.as_ptr().align_offset(PAGE).min(PAGE);
+        let mut region = &mut raw[skip..skip + n * ARENA_LEN];
+        {
+            let st = pool.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            let mut arenas = pool.arenas.write().unwrap_or_else(|e| e.into_inner());
+            while !region.is_empty() {
+                let (arena, tail) = region.split_at_mut(ARENA_LEN);
+                arenas.push(register(arena.as_ptr() as usize, ARENA_LEN));
+                st.unused.push(arena);
+                region = tail;
+            }
+            // Cut the lowest address first.
+            st.unused.reverse();
+            st.total = n * ARENA_LEN;
+        }
+        Box::leak(Box::new(pool))
+    }
+
+    /// Bytes of arenas this pool holds.
+    pub fn capacity(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).total
+    }
+
+    /// Bytes of chunks handed out now.
+    pub fn in_use(&self) -> usize {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.out
+            .iter()
+            .enumerate()
+            .map(|(c, n)| n * class_len(c))
+            .sum()
+    }
+
+    /// The arenas of this pool.
+    pub fn arenas(&self) -> Vec<Arena> {
         self.arenas
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
+    #[cfg(test)]
     fn arena_of(&self, addr: usize, len: usize) -> Option<Arena> {
         let end = addr.checked_add(len)?;
         self.arenas
@@ -140,44 +231,76 @@ impl Pool {
     /// A chunk of class `class`, or `None` when the pool is at its cap.
     fn take(&self, class: usize) -> Option<&'static mut [u8]> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = st.free[class].pop() {
+        let st = &mut *st;
+        let reused = if self.fifo {
+            st.free[class].pop_front()
+        } else {
+            st.free[class].pop_back()
+        };
+        if let Some(c) = reused {
+            st.out[class] += 1;
             return Some(c);
         }
         let size = class_len(class);
         if st.rest.len() < size {
-            if st.total + ARENA_LEN > st.cap {
-                return None;
-            }
+            let arena = match st.unused.pop() {
+                Some(a) => a,
+                None => {
+                    // Past the cap only for a class with nothing at all, so
+                    // that one chunk size cannot starve another for good.
+                    let starved = st.out[class] == 0 && st.free[class].is_empty();
+                    if st.total + ARENA_LEN > st.cap && !(self.fifo && starved) {
+                        return None;
+                    }
+                    // One page more, so the arena can start on a page boundary.
+                    let raw: &'static mut [u8] =
+                        Box::leak(vec![0u8; ARENA_LEN + PAGE].into_boxed_slice());
+                    let skip = raw.as_ptr().align_offset(PAGE).min(PAGE);
+                    let arena = &mut raw[skip..skip + ARENA_LEN];
+                    self.arenas
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(register(arena.as_ptr() as usize, ARENA_LEN));
+                    st.total += ARENA_LEN;
+                    arena
+                }
+            };
             // What is left of the old arena goes to the smaller classes.
-            let mut left = std::mem::take(&mut st.rest);
+            let mut left = std::mem::replace(&mut st.rest, arena);
             while left.len() >= PAGE {
                 let c = (usize::BITS - 1 - left.len().leading_zeros() - MIN_SHIFT) as usize;
                 let c = c.min(CLASSES - 1);
                 let (chunk, tail) = left.split_at_mut(class_len(c));
-                st.free[c].push(chunk);
+                st.free[c].push_back(chunk);
                 left = tail;
             }
-            // One page more, so the arena can start on a page boundary.
-            let raw: &'static mut [u8] = Box::leak(vec![0u8; ARENA_LEN + PAGE].into_boxed_slice());
-            let skip = raw.as_ptr().align_offset(PAGE).min(PAGE);
-            let arena = &mut raw[skip..skip + ARENA_LEN];
-            let mut arenas = self.arenas.write().unwrap_or_else(|e| e.into_inner());
-            let index = arenas.len();
-            arenas.push(Arena {
-                index,
-                addr: arena.as_ptr() as usize,
-                len: ARENA_LEN,
-            });
-            st.total += ARENA_LEN;
-            st.rest = arena;
         }
         let (chunk, tail) = std::mem::take(&mut st.rest).split_at_mut(size);
         st.rest = tail;
+        st.out[class] += 1;
         Some(chunk)
     }
 
     fn give_back(&self, class: usize, chunk: &'static mut [u8]) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).free[class].push(chunk);
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.out[class] -= 1;
+        st.free[class].push_back(chunk);
+    }
+
+    /// A buffer of `len` bytes (at most [`ARENA_LEN`]) from this pool, or
+    /// `None` when the pool has no chunk of that size left: never heap
+    /// memory. Contents are what an earlier user left there.
+    pub fn try_alloc(&'static self, len: usize) -> Option<IoBuf> {
+        let class = class_of(len)?;
+        let chunk = self.take(class)?;
+        Some(IoBuf {
+            store: Store::Pooled {
+                pool: self,
+                class,
+                chunk,
+            },
+            len,
+        })
     }
 
     /// A buffer of `len` bytes from this pool (heap memory if it cannot
@@ -249,6 +372,14 @@ impl IoBuf {
 
     fn copy_from_slice_at(&mut self, data: &[u8]) {
         self[..].copy_from_slice(data);
+    }
+
+    /// An empty buffer (no memory).
+    pub fn empty() -> IoBuf {
+        IoBuf {
+            store: Store::Heap(Vec::new()),
+            len: 0,
+        }
     }
 
     /// Whether the memory is a chunk of a pool arena.
@@ -367,7 +498,7 @@ mod tests {
         let a = p.alloc(64 << 10);
         let addr = a.as_ptr() as usize;
         let arena = p.arena_of(addr, a.len()).expect("in an arena");
-        assert_eq!(arena.index, 0);
+        assert_eq!(arena.index, p.arenas()[0].index, "indices are process-wide");
         assert!(arena.addr <= addr && addr + a.len() <= arena.addr + arena.len);
         assert_eq!(
             p.arena_of(arena.addr + arena.len - 10, 20),

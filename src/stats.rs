@@ -12,7 +12,19 @@
 //!   ([`crate::iobuf`]); a write from memory outside the pool has its
 //!   immediate part copied into a send buffer, and that is counted here.
 //!   Copies a front end or the page cache makes of its own (FUSE's request
-//!   buffer, cache pages) are not network copies and are not counted.
+//!   buffer, cache pages) are not network copies and are not counted here:
+//!   the cache's are in `cache_copied_bytes`.
+//! - `cache_copied_bytes`: bytes the page cache ([`crate::device`]) copied
+//!   into or out of its pages: fetched data into pages (a cache fill reads
+//!   into a buffer of its own and copies it into the pages: one copy per
+//!   filled byte, over TCP and iSER alike), pages into a reader's reply
+//!   buffer, a writer's data into pages (write-back and the write-through
+//!   update of resident pages), dirty pages into write-back buffers, and
+//!   cached blocks for a read-modify-write. A separate counter, not part of
+//!   `copied_bytes`, because those copies are the cache's own cost (a
+//!   cache hit *is* a copy out of the page; `--cache none` has none) and
+//!   `copied_bytes` keeps one meaning for every mode and transport: what
+//!   the network path copied. Both are 0 only with `--cache none` over iSER.
 //! - `data_path_registrations`: iSER memory registrations made while a
 //!   command was being sent (buffers from outside the registered pool).
 //!   Registering a pool arena with a connection is counted under
@@ -27,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 
 static COPIED_BYTES: AtomicU64 = AtomicU64::new(0);
+static CACHE_COPIED_BYTES: AtomicU64 = AtomicU64::new(0);
 static DATA_PATH_REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
 static POOL_REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
 
@@ -34,6 +47,7 @@ static POOL_REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct DataPathStats {
     pub copied_bytes: u64,
+    pub cache_copied_bytes: u64,
     pub data_path_registrations: u64,
     pub pool_registrations: u64,
 }
@@ -43,6 +57,7 @@ impl DataPathStats {
     pub fn now() -> DataPathStats {
         DataPathStats {
             copied_bytes: COPIED_BYTES.load(Ordering::Relaxed),
+            cache_copied_bytes: CACHE_COPIED_BYTES.load(Ordering::Relaxed),
             data_path_registrations: DATA_PATH_REGISTRATIONS.load(Ordering::Relaxed),
             pool_registrations: POOL_REGISTRATIONS.load(Ordering::Relaxed),
         }
@@ -52,6 +67,9 @@ impl DataPathStats {
     pub fn since(&self, earlier: &DataPathStats) -> DataPathStats {
         DataPathStats {
             copied_bytes: self.copied_bytes.saturating_sub(earlier.copied_bytes),
+            cache_copied_bytes: self
+                .cache_copied_bytes
+                .saturating_sub(earlier.cache_copied_bytes),
             data_path_registrations: self
                 .data_path_registrations
                 .saturating_sub(earlier.data_path_registrations),
@@ -66,6 +84,13 @@ impl DataPathStats {
 pub fn add_copied(n: u64) {
     if n > 0 {
         COPIED_BYTES.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The page cache copied `n` bytes into or out of its pages.
+pub fn add_cache_copied(n: u64) {
+    if n > 0 {
+        CACHE_COPIED_BYTES.fetch_add(n, Ordering::Relaxed);
     }
 }
 
@@ -87,11 +112,13 @@ mod tests {
     fn since_subtracts_each_counter() {
         let a = DataPathStats {
             copied_bytes: 10,
+            cache_copied_bytes: 7,
             data_path_registrations: 1,
             pool_registrations: 2,
         };
         let b = DataPathStats {
             copied_bytes: 4106,
+            cache_copied_bytes: 7,
             data_path_registrations: 1,
             pool_registrations: 5,
         };
@@ -99,6 +126,7 @@ mod tests {
             b.since(&a),
             DataPathStats {
                 copied_bytes: 4096,
+                cache_copied_bytes: 0,
                 data_path_registrations: 0,
                 pool_registrations: 3
             }

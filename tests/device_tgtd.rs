@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{make_backing_file, pattern_bytes, Tgtd};
 use rlun::client::{Lun, Target};
-use rlun::device::{CacheMode, DeviceConfig, LunDevice};
+use rlun::device::{CacheBudget, CacheMode, DeviceConfig, LunDevice};
 use rlun::session::SessionConfig;
 
 const IQN: &str = "iqn.2026-11.org.example:device";
@@ -409,6 +409,91 @@ fn durable_writes_follow_the_dpofua_bit_tgtd_reports() {
             "the FUA write left nothing dirty"
         );
         drop(dev);
+        let _ = target.logout().await;
+    });
+}
+
+/// Four LUNs of one target behind one 4 MiB budget (as `rlun mount` and
+/// `rlun serve` open them): every LUN read whole, 8 times the budget in
+/// all, through write-through and write-back caches; the data matches the
+/// files and the cache's memory stays within the one budget, not four.
+#[test]
+fn luns_of_one_process_share_one_cache_budget() {
+    const SIZE: u64 = 8 * MIB;
+    const LUNS: u32 = 4;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let mut t = tgtd.add_target(IQN);
+    for n in 1..=LUNS {
+        let sub = dir.path().join(format!("lun{n}"));
+        std::fs::create_dir(&sub).expect("mkdir");
+        let file = make_backing_file(&sub, SIZE, 100 + n as u64);
+        t = t.lun_file(n, &file, 512);
+    }
+    t.create().expect("create target");
+    run(async {
+        let (target, _) = open(&tgtd).await;
+        let budget = CacheBudget::new(4 * MIB);
+        let mut devs = Vec::new();
+        for n in 1..=LUNS {
+            let lun = target.open_lun(n as u64).await.expect("open LUN");
+            let mode = if n % 2 == 0 {
+                CacheMode::WriteBack
+            } else {
+                CacheMode::WriteThrough
+            };
+            let cfg = DeviceConfig {
+                mode,
+                cache_size: 4 * MIB,
+                budget: Some(budget.clone()),
+                ..DeviceConfig::default()
+            };
+            devs.push(Arc::new(LunDevice::new(lun, cfg).expect("device")));
+        }
+        let reserved = budget.reserved_bytes();
+        assert!(
+            reserved > 0 && reserved <= 4 * MIB,
+            "reserved {reserved} bytes once for all LUNs"
+        );
+        let mut peak = 0;
+        let mut tasks = Vec::new();
+        for (i, dev) in devs.iter().enumerate() {
+            let dev = dev.clone();
+            let seed = 101 + i as u64;
+            tasks.push(tokio::spawn(async move {
+                let mut pos = 0;
+                while pos < SIZE {
+                    let got = dev.read_at(pos, 128 << 10).await.expect("read");
+                    assert!(
+                        got[..] == pattern_bytes(seed, pos, 128 << 10)[..],
+                        "LUN {} data at {pos}",
+                        i + 1
+                    );
+                    pos += 128 << 10;
+                }
+            }));
+        }
+        for t in tasks {
+            while !t.is_finished() {
+                peak = peak.max(budget.charged());
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            t.await.expect("reader");
+        }
+        let sum: u64 = devs.iter().map(|d| d.stats().cached_bytes).sum();
+        assert!(peak <= 4 * MIB && sum <= 4 * MIB, "peak {peak}, now {sum}");
+        assert!(sum > MIB, "the LUNs used the budget: {sum}");
+        assert_eq!(budget.reserved_bytes(), reserved, "never grown");
+        let evicted: u64 = devs.iter().map(|d| d.stats().evictions).sum();
+        assert!(evicted > 0);
+        for d in devs {
+            Arc::try_unwrap(d)
+                .ok()
+                .expect("only owner")
+                .close()
+                .await
+                .expect("close");
+        }
         let _ = target.logout().await;
     });
 }

@@ -271,6 +271,7 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         "flush_seconds": flush_seconds,
         "peak_rss_bytes": peak_rss_bytes(),
         "copied_bytes": data_path.copied_bytes,
+        "cache_copied_bytes": data_path.cache_copied_bytes,
         "data_path_registrations": data_path.data_path_registrations,
         "pool_registrations": data_path.pool_registrations,
         "cache": cache_json,

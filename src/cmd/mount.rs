@@ -269,6 +269,7 @@ async fn serve(
     let d = crate::stats::DataPathStats::now();
     info!(
         copied_bytes = d.copied_bytes,
+        cache_copied_bytes = d.cache_copied_bytes,
         data_path_registrations = d.data_path_registrations,
         pool_registrations = d.pool_registrations,
         "data path at unmount (copied_bytes: SCSI data copied between the network and the callers' buffers)"

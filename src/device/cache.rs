@@ -10,8 +10,10 @@
 //! [`LruCache`], the only place eviction looks) or `dirty` (a `BTreeMap` in
 //! LBA order, which is what the flusher walks to build large contiguous
 //! WRITEs). Every page costs `page_size` + [`PAGE_OVERHEAD`] bytes against
-//! the budget from the moment it is allocated, whether clean, dirty or still
-//! being fetched.
+//! the shared [`CacheBudget`](super::CacheBudget) from the moment it is
+//! allocated, whether clean, dirty or still being fetched, and its buffer is
+//! a chunk of the budget's reserved page memory (an [`IoBuf`] that returns
+//! there when the page is evicted): a page never uses heap memory.
 //!
 //! Locks: `Cache::state` (a std mutex, never held across an await) may be
 //! taken first and a page's own mutex second, never the other way round.
@@ -26,18 +28,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use lru::LruCache;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use super::backend::BackendError;
+use super::budget::BudgetInner;
+use crate::iobuf::IoBuf;
 
 /// Bytes charged per page on top of its buffer: the `Page` struct, its
 /// `Arc`, and its entry in the LRU list or the dirty map.
 pub(crate) const PAGE_OVERHEAD: u64 = 256;
-
-/// Page buffers kept for reuse after eviction: reusing the evicted
-/// buffer for the next page avoids malloc churn, which otherwise fragments
-/// the heap and lets resident memory creep above the cap.
-const SPARE_BUFFERS: usize = 64;
 
 /// How many LRU-end pages eviction looks at before giving up (pages at the
 /// end that are pinned or being fetched are skipped).
@@ -77,7 +76,7 @@ pub(crate) fn for_each_run(mask: u128, mut f: impl FnMut(u64, u64)) {
 /// Mutable state of one page (behind the page's mutex).
 #[derive(Debug)]
 pub(crate) struct PageState {
-    pub buf: Vec<u8>,
+    pub buf: IoBuf,
     pub valid: u128,
     pub dirty: u128,
     /// Blocks a write-back command is writing right now.
@@ -143,7 +142,7 @@ impl Clone for Pinned {
 impl Drop for Pinned {
     fn drop(&mut self) {
         if self.page.pins.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.cache.mem_changed.notify_waiters();
+            self.cache.budget.mem_changed.notify_waiters();
         }
     }
 }
@@ -152,23 +151,40 @@ impl Drop for Pinned {
 struct State {
     clean: LruCache<u64, Arc<Page>>,
     dirty: BTreeMap<u64, Arc<Page>>,
+    /// This cache's share of the budget's charge.
     charged: u64,
-    /// Buffers of evicted pages, reused by new pages (not charged: a spare
-    /// exists only right after an eviction freed the charge it had).
-    spare: Vec<Vec<u8>>,
 }
 
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct Cache {
     state: Mutex<State>,
-    /// Signalled when memory may have become available (eviction possible).
-    pub mem_changed: Notify,
+    /// Shared with every cache of the same budget (memory, signals).
+    pub budget: Arc<BudgetInner>,
     pub page_size: usize,
     pub page_cost: u64,
-    pub budget: u64,
     pub evictions: AtomicU64,
     charged: AtomicU64,
+    /// When this cache last needed a new page (budget clock, ms).
+    pub last_alloc: AtomicU64,
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        // The pages go with the cache (their chunks return on their own).
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        self.budget.uncharge(st.charged);
+        st.charged = 0;
+        self.budget.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for BudgetInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BudgetInner")
+            .field("pages", &self.pages)
+            .finish()
+    }
 }
 
 /// Result of [`Cache::claim`].
@@ -179,21 +195,29 @@ pub(crate) enum Claim {
 }
 
 impl Cache {
-    pub(crate) fn new(page_size: usize, budget: u64) -> Arc<Cache> {
-        Arc::new(Cache {
+    pub(crate) fn new(page_size: usize, budget: Arc<BudgetInner>) -> Arc<Cache> {
+        budget.reserve();
+        let cache = Arc::new(Cache {
             state: Mutex::new(State {
                 clean: LruCache::unbounded(),
                 dirty: BTreeMap::new(),
                 charged: 0,
-                spare: Vec::new(),
             }),
-            mem_changed: Notify::new(),
+            budget,
             page_size,
             page_cost: page_size as u64 + PAGE_OVERHEAD,
-            budget,
             evictions: AtomicU64::new(0),
             charged: AtomicU64::new(0),
-        })
+            last_alloc: AtomicU64::new(0),
+        });
+        cache.budget.add_cache(&cache);
+        cache
+    }
+
+    fn uncharge(&self, st: &mut State, pages: u64) {
+        st.charged -= pages * self.page_cost;
+        self.budget.uncharge(pages * self.page_cost);
+        self.charged.store(st.charged, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -231,13 +255,11 @@ impl Cache {
         match victim {
             Some(k) => {
                 if let Some(p) = st.clean.pop(&k) {
-                    let buf = std::mem::take(&mut p.lock().buf);
-                    if st.spare.len() < SPARE_BUFFERS {
-                        st.spare.push(buf);
-                    }
+                    // Unpinned and out of the table: nobody else can reach
+                    // it, so its memory goes back to the budget now.
+                    drop(std::mem::replace(&mut p.lock().buf, IoBuf::empty()));
                 }
-                st.charged -= self.page_cost;
-                self.charged.store(st.charged, Ordering::Relaxed);
+                self.uncharge(st, 1);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
                 true
             }
@@ -245,19 +267,36 @@ impl Cache {
         }
     }
 
-    fn make_room(&self, st: &mut State) -> bool {
-        while st.charged + self.page_cost > self.budget {
-            if !self.evict_one(st) {
-                return false;
-            }
+    /// Evict one page for another cache of the same budget.
+    pub(crate) fn evict_for_other(&self) -> bool {
+        let mut st = self.lock();
+        let done = self.evict_one(&mut st);
+        drop(st);
+        if done {
+            self.budget.mem_changed.notify_waiters();
         }
-        true
+        done
     }
 
-    fn insert_new(self: &Arc<Self>, st: &mut State, idx: u64) -> Arc<Page> {
-        // A reused buffer holds stale bytes; no block of it is valid, so
+    /// Charge a new page and take its buffer, evicting this cache's clean
+    /// pages while the budget or the page memory is exhausted.
+    fn make_room(&self, st: &mut State, evict: bool) -> Option<IoBuf> {
+        loop {
+            if self.budget.try_charge(self.page_cost) {
+                if let Some(buf) = self.budget.page_buf(self.page_size) {
+                    return Some(buf);
+                }
+                self.budget.uncharge(self.page_cost);
+            }
+            if !evict || !self.evict_one(st) {
+                return None;
+            }
+        }
+    }
+
+    fn insert_new(self: &Arc<Self>, st: &mut State, idx: u64, buf: IoBuf) -> Arc<Page> {
+        // A reused chunk holds stale bytes; no block of it is valid, so
         // nothing reads them before a fetch or a write replaces them.
-        let buf = st.spare.pop().unwrap_or_else(|| vec![0; self.page_size]);
         let page = Arc::new(Page {
             idx,
             pins: AtomicU32::new(0),
@@ -278,32 +317,80 @@ impl Cache {
         page
     }
 
+    /// Take a new page's memory when the budget is full: a cache holding
+    /// less than its fair share (the pages' share divided by the caches
+    /// of the budget that needed a page within the last second: idle
+    /// caches give theirs up) takes it from the cache holding the most
+    /// (idle ones first), else from
+    /// its own LRU end, else from another cache (with no lock held while
+    /// evicting elsewhere). On success the state lock is held again and
+    /// the charge is made. `Err(true)`: the page exists now.
+    fn room(self: &Arc<Self>, idx: u64) -> Result<(MutexGuard<'_, State>, IoBuf), bool> {
+        let alone = self.budget.live.load(Ordering::Acquire) <= 1;
+        if !alone {
+            self.last_alloc
+                .store(self.budget.now_ms(), Ordering::Relaxed);
+        }
+        // Decided only once the budget is full.
+        let mut own_first = None;
+        for _ in 0..8 {
+            let mut st = self.lock();
+            if st.clean.contains(&idx) || st.dirty.contains_key(&idx) {
+                return Err(true);
+            }
+            if let Some(buf) = self.make_room(&mut st, false) {
+                return Ok((st, buf));
+            }
+            let evict = *own_first
+                .get_or_insert_with(|| alone || self.charged() >= self.budget.fair_share());
+            if evict {
+                if let Some(buf) = self.make_room(&mut st, true) {
+                    return Ok((st, buf));
+                }
+            }
+            drop(st);
+            if alone || !self.budget.reclaim_elsewhere(self) {
+                if evict {
+                    break;
+                }
+                own_first = Some(true);
+            }
+        }
+        Err(false)
+    }
+
     /// Pin page `idx`, allocating it (empty, nothing valid) when absent.
     /// `None` when the budget is exhausted and nothing can be evicted.
     pub(crate) fn pin_or_alloc(self: &Arc<Self>, idx: u64) -> Option<Pinned> {
-        let mut st = self.lock();
-        let st = &mut *st;
-        if let Some(p) = st.clean.get(&idx).or_else(|| st.dirty.get(&idx)) {
-            return Some(self.pin(p));
+        loop {
+            {
+                let mut st = self.lock();
+                let st = &mut *st;
+                if let Some(p) = st.clean.get(&idx).or_else(|| st.dirty.get(&idx)) {
+                    return Some(self.pin(p));
+                }
+            }
+            match self.room(idx) {
+                Ok((mut st, buf)) => {
+                    let page = self.insert_new(&mut st, idx, buf);
+                    return Some(self.pin(&page));
+                }
+                // Someone else created it meanwhile: look again.
+                Err(true) => continue,
+                Err(false) => return None,
+            }
         }
-        if !self.make_room(st) {
-            return None;
-        }
-        let page = self.insert_new(st, idx);
-        Some(self.pin(&page))
     }
 
     /// For read-ahead: allocate page `idx` only when absent, already marked
     /// as being fetched through `loading`.
     pub(crate) fn claim(self: &Arc<Self>, idx: u64, loading: &watch::Sender<FetchState>) -> Claim {
-        let mut st = self.lock();
-        if st.clean.contains(&idx) || st.dirty.contains_key(&idx) {
-            return Claim::Exists;
-        }
-        if !self.make_room(&mut st) {
-            return Claim::NoMemory;
-        }
-        let page = self.insert_new(&mut st, idx);
+        let (mut st, buf) = match self.room(idx) {
+            Ok(x) => x,
+            Err(true) => return Claim::Exists,
+            Err(false) => return Claim::NoMemory,
+        };
+        let page = self.insert_new(&mut st, idx, buf);
         {
             let mut s = page.lock();
             s.loading = Some(loading.subscribe());
@@ -364,7 +451,7 @@ impl Cache {
             }
         }
         if moved {
-            self.mem_changed.notify_waiters();
+            self.budget.mem_changed.notify_waiters();
         }
     }
 
@@ -397,15 +484,16 @@ impl Cache {
                 }
             });
             if evictable {
-                st.clean.pop(&k);
-                st.charged -= self.page_cost;
+                if let Some(p) = st.clean.pop(&k) {
+                    drop(std::mem::replace(&mut p.lock().buf, IoBuf::empty()));
+                }
+                self.uncharge(&mut st, 1);
                 n += 1;
             }
         }
-        self.charged.store(st.charged, Ordering::Relaxed);
         self.evictions.fetch_add(n, Ordering::Relaxed);
         drop(st);
-        self.mem_changed.notify_waiters();
+        self.budget.mem_changed.notify_waiters();
         n
     }
 
@@ -420,9 +508,10 @@ impl Cache {
             }
         });
         if empty {
-            st.clean.pop(&idx);
-            st.charged -= self.page_cost;
-            self.charged.store(st.charged, Ordering::Relaxed);
+            if let Some(p) = st.clean.pop(&idx) {
+                drop(std::mem::replace(&mut p.lock().buf, IoBuf::empty()));
+            }
+            self.uncharge(&mut st, 1);
         }
     }
 
@@ -436,6 +525,11 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::CacheBudget;
+
+    fn budget(pages: u64) -> Arc<BudgetInner> {
+        CacheBudget::exact(pages, 64 << 10).inner
+    }
 
     #[test]
     fn bits_builds_masks_including_the_full_width() {
@@ -458,7 +552,7 @@ mod tests {
 
     #[test]
     fn allocation_evicts_the_least_recently_used_clean_page() {
-        let cache = Cache::new(4096, 3 * (4096 + PAGE_OVERHEAD));
+        let cache = Cache::new(4096, budget(3 * (4096 + PAGE_OVERHEAD)));
         for i in 0..3 {
             drop(cache.pin_or_alloc(i).unwrap());
         }
@@ -472,7 +566,7 @@ mod tests {
 
     #[test]
     fn pinned_and_dirty_pages_are_never_evicted() {
-        let cache = Cache::new(512, 2 * (512 + PAGE_OVERHEAD));
+        let cache = Cache::new(512, budget(2 * (512 + PAGE_OVERHEAD)));
         let pinned = cache.pin_or_alloc(0).unwrap();
         let dirty = cache.pin_or_alloc(1).unwrap();
         dirty.lock().dirty = 1;
@@ -486,7 +580,7 @@ mod tests {
 
     #[test]
     fn settle_returns_a_cleaned_page_to_the_lru() {
-        let cache = Cache::new(512, 4 * (512 + PAGE_OVERHEAD));
+        let cache = Cache::new(512, budget(4 * (512 + PAGE_OVERHEAD)));
         let p = cache.pin_or_alloc(7).unwrap();
         p.lock().dirty = 0b1;
         cache.mark_dirty(&p);

@@ -38,21 +38,24 @@
 //! of its blocks are valid and which are dirty, so whole-block writes never
 //! read first, and a fetch never overwrites newer data.
 //!
-//! **Memory.** `cache_size` is a hard cap on the cache's buffers: 7/8 of it
-//! (at least `cache_size - 256 MiB`) holds pages, each charged its size plus
-//! a fixed per-page overhead whether clean, dirty or still being fetched;
-//! the rest bounds the buffers of READs and WRITEs in flight for the cache
-//! (fetch data before it is copied into pages, write-back data being sent).
-//! When pages are needed, clean pages are evicted from the LRU end; when
-//! everything is dirty, writers (and readers) wait for the flusher instead
-//! of allocating more. What is not counted: the caller's own buffers (the
+//! **Memory.** The cache's memory is a [`CacheBudget`] (see `budget`), one
+//! per process and shared by every device made with it (the commands make
+//! one from `--cache-size`; a device made with `budget: None` gets its own
+//! of `cache_size`). 7/8 of it (at least `size - 256 MiB`) holds pages,
+//! each charged its size plus a fixed per-page overhead whether clean,
+//! dirty or still being fetched, each a chunk of one page-aligned region
+//! reserved when the first cached device starts (registered like the I/O
+//! buffer pool, so an iSER connection registers it once); the rest bounds
+//! the buffers of READs and WRITEs in flight for the caches (fetch data
+//! before it is copied into pages, write-back data being sent). When pages
+//! are needed, clean pages are evicted from the LRU end (of this device,
+//! or of another device of the budget: idle ones first, a device below its
+//! fair share takes from the one holding the most); when everything is
+//! dirty, writers (and readers) wait for the flushers instead of
+//! allocating more. What is not counted: the caller's own buffers (the
 //! `Bytes` passed in and returned), the single blocks read for a
-//! read-modify-write, up to 64 spare page buffers kept for reuse, and the
-//! allocator's own overhead. Measured peak RSS (`benches/cache.sh`, glibc):
-//! streaming reads stay within `cache_size` + the process's base; write-back
-//! streams exceed it by about 10–25% of the cap, which is heap
-//! fragmentation across glibc's per-thread arenas (`MALLOC_ARENA_MAX=1`
-//! halves it), not buffers the cache holds.
+//! read-modify-write, and the process's base. Every copy into or out of a
+//! page is counted in [`crate::stats`] `cache_copied_bytes`.
 //!
 //! **Read-ahead** watches a small table of recent streams (see `readahead`):
 //! a read continuing one of them starts a read-ahead window of 128 KiB that
@@ -85,6 +88,7 @@
 //! page have std mutexes held for a lookup or a memcpy.
 
 mod backend;
+mod budget;
 mod cache;
 mod mem;
 mod rangelock;
@@ -108,12 +112,14 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tracing::{debug, info, warn};
 
 pub use backend::{BackendError, BlockBackend, LunBackend};
+pub use budget::CacheBudget;
 pub use mem::{MemBackend, MemCommand, MemCounts, MemOp};
 
 use cache::{bits, for_each_run, Cache, Claim, FetchState, Pinned};
 use rangelock::RangeLock;
 use readahead::Streams;
 
+use crate::iobuf::IoBuf;
 use crate::scsi::sense::errno;
 
 /// How [`LunDevice`] caches; see the module docs.
@@ -163,8 +169,13 @@ impl FromStr for CacheMode {
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
     pub mode: CacheMode,
-    /// Cap on the cache's memory in bytes (default 256 MiB).
+    /// Cap on the cache's memory in bytes (default 256 MiB): the size of
+    /// the private budget made when `budget` is `None`.
     pub cache_size: u64,
+    /// The memory this device's cache shares with other devices (one per
+    /// process: every LUN of a `mount`, `serve` or `attach`). `None`: a
+    /// budget of `cache_size` for this device alone.
+    pub budget: Option<CacheBudget>,
     /// Page size in bytes; `None` picks one (see the module docs). Must be a
     /// power of two, a multiple of the block size, at most 128 blocks.
     pub page_size: Option<u32>,
@@ -187,6 +198,7 @@ impl Default for DeviceConfig {
         DeviceConfig {
             mode: CacheMode::WriteThrough,
             cache_size: 256 << 20,
+            budget: None,
             page_size: None,
             readahead: true,
             readahead_min: 128 << 10,
@@ -336,8 +348,6 @@ impl Geometry {
     }
 }
 
-/// Largest share of the cache reserved for in-flight I/O buffers.
-const MAX_IO_RESERVE: u64 = 256 << 20;
 /// Largest single fetch command.
 const MAX_FETCH_BYTES: u64 = 1 << 20;
 
@@ -354,16 +364,17 @@ struct Inner<B> {
     geo: Geometry,
     cfg: DeviceConfig,
     cache: Arc<Cache>,
+    budget: CacheBudget,
     locks: Arc<RangeLock>,
     io: Arc<Semaphore>,
     streams: Mutex<Streams>,
     c: Counters,
     signals: Arc<Signals>,
-    /// Dirty bytes above which the flusher writes regardless of age.
+    /// Dirty bytes (of every device of the budget) above which the
+    /// flushers write regardless of age.
     dirty_background: u64,
     wb_failures: AtomicU64,
     last_wb_error: Mutex<Option<Arc<BackendError>>>,
-    mem_waiters: AtomicUsize,
 }
 
 /// Fetch of a run of consecutive pages by one READ.
@@ -481,19 +492,26 @@ impl<B: BlockBackend> LunDevice<B> {
             ));
         }
         let bpp = page / bs;
-        let (budget, io_reserve) = if cfg.mode == CacheMode::None {
-            (0, page * 2)
+        if page > crate::iobuf::ARENA_LEN as u64 {
+            return bad(format!("page size {page} is larger than 4 MiB"));
+        }
+        let budget = match &cfg.budget {
+            Some(b) if cfg.mode != CacheMode::None => b.clone(),
+            _ => CacheBudget::new(cfg.cache_size),
+        };
+        let (io_reserve, io) = if cfg.mode == CacheMode::None {
+            (page * 2, Arc::new(Semaphore::new((page * 2) as usize)))
         } else {
-            let io_reserve = (cfg.cache_size / 8).clamp(2 * page, MAX_IO_RESERVE) / bs * bs;
-            let budget = cfg.cache_size.saturating_sub(io_reserve);
-            let min = 4 * (page + cache::PAGE_OVERHEAD) + io_reserve;
-            if cfg.cache_size < min {
+            let b = &budget.inner;
+            let min = 4 * (page + cache::PAGE_OVERHEAD);
+            if b.pages < min || b.io_reserve < 2 * page {
                 return bad(format!(
-                    "cache size {} is too small for {page}-byte pages (at least {min})",
-                    cfg.cache_size
+                    "cache size {} is too small for {page}-byte pages (at least {})",
+                    budget.size(),
+                    8 * min
                 ));
             }
-            (budget, io_reserve)
+            (b.io_reserve / bs * bs, b.io.clone())
         };
         if cfg.readahead_min == 0 || cfg.readahead_max < cfg.readahead_min {
             return bad("read-ahead window sizes must satisfy 0 < min <= max".into());
@@ -513,24 +531,28 @@ impl<B: BlockBackend> LunDevice<B> {
         };
         let inner = Arc::new(Inner {
             geo,
-            cache: Cache::new(page as usize, budget),
+            cache: if cfg.mode == CacheMode::None {
+                Cache::new(page as usize, CacheBudget::new(0).inner)
+            } else {
+                Cache::new(page as usize, budget.inner.clone())
+            },
+            dirty_background: budget.inner.pages / 2,
+            budget,
             locks: RangeLock::new(),
-            io: Arc::new(Semaphore::new(io_reserve as usize)),
+            io,
             streams: Mutex::new(Streams::new(cfg.readahead_min, cfg.readahead_max, size)),
             c: Counters::default(),
             signals: Arc::new(Signals::default()),
-            dirty_background: budget / 2,
             wb_failures: AtomicU64::new(0),
             last_wb_error: Mutex::new(None),
-            mem_waiters: AtomicUsize::new(0),
             cfg,
             backend,
         });
         debug!(
             mode = %inner.cfg.mode,
             page_size = page,
-            cache_size = inner.cfg.cache_size,
-            page_budget = budget,
+            cache_size = inner.budget.size(),
+            page_budget = inner.budget.inner.pages,
             io_reserve,
             "LunDevice ready"
         );
@@ -719,7 +741,7 @@ impl<B: BlockBackend> Inner<B> {
             cache_size: if self.cfg.mode == CacheMode::None {
                 0
             } else {
-                self.cfg.cache_size
+                self.budget.size()
             },
             dirty_bytes: l(&self.c.dirty_blocks) * self.geo.bs,
             flushes: l(&self.c.flushes),
@@ -733,6 +755,24 @@ impl<B: BlockBackend> Inner<B> {
 
     fn cached(&self) -> bool {
         self.cfg.mode != CacheMode::None
+    }
+
+    fn dirty_add(&self, blocks: u64) {
+        add(&self.c.dirty_blocks, blocks);
+        add(&self.budget.inner.dirty, blocks * self.geo.bs);
+    }
+
+    fn dirty_sub(&self, blocks: u64) {
+        self.c.dirty_blocks.fetch_sub(blocks, Ordering::Relaxed);
+        self.budget
+            .inner
+            .dirty
+            .fetch_sub(blocks * self.geo.bs, Ordering::Relaxed);
+    }
+
+    /// Dirty bytes of every device of the budget.
+    fn budget_dirty(&self) -> u64 {
+        self.budget.inner.dirty.load(Ordering::Relaxed)
     }
 
     // ---- commands to the backend ------------------------------------------
@@ -871,8 +911,9 @@ impl<B: BlockBackend> Inner<B> {
     }
 
     /// READ the pages of `run` and fill their invalid blocks; publish the
-    /// outcome to everyone waiting.
-    async fn fetch(self: Arc<Self>, run: Run) {
+    /// outcome to everyone waiting. Returns the data read (all the run's
+    /// blocks) when it succeeded.
+    async fn fetch(self: Arc<Self>, run: Run) -> Option<Bytes> {
         let g = self.geo;
         let lba = run.first * g.bpp;
         let end = (lba + run.pages.len() as u64 * g.bpp).min(g.blocks);
@@ -895,6 +936,7 @@ impl<B: BlockBackend> Inner<B> {
                     for_each_run(full & !s.valid, |x, y| {
                         let (x, y) = (x as usize * bs, y as usize * bs);
                         s.buf[x..y].copy_from_slice(&data[base + x..base + y]);
+                        crate::stats::add_cache_copied((y - x) as u64);
                     });
                     s.valid |= full;
                 }
@@ -905,9 +947,13 @@ impl<B: BlockBackend> Inner<B> {
                     s.loading = None;
                 }
             }
-            data.map(|_| ())
+            data
         }
         .await;
+        let (result, data) = match result {
+            Ok(d) => (Ok(()), Some(d)),
+            Err(e) => (Err(e), None),
+        };
         if result.is_err() {
             let idxs: Vec<u64> = run.pages.iter().map(|p| p.idx).collect();
             drop(run.pages);
@@ -919,6 +965,7 @@ impl<B: BlockBackend> Inner<B> {
             debug!(lba, blocks = end - lba, readahead = run.readahead, error = %e, "cache fill failed");
         }
         run.tx.send_replace(Some(result));
+        data
     }
 
     /// Pin up to `want` pages from `idx`; at least one, waiting for memory
@@ -959,10 +1006,13 @@ impl<B: BlockBackend> Inner<B> {
             }
         }
         let failures = self.wb_failures.load(Ordering::Acquire);
-        self.mem_waiters.fetch_add(1, Ordering::AcqRel);
-        let _w = Waiting(&self.mem_waiters);
+        let b = &self.budget.inner;
+        b.mem_waiters.fetch_add(1, Ordering::AcqRel);
+        let _w = Waiting(&b.mem_waiters);
         self.signals.kick.notify_one();
-        let changed = self.cache.mem_changed.notified();
+        // Other devices' dirty pages may hold the memory: their flushers too.
+        b.kick.notify_waiters();
+        let changed = b.mem_changed.notified();
         let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
         if self.wb_failures.load(Ordering::Acquire) != failures {
             if let Some(e) = self
@@ -978,27 +1028,45 @@ impl<B: BlockBackend> Inner<B> {
     }
 
     async fn read_cached(self: &Arc<Self>, offset: u64, len: usize) -> BResult<Bytes> {
-        let mut out = vec![0u8; len];
+        // Allocated (and zeroed) only when a page is copied into it.
+        let mut out = Vec::new();
         let ps = self.geo.page;
         let last = (offset + len as u64 - 1) / ps;
-        let mut idx = offset / ps;
+        let first = offset / ps;
+        let mut idx = first;
         while idx <= last {
             let pins = self
                 .pin_range(idx, (last - idx + 1).min(self.geo.chunk_pages))
                 .await?;
-            self.fill(&pins, offset, &mut out).await?;
+            let whole = idx == first && pins.len() as u64 == last - first + 1;
+            if let Some(b) = self.fill(&pins, offset, len, &mut out, whole).await? {
+                return Ok(b);
+            }
             idx += pins.len() as u64;
         }
         Ok(Bytes::from(out))
     }
 
-    /// Copy the part of `out` (the bytes at `offset..`) that `pins` cover,
-    /// fetching what is not valid; concurrent readers share one fetch.
-    async fn fill(self: &Arc<Self>, pins: &[Pinned], offset: u64, out: &mut [u8]) -> BResult<()> {
+    /// Copy the part of the reply (`len` bytes at `offset`, in `out`) that
+    /// `pins` cover, fetching what is not valid; concurrent readers share
+    /// one fetch. When `whole` (the pins cover the whole request) and none
+    /// of them is valid or being fetched, they are fetched by one READ
+    /// whose data *is* the reply: returned, with no copy out of the pages.
+    async fn fill(
+        self: &Arc<Self>,
+        pins: &[Pinned],
+        offset: u64,
+        len: usize,
+        out: &mut Vec<u8>,
+        whole: bool,
+    ) -> BResult<Option<Bytes>> {
         let g = self.geo;
-        let end = offset + out.len() as u64;
+        let end = offset + len as u64;
         let mut pending: Vec<usize> = (0..pins.len()).collect();
         let mut first_look = true;
+        // Some block of the request is valid (maybe dirty, newer than the
+        // target): the fetched data cannot be the reply.
+        let mut any_valid = false;
         loop {
             let mut waits = Vec::new();
             let mut runs: Vec<Run> = Vec::new();
@@ -1011,8 +1079,12 @@ impl<B: BlockBackend> Inner<B> {
                 let mask = bits((a - pstart) / g.bs, (b - pstart).div_ceil(g.bs));
                 let mut s = p.lock();
                 if s.valid & mask == mask {
+                    if out.is_empty() {
+                        out.resize(len, 0);
+                    }
                     out[(a - offset) as usize..(b - offset) as usize]
                         .copy_from_slice(&s.buf[(a - pstart) as usize..(b - pstart) as usize]);
+                    crate::stats::add_cache_copied(b - a);
                     if first_look {
                         add(&self.c.hits, 1);
                     }
@@ -1023,6 +1095,7 @@ impl<B: BlockBackend> Inner<B> {
                     continue;
                 }
                 still.push(i);
+                any_valid |= s.valid & mask != 0;
                 if first_look {
                     if s.readahead {
                         s.readahead = false;
@@ -1046,7 +1119,35 @@ impl<B: BlockBackend> Inner<B> {
                 run.pages.push(p.clone());
             }
             if still.is_empty() {
-                return Ok(());
+                return Ok(None);
+            }
+            // The whole request missed and is ours to fetch in one READ:
+            // its data is the reply.
+            if first_look
+                && whole
+                && !any_valid
+                && waits.is_empty()
+                && runs.len() == 1
+                && runs[0].pages.len() == pins.len()
+            {
+                let run = runs.pop().expect("one run");
+                let base = run.first * g.page;
+                let mut rx = run.tx.subscribe();
+                if let Some(data) = self.clone().fetch(run).await {
+                    let skip = (offset - base) as usize;
+                    if data.len() >= skip + len {
+                        return Ok(Some(data.slice(skip..skip + len)));
+                    }
+                }
+                // Failed: report what the fetch published.
+                if let Ok(v) = rx.wait_for(|v| v.is_some()).await {
+                    if let Some(Err(e)) = v.as_ref() {
+                        return Err(e.clone());
+                    }
+                }
+                pending = still;
+                first_look = false;
+                continue;
             }
             first_look = false;
             // Our own fetches run inside this task (one scheduler hop less
@@ -1082,9 +1183,7 @@ impl<B: BlockBackend> Inner<B> {
                     let bs = self.geo.bs;
                     self.write_back_fua(offset / bs, (offset + len).div_ceil(bs))
                         .await?;
-                } else if self.c.dirty_blocks.load(Ordering::Relaxed) * self.geo.bs
-                    > self.dirty_background
-                {
+                } else if self.budget_dirty() > self.dirty_background {
                     self.signals.kick.notify_one();
                 }
                 Ok(())
@@ -1107,6 +1206,7 @@ impl<B: BlockBackend> Inner<B> {
                 let bit = b - idx * g.bpp;
                 if s.valid & bits(bit, bit + 1) != 0 {
                     let at = (bit * g.bs) as usize;
+                    crate::stats::add_cache_copied(g.bs);
                     return Ok(Bytes::copy_from_slice(&s.buf[at..at + g.bs as usize]));
                 }
             }
@@ -1127,7 +1227,7 @@ impl<B: BlockBackend> Inner<B> {
             data
         } else {
             let bs = g.bs as usize;
-            let mut v = vec![0u8; ((b1 - b0) * g.bs) as usize];
+            let mut v = IoBuf::with_len(((b1 - b0) * g.bs) as usize);
             if head != 0 {
                 v[..bs].copy_from_slice(&self.block_for_rmw(b0).await?);
             }
@@ -1138,7 +1238,7 @@ impl<B: BlockBackend> Inner<B> {
                 v[at..].copy_from_slice(&self.block_for_rmw(b1 - 1).await?);
             }
             v[head..head + data.len()].copy_from_slice(&data);
-            Bytes::from(v)
+            v.into_bytes()
         };
         self.write_blocks(b0, buf.clone(), fua).await?;
         if self.cached() {
@@ -1152,6 +1252,7 @@ impl<B: BlockBackend> Inner<B> {
                 );
                 let from = ((lo - b0) * g.bs) as usize;
                 s.buf[x..y].copy_from_slice(&buf[from..from + (y - x)]);
+                crate::stats::add_cache_copied((y - x) as u64);
                 s.valid |= bits(lo - first, hi - first);
             }
         }
@@ -1185,10 +1286,11 @@ impl<B: BlockBackend> Inner<B> {
                         let src =
                             &data[(pstart + a - offset) as usize..(pstart + b - offset) as usize];
                         s.buf[a as usize..b as usize].copy_from_slice(src);
+                        crate::stats::add_cache_copied(b - a);
                         s.valid |= mask;
                         let newly = mask & !s.dirty;
                         s.dirty |= mask;
-                        add(&self.c.dirty_blocks, newly.count_ones() as u64);
+                        self.dirty_add(newly.count_ones() as u64);
                         s.dirty_since.get_or_insert_with(Instant::now);
                         let listed = s.in_dirty;
                         drop(s);
@@ -1272,30 +1374,33 @@ impl<B: BlockBackend> Inner<B> {
             let cleaned = s.dirty & sel;
             s.dirty &= !sel;
             s.wb |= sel;
-            self.c
-                .dirty_blocks
-                .fetch_sub(cleaned.count_ones() as u64, Ordering::Relaxed);
+            self.dirty_sub(cleaned.count_ones() as u64);
             taken.push((sel, cleaned));
         }
         missing |= next < b1;
         // Pass 2: copy them into buffers of exactly the right size. Nothing
         // can invalidate them meanwhile (the range is locked); a writer may
         // change one again, which re-dirties it for a later write-back.
-        let mut runs: Vec<(u64, Vec<u8>)> = spans
+        // From the registered I/O pool over iSER (`crate::iobuf`), so the
+        // target reads them without a registration per command.
+        let mut runs: Vec<(u64, IoBuf, usize)> = spans
             .iter()
-            .map(|&(a, b)| (a, Vec::with_capacity(((b - a) * g.bs) as usize)))
+            .map(|&(a, b)| (a, IoBuf::with_len(((b - a) * g.bs) as usize), 0))
             .collect();
         let mut r = 0;
         for (p, &(sel, _)) in pages.iter().zip(&taken) {
             let first = p.idx * g.bpp;
             let s = p.lock();
             for_each_run(sel, |x, y| {
-                while runs[r].0 + runs[r].1.len() as u64 / g.bs != first + x {
+                while runs[r].0 + runs[r].2 as u64 / g.bs != first + x {
                     r += 1;
                 }
-                runs[r]
-                    .1
-                    .extend_from_slice(&s.buf[(x * g.bs) as usize..(y * g.bs) as usize]);
+                let (_, buf, filled) = &mut runs[r];
+                let n = ((y - x) * g.bs) as usize;
+                buf[*filled..*filled + n]
+                    .copy_from_slice(&s.buf[(x * g.bs) as usize..(y * g.bs) as usize]);
+                *filled += n;
+                crate::stats::add_cache_copied(n as u64);
             });
         }
         if runs.is_empty() {
@@ -1304,7 +1409,7 @@ impl<B: BlockBackend> Inner<B> {
         add(&self.c.writebacks, runs.len() as u64);
         let results = join_all(
             runs.into_iter()
-                .map(|(lba, buf)| self.write_blocks(lba, Bytes::from(buf), fua))
+                .map(|(lba, buf, _)| self.write_blocks(lba, buf.into_bytes(), fua))
                 .collect(),
         )
         .await;
@@ -1315,7 +1420,7 @@ impl<B: BlockBackend> Inner<B> {
             if failed.is_some() {
                 let back = cleaned & !s.dirty;
                 s.dirty |= cleaned;
-                add(&self.c.dirty_blocks, back.count_ones() as u64);
+                self.dirty_add(back.count_ones() as u64);
                 if s.dirty != 0 {
                     s.dirty_since.get_or_insert_with(Instant::now);
                 }
@@ -1414,9 +1519,7 @@ impl<B: BlockBackend> Inner<B> {
             let first = p.idx * g.bpp;
             let m = bits(b0.max(first) - first, b1.min(first + g.bpp) - first);
             let mut s = p.lock();
-            self.c
-                .dirty_blocks
-                .fetch_sub((s.dirty & m).count_ones() as u64, Ordering::Relaxed);
+            self.dirty_sub((s.dirty & m).count_ones() as u64);
             s.valid &= !m;
             s.dirty &= !m;
         }
@@ -1481,9 +1584,14 @@ async fn flusher<B: BlockBackend>(weak: Weak<Inner<B>>, signals: Arc<Signals>) {
         None => return,
     };
     let mut backoff = Duration::ZERO;
+    let budget = match weak.upgrade() {
+        Some(i) => i.budget.clone(),
+        None => return,
+    };
     loop {
         tokio::select! {
             _ = signals.kick.notified() => {}
+            _ = budget.inner.kick.notified() => {}
             _ = tokio::time::sleep(tick) => {}
         }
         if signals.shutdown.load(Ordering::Acquire) {
@@ -1493,9 +1601,8 @@ async fn flusher<B: BlockBackend>(weak: Weak<Inner<B>>, signals: Arc<Signals>) {
             tokio::time::sleep(backoff).await;
         }
         let Some(inner) = weak.upgrade() else { break };
-        let pressure = inner.c.dirty_blocks.load(Ordering::Relaxed) * inner.geo.bs
-            > inner.dirty_background
-            || inner.mem_waiters.load(Ordering::Acquire) > 0;
+        let pressure = inner.budget_dirty() > inner.dirty_background
+            || inner.budget.inner.mem_waiters.load(Ordering::Acquire) > 0;
         let runs = inner.collect_runs(pressure, false);
         if runs.is_empty() {
             continue;
@@ -1527,6 +1634,7 @@ async fn stats_logger<B: BlockBackend>(weak: Weak<Inner<B>>, every: Duration) {
             bytes_read = s.bytes_read,
             bytes_written = s.bytes_written,
             copied_bytes = d.copied_bytes,
+            cache_copied_bytes = d.cache_copied_bytes,
             data_path_registrations = d.data_path_registrations,
             "cache"
         );
