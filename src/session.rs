@@ -600,6 +600,8 @@ impl<T: Transport> Driver<T> {
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Request>) {
+        let one_thread = tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::CurrentThread;
         loop {
             self.flush();
             if self.deliver() {
@@ -619,7 +621,7 @@ impl<T: Transport> Driver<T> {
                     let mut next = pdu.map(Some);
                     // Handle what arrived with it, up to a bound, before
                     // handing out completions and sending.
-                    for _ in 0..MAX_PDUS_PER_TURN {
+                    for turn in 1.. {
                         match next {
                             Ok(Some(Received { pdu, placed: None })) => {
                                 trace!(opcode = %pdu.bhs.opcode(), data = pdu.data.len(), "received");
@@ -636,7 +638,7 @@ impl<T: Transport> Driver<T> {
                             }
                         }
                         let Some(live) = self.live.as_mut() else { break };
-                        if !self.machine.is_live() {
+                        if !self.machine.is_live() || turn == MAX_PDUS_PER_TURN {
                             break;
                         }
                         next = live.reader.try_next(&mut self.machine);
@@ -689,7 +691,13 @@ impl<T: Transport> Driver<T> {
                 if self.deliver() {
                     break;
                 }
-                tokio::task::yield_now().await;
+                if one_thread {
+                    // Behind the tasks just woken, without the I/O poll
+                    // (an epoll_wait) that `yield_now` waits for.
+                    YieldToPeers(false).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
             }
         }
         // Whatever still waits finds its sender dropped and reports Closed;
@@ -1002,6 +1010,28 @@ async fn read_pdu(
 impl Placement for Recovery {
     fn lend(&mut self, header: &DataIn, len: u32) -> Option<Lent> {
         self.lend_read_buffer(header, len)
+    }
+}
+
+/// Let the other tasks of a one-thread runtime run once: the task wakes
+/// itself and goes to the back of the run queue, behind the callers its
+/// completions woke. (`tokio::task::yield_now` instead defers the wake-up
+/// until the runtime has polled its I/O driver: one more `epoll_wait` per
+/// batch of completions. On a multi-thread runtime a self-wake would put
+/// the task in its worker's LIFO slot, ahead of those callers, so the
+/// driver uses `yield_now` there.)
+struct YieldToPeers(bool);
+
+impl Future for YieldToPeers {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
     }
 }
 
