@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::io::Interest;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -38,7 +39,7 @@ impl TcpTransport {
 impl Transport for TcpTransport {
     const KIND: TransportKind = TransportKind::Tcp;
     const DATA_MOVEMENT: DataMovement = DataMovement::InBand;
-    type Reader = FrameReader<OwnedReadHalf>;
+    type Reader = FrameReader<TcpReadHalf>;
     type Writer = TcpWriter;
 
     async fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self, TransportError> {
@@ -48,8 +49,18 @@ impl Transport for TcpTransport {
     }
 
     fn split(self, limits: FrameLimits) -> (Self::Reader, Self::Writer) {
-        let (rd, wr) = self.stream.into_split();
-        (FrameReader::new(rd, limits), TcpWriter { wr })
+        // A second descriptor of the same socket to read through inside
+        // tokio's readiness tracking (see `TcpReadHalf`); without one (out
+        // of descriptors) reads cost one more system call per wake-up.
+        let raw = std::os::fd::AsFd::as_fd(&self.stream)
+            .try_clone_to_owned()
+            .ok()
+            .map(std::net::TcpStream::from);
+        let (half, wr) = self.stream.into_split();
+        (
+            FrameReader::new(TcpReadHalf { half, raw }, limits),
+            TcpWriter { wr },
+        )
     }
 }
 
@@ -157,11 +168,49 @@ pub trait ByteSource: Send + Unpin {
     fn try_recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize>;
 }
 
-impl ByteSource for OwnedReadHalf {
+/// The receive half of a TCP connection as a [`ByteSource`].
+///
+/// A read that gets less than it asked for has emptied the socket's
+/// receive queue, so it also tells tokio the socket is no longer readable
+/// (as tokio's own `poll_read` does): the next read then waits for epoll
+/// at once instead of first trying `readv` for an `EAGAIN`. That takes
+/// the read inside [`TcpStream::try_io`], through `raw`, a second
+/// descriptor of the same (non-blocking) socket.
+pub struct TcpReadHalf {
+    half: OwnedReadHalf,
+    raw: Option<std::net::TcpStream>,
+}
+
+impl TcpReadHalf {
+    fn read_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let Some(raw) = &self.raw else {
+            return self.half.try_read_vectored(bufs);
+        };
+        let want: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut got = None;
+        let r = self.half.as_ref().try_io(Interest::READABLE, || {
+            let n = std::io::Read::read_vectored(&mut &*raw, bufs)?;
+            got = Some(n);
+            if n > 0 && n < want {
+                // Drained: clear tokio's readiness (tokio ignores that when
+                // an event arrived meanwhile).
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(n)
+            }
+        });
+        match (r, got) {
+            (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => Ok(n),
+            (r, _) => r,
+        }
+    }
+}
+
+impl ByteSource for TcpReadHalf {
     async fn recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
         loop {
-            self.readable().await?;
-            match self.try_read_vectored(bufs) {
+            self.half.readable().await?;
+            match self.read_now(bufs) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 r => return r,
             }
@@ -170,7 +219,7 @@ impl ByteSource for OwnedReadHalf {
 
     fn try_recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
         // Without a syscall while tokio knows the socket is drained.
-        self.try_read_vectored(bufs)
+        self.read_now(bufs)
     }
 }
 
@@ -688,7 +737,7 @@ mod tests {
         tx.send(vec![enc(nop(b"out-2")), enc(nop(b"out-3"))])
             .unwrap();
         drop(tx);
-        let mut peer_reader = FrameReader::new(peer_rd, FrameLimits::default());
+        let mut peer_reader = FrameReader::new(Stream(peer_rd), FrameLimits::default());
         for want in [&b"out-1"[..], b"out-2", b"out-3"] {
             assert_eq!(
                 peer_reader
