@@ -331,12 +331,10 @@ impl<R: ByteSource> FrameReader<R> {
             match self.rd.try_recv_vectored(&mut iov[..n]) {
                 Ok(0) => return Err(self.eof()),
                 Ok(got) => {
-                    drop(iov);
                     self.drained = got < want;
                     self.distribute(got);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    drop(iov);
                     self.drained = true;
                     return Ok(None);
                 }
@@ -360,7 +358,6 @@ impl<R: ByteSource> FrameReader<R> {
             let (mut iov, n, want) =
                 slices(&mut self.head, self.head_have, &mut self.body, &self.limits);
             let got = self.rd.recv_vectored(&mut iov[..n]).await?;
-            drop(iov);
             if got == 0 {
                 return Err(self.eof());
             }
@@ -558,7 +555,7 @@ fn slices<'a>(
         pdu::BHS_LEN + hd
     } else {
         // Known once the BHS is here (advance checked it).
-        pdu::header_lengths(&head[..], &limits)
+        pdu::header_lengths(&head[..], limits)
             .map(|(h, _)| h)
             .unwrap_or(pdu::BHS_LEN + hd)
     };
