@@ -632,8 +632,10 @@ impl Session {
     }
 
     /// SCSI data bytes this core copied between PDUs and the callers'
-    /// buffers: every Data-In byte in-band, none when the data moves
-    /// directly (see [`crate::stats`]).
+    /// buffers: the Data-In payloads handed to [`Session::handle_pdu`] in a
+    /// PDU's data segment; none of those the receive path read in place
+    /// ([`Session::handle_placed`]) and none when the data moves directly
+    /// (see [`crate::stats`]).
     pub fn copied_bytes(&self) -> u64 {
         self.copied_bytes
     }
@@ -1802,7 +1804,7 @@ mod tests {
         assert_eq!(
             s.copied_bytes(),
             12,
-            "in-band: each Data-In byte copied once"
+            "a payload handed over in a PDU is copied once"
         );
     }
 
