@@ -70,14 +70,17 @@ pub struct Cli {
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
 
-    /// Threads that run I/O. 2 (the default) gives the most throughput on a
-    /// fast target; 1 runs everything on one thread, which costs less CPU per
-    /// I/O for small random I/O at some loss of throughput
-    /// (see benches/compare.sh).
+    /// Worker threads of the async runtime. 1 (the default) runs each
+    /// session's whole hot path on one thread: completing an I/O wakes no
+    /// other thread, which gives the least CPU per I/O and, with one or a
+    /// few LUNs, the most throughput (see benches/compare.sh). Raise it only
+    /// when one process serves many busy LUNs (`rlun serve`/`mount` of
+    /// several) and a single core is the limit. Blocking work (file I/O of
+    /// `rlun cp`) runs in a separate pool whatever this says.
     #[arg(
         long,
         global = true,
-        default_value_t = 2,
+        default_value_t = 1,
         value_name = "N",
         env = "RLUN_THREADS"
     )]

@@ -28,8 +28,10 @@ fn main() {
         .with_target(false)
         .init();
 
-    // `--threads 1` runs everything on one thread (least CPU per small I/O);
-    // the default of 2 trades some CPU for throughput (benches/compare.sh).
+    // One thread (the default) runs every session's hot path — driver,
+    // writer and the callers it completes — without cross-thread wake-ups;
+    // blocking work goes to tokio's blocking pool either way. More worker
+    // threads only pay off when many LUNs are busy at once (see --threads).
     let mut builder = if cli.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {

@@ -43,7 +43,7 @@ use crate::proto::negotiate::{
     parse_send_targets, DiscoveredTarget, InitiatorProposal, OperationalParams, SessionType,
     TargetAddress,
 };
-use crate::proto::pdu::{self, Digests, FrameLimits};
+use crate::proto::pdu::{self, DataIn, Digests, FrameLimits};
 use crate::proto::recovery::{Failure, Loss, Notice, Output, Recovery, RecoveryConfig, RequestId};
 use crate::proto::session::{
     CommandRequest, CommandResult, FeatureParams, ProtocolError, Session, TaskError, TmfOutcome,
@@ -51,7 +51,8 @@ use crate::proto::session::{
 use crate::proto::text::{encode_text, parse_text};
 use crate::transport::tcp::TcpTransport;
 use crate::transport::{
-    DataMovement, FrameWriter, PduReader, Transmit, Transport, TransportError, TransportKind,
+    DataMovement, FrameWriter, Lent, NoPlacement, PduReader, Placement, Received, Transmit,
+    Transport, TransportError, TransportKind,
 };
 
 /// How to reach and log in to a target (or a portal, for discovery).
@@ -429,7 +430,11 @@ async fn run_login<T: Transport>(
         wr.write_frames(std::slice::from_ref(&frame))
             .await
             .map_err(|e| transport_err(TransportError::Io(e)))?;
-        let rsp = reader.read_pdu().await.map_err(transport_err)?;
+        let rsp = reader
+            .read_pdu(&mut NoPlacement)
+            .await
+            .map_err(transport_err)?
+            .pdu;
         match login
             .handle_response(rsp)
             .map_err(|source| SessionError::Login {
@@ -595,6 +600,8 @@ impl<T: Transport> Driver<T> {
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Request>) {
+        let one_thread = tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::CurrentThread;
         loop {
             self.flush();
             if self.deliver() {
@@ -608,16 +615,21 @@ impl<T: Transport> Driver<T> {
             let mut processed = false;
             tokio::select! {
                 biased;
-                pdu = read_pdu(reader) => {
+                pdu = read_pdu(reader, &mut self.machine) => {
                     processed = true;
                     let now = Instant::now();
                     let mut next = pdu.map(Some);
-                    // Handle everything already buffered before re-entering select.
-                    loop {
+                    // Handle what arrived with it, up to a bound, before
+                    // handing out completions and sending.
+                    for turn in 1.. {
                         match next {
-                            Ok(Some(pdu)) => {
+                            Ok(Some(Received { pdu, placed: None })) => {
                                 trace!(opcode = %pdu.bhs.opcode(), data = pdu.data.len(), "received");
                                 self.machine.handle_pdu(pdu, now);
+                            }
+                            Ok(Some(Received { pdu, placed: Some(lent) })) => {
+                                trace!(opcode = %pdu.bhs.opcode(), itt = lent.itt(), "received in place");
+                                self.machine.handle_placed(pdu, lent, now);
                             }
                             Ok(None) => break,
                             Err(e) => {
@@ -626,10 +638,10 @@ impl<T: Transport> Driver<T> {
                             }
                         }
                         let Some(live) = self.live.as_mut() else { break };
-                        if !self.machine.is_live() {
+                        if !self.machine.is_live() || turn == MAX_PDUS_PER_TURN {
                             break;
                         }
-                        next = live.reader.try_next();
+                        next = live.reader.try_next(&mut self.machine);
                     }
                 }
                 req = rx.recv(), if self.requests_open => match req {
@@ -679,7 +691,13 @@ impl<T: Transport> Driver<T> {
                 if self.deliver() {
                     break;
                 }
-                tokio::task::yield_now().await;
+                if one_thread {
+                    // Behind the tasks just woken, without the I/O poll
+                    // (an epoll_wait) that `yield_now` waits for.
+                    YieldToPeers(false).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
             }
         }
         // Whatever still waits finds its sender dropped and reports Closed;
@@ -977,12 +995,49 @@ fn go_live<T: Transport>(
     (live, core, time2wait)
 }
 
-async fn read_pdu(reader: Option<&mut impl PduReader>) -> Result<pdu::Pdu, TransportError> {
+async fn read_pdu(
+    reader: Option<&mut impl PduReader>,
+    machine: &mut Recovery,
+) -> Result<Received, TransportError> {
     match reader {
-        Some(r) => r.read_pdu().await,
+        Some(r) => r.read_pdu(machine).await,
         None => std::future::pending().await,
     }
 }
+
+/// Data-In payloads go straight into the read buffer of their command in
+/// the current connection's core.
+impl Placement for Recovery {
+    fn lend(&mut self, header: &DataIn, len: u32) -> Option<Lent> {
+        self.lend_read_buffer(header, len)
+    }
+}
+
+/// Let the other tasks of a one-thread runtime run once: the task wakes
+/// itself and goes to the back of the run queue, behind the callers its
+/// completions woke. (`tokio::task::yield_now` instead defers the wake-up
+/// until the runtime has polled its I/O driver: one more `epoll_wait` per
+/// batch of completions. On a multi-thread runtime a self-wake would put
+/// the task in its worker's LIFO slot, ahead of those callers, so the
+/// driver uses `yield_now` there.)
+struct YieldToPeers(bool);
+
+impl Future for YieldToPeers {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+/// PDUs the driver handles in one turn before it hands out completions,
+/// sends what the core queued and lets other tasks run.
+const MAX_PDUS_PER_TURN: usize = 64;
 
 async fn write_failed(
     rx: Option<&mut oneshot::Receiver<std::io::Error>>,

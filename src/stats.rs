@@ -3,9 +3,10 @@
 //!
 //! - `copied_bytes`: SCSI data bytes rlun copied between the network and a
 //!   command's data buffer (the buffer a read hands back to its caller, or
-//!   the write data the caller passed in). Over TCP every Data-In payload is
-//!   copied once into the read buffer (writes go out with `writev` from the
-//!   caller's buffer: no copy). Over iSER the target places read data by RDMA
+//!   the write data the caller passed in). Over TCP each Data-In payload is
+//!   read from the socket straight into the read buffer (writes go out with
+//!   `writev` from the caller's buffer): 0, unless a PDU reaches the core
+//!   some other way than the TCP receive path. Over iSER the target places read data by RDMA
 //!   straight into the command's buffer and fetches write data from it, and
 //!   immediate data is sent from the registered buffer itself, so it stays 0
 //!   as long as the buffers come from the registered pool

@@ -24,7 +24,7 @@ function __fish_rlun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c rlun -n "__fish_rlun_needs_command" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_needs_command" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_needs_command" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_needs_command" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_needs_command" -s q -l quiet -d 'Only print errors'
@@ -60,7 +60,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-interval -d '
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l command-timeout -d 'Abort and retry a SCSI command that has no answer after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand discover" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -s q -l quiet -d 'Only print errors'
@@ -82,7 +82,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-interval -d 'Ping t
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l command-timeout -d 'Abort and retry a SCSI command that has no answer after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand ls" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -s q -l quiet -d 'Only print errors'
@@ -104,7 +104,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-interval -d 'Ping
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l command-timeout -d 'Abort and retry a SCSI command that has no answer after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand info" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l json -d 'Print JSON instead of text'
 complete -c rlun -n "__fish_rlun_using_subcommand info" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
@@ -129,7 +129,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-interval -d 'Ping t
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU (MaxRecvDataSegmentLength we declare, 512 to 16M-1)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l command-timeout -d 'Abort and retry a SCSI command that has no answer after this long' -r
-complete -c rlun -n "__fish_rlun_using_subcommand cp" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l progress -d 'Show a progress bar (default: when stderr is a terminal)'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l no-progress -d 'Never show a progress bar'
@@ -170,7 +170,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l readahead -d 'Read a
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l json -d 'Print one JSON object instead of text'
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l allow-write -d 'Confirm that a write pattern may overwrite the LUN'
@@ -209,7 +209,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l readahead -d 'Read a
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l allow-other -d 'Let other users (and root) use the mount; non-root users need user_allow_other in /etc/fuse.conf'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s r -l read-only -d 'Refuse writes to every LUN'
@@ -221,7 +221,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -s q -l quiet -d 'Only 
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l timeout -d 'Longest wait for the rlun process to finish' -r
-complete -c rlun -n "__fish_rlun_using_subcommand umount" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand umount" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s l -l lazy -d 'Detach even while files are open (lazy unmount); rlun serves them until they are closed, then exits'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
@@ -258,7 +258,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l readahead -d 'Read a
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
-complete -c rlun -n "__fish_rlun_using_subcommand serve" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s r -l read-only -d 'Refuse writes to every export'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l allow-insecure -d 'Allow --listen on a non-loopback address without TLS'
@@ -293,7 +293,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l readahead -d 'Read 
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l writeback-delay -d 'Longest time written data waits in memory with --cache write-back before it is written back' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l stats-interval -d 'Log each LUN\'s cache counters (hits, misses, read-ahead hits, evictions, dirty bytes, flushes) at this interval, at info level' -r
-complete -c rlun -n "__fish_rlun_using_subcommand attach" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s r -l read-only -d 'Attach the device read-only'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed. Gives up when not ready within the connect and login timeouts plus 10 s'
@@ -302,25 +302,25 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -s q -l quiet -d 'Only
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -l timeout -d 'Longest wait for the rlun process to finish' -r
-complete -c rlun -n "__fish_rlun_using_subcommand detach" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s h -l help -d 'Print help'
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand list" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand list" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand list" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s h -l help -d 'Print help'
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand completions" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand completions" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l threads -d 'Threads that run I/O. 2 (the default) gives the most throughput on a fast target; 1 runs everything on one thread, which costs less CPU per I/O for small random I/O at some loss of throughput (see benches/compare.sh)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s q -l quiet -d 'Only print errors'

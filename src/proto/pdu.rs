@@ -1178,6 +1178,54 @@ pub fn frame_length(buf: &[u8], limits: &FrameLimits) -> Result<Option<usize>, P
     Ok(Some(total))
 }
 
+/// Lengths of the PDU whose BHS starts `bhs` (at least 48 bytes): its
+/// header (BHS, AHS and header digest) and its data segment (without
+/// padding and digest). Rejects data segments over the limit.
+pub fn header_lengths(bhs: &[u8], limits: &FrameLimits) -> Result<(usize, usize), PduError> {
+    let total = frame_length(bhs, limits)?.ok_or(PduError::LengthMismatch {
+        got: bhs.len(),
+        expected: BHS_LEN,
+    })?;
+    let head = BHS_LEN + bhs[4] as usize * 4 + if limits.digests.header { 4 } else { 0 };
+    let dlen = (usize::from(bhs[5]) << 16) | (usize::from(bhs[6]) << 8) | usize::from(bhs[7]);
+    debug_assert!(total >= head + dlen);
+    Ok((head, dlen))
+}
+
+/// Decode a whole header (exactly the header length [`header_lengths`]
+/// gives), verifying its digest: the BHS and the raw AHS.
+pub fn decode_header(head: &[u8], limits: &FrameLimits) -> Result<(Bhs, Bytes), PduError> {
+    let (want, _) = header_lengths(head, limits)?;
+    if head.len() != want {
+        return Err(PduError::LengthMismatch {
+            got: head.len(),
+            expected: want,
+        });
+    }
+    let ahs_end = BHS_LEN + head[4] as usize * 4;
+    if limits.digests.header {
+        let received = u32::from_le_bytes(head[ahs_end..ahs_end + 4].try_into().expect("4 bytes"));
+        let computed = crc32c(&head[..ahs_end]);
+        if received != computed {
+            return Err(PduError::HeaderDigest { received, computed });
+        }
+    }
+    let bhs_bytes: &[u8; BHS_LEN] = head[..BHS_LEN].try_into().expect("checked length");
+    let bhs = Bhs::decode(bhs_bytes)?;
+    Ok((bhs, Bytes::copy_from_slice(&head[BHS_LEN..ahs_end])))
+}
+
+/// Check a data digest received as the four wire bytes `wire`: CRC32C over
+/// `data` and the padding bytes that followed it on the wire.
+pub fn check_data_digest(data: &[u8], pad: &[u8], wire: [u8; 4]) -> Result<(), PduError> {
+    let received = u32::from_le_bytes(wire);
+    let computed = crc32c::crc32c_append(crc32c(data), pad);
+    if received != computed {
+        return Err(PduError::DataDigest { received, computed });
+    }
+    Ok(())
+}
+
 /// Decode one complete frame (exactly [`frame_length`] bytes), verifying
 /// digests. The data segment of the result shares `frame`'s memory.
 pub fn decode(frame: Bytes, limits: &FrameLimits) -> Result<Pdu, PduError> {

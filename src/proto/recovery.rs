@@ -60,10 +60,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::idmap::IdMap;
-use super::pdu::{async_event, Pdu};
+use super::pdu::{async_event, DataIn, Pdu};
 use super::session::{
-    CommandRequest, CommandResult, Event, ProtocolError, Session, TaskError, TaskId, TmfOutcome,
-    Transmit,
+    CommandRequest, CommandResult, Event, Lent, ProtocolError, Session, TaskError, TaskId,
+    TmfOutcome, Transmit,
 };
 use crate::scsi::Sense;
 
@@ -577,6 +577,31 @@ impl Recovery {
             return;
         };
         let result = core.handle_pdu(pdu, now);
+        self.drain_core(now);
+        match result {
+            Ok(()) => self.step(),
+            Err(e) => self.lose(Loss::Protocol(e), now),
+        }
+    }
+
+    /// Lend the current connection's core's read buffer for a Data-In
+    /// payload ([`Session::lend_read_buffer`]); `None` when no connection
+    /// is live or the header names no place for it.
+    pub fn lend_read_buffer(&mut self, h: &DataIn, len: u32) -> Option<Lent> {
+        match &mut self.conn {
+            Conn::Live(core) => core.lend_read_buffer(h, len),
+            _ => None,
+        }
+    }
+
+    /// A Data-In whose payload was read into a lent buffer
+    /// ([`Session::handle_placed`]). A buffer lent by a connection that is
+    /// no longer live is dropped.
+    pub fn handle_placed(&mut self, pdu: Pdu, lent: Lent, now: Instant) {
+        let Conn::Live(core) = &mut self.conn else {
+            return;
+        };
+        let result = core.handle_placed(pdu, lent, now);
         self.drain_core(now);
         match result {
             Ok(()) => self.step(),

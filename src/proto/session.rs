@@ -76,8 +76,8 @@ use thiserror::Error;
 use crate::iobuf::IoBuf;
 
 use super::pdu::{
-    logout_reason, tmf, Bhs, DataOut, LogoutRequest, NopOut, Pdu, Residual, ScsiCommand, TaskAttr,
-    TaskMgmtRequest, TextRequest, RESERVED_TAG,
+    logout_reason, tmf, Bhs, DataIn, DataOut, LogoutRequest, NopOut, Pdu, Residual, ScsiCommand,
+    TaskAttr, TaskMgmtRequest, TextRequest, RESERVED_TAG,
 };
 
 /// Parameters of the Full Feature Phase, as negotiated at login.
@@ -384,10 +384,9 @@ struct CommandTask {
     read_len: u32,
     /// The read destination, owned by the task until its final response
     /// and then handed to the caller in [`CommandResult::data`]. In-band
-    /// the core copies each Data-In segment into it (a receive path that
-    /// reads the socket straight into it can take its place); direct it is
-    /// `read_len` long from submission on, and the transport has its
-    /// address ([`ReadRegion`]).
+    /// the receive path reads each Data-In payload straight into it
+    /// ([`Lent`]); direct it is `read_len` long from submission on, and
+    /// the transport has its address ([`ReadRegion`]).
     read_buf: ReadBuf,
     received: u32,
     next_data_sn: u32,
@@ -395,12 +394,17 @@ struct CommandTask {
     status_from_data_in: Option<(u8, Residual)>,
     /// The data moves directly: no Data-In and no R2T may name this task.
     direct: bool,
+    /// The in-band read buffer is lent to the receive path ([`Lent`]),
+    /// which is reading one Data-In payload straight into it.
+    lent: bool,
 }
 
-/// Where a command's read data goes: in-band a buffer the Data-In
-/// segments are copied into, direct a fixed-address buffer (from the
-/// registered pool when the transport enabled it, see [`crate::iobuf`])
-/// that the target writes by RDMA.
+/// Where a command's read data goes: in-band a buffer of the read length
+/// (zero-filled when the first Data-In arrives) that the receive path
+/// reads each payload straight into ([`Session::lend_read_buffer`]), or a
+/// PDU's data segment is copied into ([`Session::handle_pdu`]); direct a
+/// fixed-address buffer (from the registered pool when the transport
+/// enabled it, see [`crate::iobuf`]) that the target writes by RDMA.
 #[derive(Debug)]
 enum ReadBuf {
     InBand(BytesMut),
@@ -419,6 +423,93 @@ impl ReadBuf {
                 b.into_bytes()
             }
         }
+    }
+}
+
+/// A Data-In payload on its way into a command's read buffer.
+enum Payload {
+    /// In a PDU's data segment: copied into the buffer.
+    Copy(Bytes),
+    /// Already read into the buffer by the receive path.
+    Placed(Lent),
+}
+
+/// Whether `h` with a `len`-byte payload is the next Data-In of in-band
+/// command `c`, inside its read buffer (RFC 7143 §11.7).
+fn check_data_in(c: &CommandTask, h: &DataIn, len: u32) -> Result<(), ProtocolError> {
+    if c.direct {
+        return Err(ProtocolError::DirectTaskData {
+            what: "Data-In",
+            itt: h.itt,
+        });
+    }
+    if h.data_sn != c.next_data_sn {
+        return Err(ProtocolError::DataSn {
+            itt: h.itt,
+            got: h.data_sn,
+            expected: c.next_data_sn,
+        });
+    }
+    let end = h.buffer_offset as u64 + len as u64;
+    if end > c.read_len as u64 {
+        return Err(ProtocolError::DataOverrun {
+            itt: h.itt,
+            offset: h.buffer_offset,
+            len,
+            expected: c.read_len,
+        });
+    }
+    // rlun always offers DataPDUInOrder=Yes and DataSequenceInOrder=Yes,
+    // which the OR rule makes the outcome whatever the target answers
+    // (§13.19, §13.20): the Data-In PDUs of a read cover it in order, each
+    // starting where the previous one ended. Anything else (a gap, an
+    // overlap, a resend) would leave holes or stale bytes in the result,
+    // so it ends the connection.
+    if h.buffer_offset != c.received {
+        return Err(ProtocolError::DataOffset {
+            itt: h.itt,
+            offset: h.buffer_offset,
+            expected: c.received,
+        });
+    }
+    if h.status_present && !h.final_ {
+        return Err(ProtocolError::MalformedData {
+            what: "Data-In with S bit but without F bit",
+        });
+    }
+    Ok(())
+}
+
+/// The read buffer of one in-band command, lent to the receive path while
+/// one Data-In payload is read straight into it
+/// ([`Session::lend_read_buffer`]). It holds the buffer itself, not a
+/// reference: whatever happens to the command meanwhile (abort, timeout,
+/// connection loss), the payload lands in memory no caller has, and
+/// [`Session::handle_placed`] gives it back to the command only if that
+/// command still exists.
+#[derive(Debug)]
+pub struct Lent {
+    itt: u32,
+    task: TaskId,
+    buf: BytesMut,
+    offset: usize,
+    len: usize,
+}
+
+impl Lent {
+    /// The Initiator Task Tag of the command the buffer belongs to.
+    pub fn itt(&self) -> u32 {
+        self.itt
+    }
+
+    /// Where the payload goes: exactly its length, at its buffer offset.
+    pub fn dest(&mut self) -> &mut [u8] {
+        &mut self.buf[self.offset..self.offset + self.len]
+    }
+
+    /// The payload bytes (what [`Lent::dest`] received).
+    pub fn payload(&self) -> &[u8] {
+        &self.buf[self.offset..self.offset + self.len]
     }
 }
 
@@ -541,8 +632,10 @@ impl Session {
     }
 
     /// SCSI data bytes this core copied between PDUs and the callers'
-    /// buffers: every Data-In byte in-band, none when the data moves
-    /// directly (see [`crate::stats`]).
+    /// buffers: the Data-In payloads handed to [`Session::handle_pdu`] in a
+    /// PDU's data segment; none of those the receive path read in place
+    /// ([`Session::handle_placed`]) and none when the data moves directly
+    /// (see [`crate::stats`]).
     pub fn copied_bytes(&self) -> u64 {
         self.copied_bytes
     }
@@ -876,6 +969,7 @@ impl Session {
                 next_data_sn: 0,
                 status_from_data_in: None,
                 direct,
+                lent: false,
             }),
         });
     }
@@ -962,6 +1056,129 @@ impl Session {
         }
     }
 
+    /// Lend the read buffer of the command a Data-In header names, so the
+    /// receive path can read the header's `len`-byte payload straight into
+    /// it ([`Lent::dest`]) and then hand both back with
+    /// [`Session::handle_placed`]: no copy of the payload in user space.
+    ///
+    /// `None` when the header is anything but the next in-order Data-In of
+    /// a live in-band read with room for `len` bytes at its offset (unknown
+    /// or finished task, a direct task, wrong DataSN or offset, overrun,
+    /// an S bit without F): the receive path then reads the payload into a
+    /// PDU as usual and [`Session::handle_pdu`] reports the violation
+    /// without writing the payload anywhere.
+    pub fn lend_read_buffer(&mut self, h: &DataIn, len: u32) -> Option<Lent> {
+        if len == 0 {
+            return None;
+        }
+        let task = self.tasks.get_mut(&h.itt)?;
+        let id = task.id;
+        let c = task.kind.command()?;
+        if c.lent || check_data_in(c, h, len).is_err() {
+            return None;
+        }
+        let ReadBuf::InBand(buf) = &mut c.read_buf else {
+            return None;
+        };
+        let mut buf = std::mem::take(buf);
+        if buf.len() < c.read_len as usize {
+            // First Data-In of the command: the whole read length, once.
+            buf.resize(c.read_len as usize, 0);
+        }
+        c.lent = true;
+        Some(Lent {
+            itt: h.itt,
+            task: id,
+            buf,
+            offset: h.buffer_offset as usize,
+            len: len as usize,
+        })
+    }
+
+    /// A Data-In whose payload the receive path read into the buffer
+    /// [`Session::lend_read_buffer`] lent it (`pdu` carries the header and
+    /// no data). The buffer goes back to its command, then the header is
+    /// processed like any Data-In. Should the command be gone meanwhile,
+    /// the buffer is dropped here: it never reaches a caller.
+    pub fn handle_placed(
+        &mut self,
+        pdu: Pdu,
+        lent: Lent,
+        now: Instant,
+    ) -> Result<(), ProtocolError> {
+        self.last_heard = Some(now);
+        let result = match pdu.bhs {
+            Bhs::DataIn(h) => self.data_in(h, Payload::Placed(lent)),
+            other => Err(ProtocolError::UnexpectedPdu(other.opcode().name())),
+        };
+        self.pump();
+        result
+    }
+
+    fn data_in(&mut self, h: DataIn, payload: Payload) -> Result<(), ProtocolError> {
+        self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
+        if h.status_present {
+            self.update_stat_sn(h.stat_sn);
+        }
+        let task = self.tasks.get_mut(&h.itt);
+        let task_id = task.as_ref().map(|t| t.id);
+        let Some(c) = task.and_then(|t| t.kind.command()) else {
+            return Err(ProtocolError::UnknownTask {
+                what: "Data-In",
+                itt: h.itt,
+            });
+        };
+        let len = match &payload {
+            Payload::Copy(data) => data.len() as u32,
+            Payload::Placed(lent) => {
+                // The buffer lent for this header comes home, unless the
+                // command it was lent by is gone (then it is dropped).
+                if !c.lent || task_id != Some(lent.task) {
+                    return Err(ProtocolError::UnknownTask {
+                        what: "Data-In",
+                        itt: h.itt,
+                    });
+                }
+                lent.len as u32
+            }
+        };
+        if let Payload::Placed(lent) = payload {
+            c.read_buf = ReadBuf::InBand(lent.buf);
+            c.lent = false;
+            // Checked when the buffer was lent; nothing else ran between.
+            debug_assert!(check_data_in(c, &h, len).is_ok());
+        } else {
+            if c.lent {
+                // Cannot happen: the receive path hands back the buffer
+                // before it reads the next PDU.
+                return Err(ProtocolError::MalformedData {
+                    what: "Data-In while the previous payload is still arriving",
+                });
+            }
+            check_data_in(c, &h, len)?;
+            if let (Payload::Copy(data), ReadBuf::InBand(buf)) = (&payload, &mut c.read_buf) {
+                if len > 0 {
+                    if buf.len() < c.read_len as usize {
+                        buf.resize(c.read_len as usize, 0);
+                    }
+                    // The copy of a receive path that does not place
+                    // payloads itself: into the caller's buffer.
+                    let at = h.buffer_offset as usize;
+                    buf[at..at + data.len()].copy_from_slice(data);
+                    crate::stats::add_copied(u64::from(len));
+                    self.copied_bytes += u64::from(len);
+                }
+            }
+        }
+        c.next_data_sn = c.next_data_sn.wrapping_add(1);
+        c.received += len;
+        if h.status_present {
+            c.status_from_data_in = Some((h.status, h.residual));
+            self.finish_command(h.itt, h.status, None, h.residual);
+        }
+        Ok(())
+    }
+
     /// Process one PDU from the target.
     pub fn handle_pdu(&mut self, pdu: Pdu, now: Instant) -> Result<(), ProtocolError> {
         self.last_heard = Some(now);
@@ -972,75 +1189,7 @@ impl Session {
 
     fn dispatch(&mut self, pdu: Pdu, now: Instant) -> Result<(), ProtocolError> {
         match pdu.bhs {
-            Bhs::DataIn(h) => {
-                self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
-                if h.status_present {
-                    self.update_stat_sn(h.stat_sn);
-                }
-                let c = self.lookup(h.itt, "Data-In", TaskKind::command)?;
-                if c.direct {
-                    return Err(ProtocolError::DirectTaskData {
-                        what: "Data-In",
-                        itt: h.itt,
-                    });
-                }
-                if h.data_sn != c.next_data_sn {
-                    return Err(ProtocolError::DataSn {
-                        itt: h.itt,
-                        got: h.data_sn,
-                        expected: c.next_data_sn,
-                    });
-                }
-                c.next_data_sn = c.next_data_sn.wrapping_add(1);
-                let len = pdu.data.len() as u32;
-                let end = h.buffer_offset as u64 + len as u64;
-                if end > c.read_len as u64 {
-                    return Err(ProtocolError::DataOverrun {
-                        itt: h.itt,
-                        offset: h.buffer_offset,
-                        len,
-                        expected: c.read_len,
-                    });
-                }
-                // rlun always offers DataPDUInOrder=Yes and
-                // DataSequenceInOrder=Yes, which the OR rule makes the
-                // outcome whatever the target answers (§13.19, §13.20): the
-                // Data-In PDUs of a read cover it in order, each starting
-                // where the previous one ended. Anything else (a gap, an
-                // overlap, a resend) would leave holes or stale bytes in the
-                // result, so it ends the connection.
-                if h.buffer_offset != c.received {
-                    return Err(ProtocolError::DataOffset {
-                        itt: h.itt,
-                        offset: h.buffer_offset,
-                        expected: c.received,
-                    });
-                }
-                // (A direct task's buffer was refused above.)
-                let copied = u64::from(len);
-                if let (true, ReadBuf::InBand(buf)) = (len > 0, &mut c.read_buf) {
-                    if buf.capacity() == 0 {
-                        // At most the read length the command asked for.
-                        buf.reserve(c.read_len as usize);
-                    }
-                    // The one copy of in-band data movement: the Data-In
-                    // payload into the caller's buffer.
-                    buf.extend_from_slice(&pdu.data);
-                    c.received += len;
-                    crate::stats::add_copied(u64::from(len));
-                }
-                if h.status_present {
-                    if !h.final_ {
-                        return Err(ProtocolError::MalformedData {
-                            what: "Data-In with S bit but without F bit",
-                        });
-                    }
-                    c.status_from_data_in = Some((h.status, h.residual));
-                    self.finish_command(h.itt, h.status, None, h.residual);
-                }
-                self.copied_bytes += copied;
-                Ok(())
-            }
+            Bhs::DataIn(h) => self.data_in(h, Payload::Copy(pdu.data)),
             Bhs::ScsiResponse(h) => {
                 self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
                 self.update_stat_sn(h.stat_sn);
@@ -1655,7 +1804,7 @@ mod tests {
         assert_eq!(
             s.copied_bytes(),
             12,
-            "in-band: each Data-In byte copied once"
+            "a payload handed over in a PDU is copied once"
         );
     }
 

@@ -45,9 +45,11 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::proto::pdu::{Digests, FrameLimits, Pdu, PduError};
+use crate::proto::pdu::{DataIn, Digests, FrameLimits, Pdu, PduError};
 
-pub use crate::proto::session::{DataMovement, DirectBuffers, ReadRegion, Transmit, WriteRegion};
+pub use crate::proto::session::{
+    DataMovement, DirectBuffers, Lent, ReadRegion, Transmit, WriteRegion,
+};
 pub use crate::url::TransportKind;
 
 pub mod iser;
@@ -113,6 +115,44 @@ pub trait Transport: Sized + Send + 'static {
     fn split(self, limits: FrameLimits) -> (Self::Reader, Self::Writer);
 }
 
+/// Where the payload of a Data-In goes when the receive path can read it
+/// straight into the command's read buffer (TCP). The session driver
+/// implements it over the protocol core
+/// ([`crate::proto::session::Session::lend_read_buffer`]); a transport
+/// that never sees Data-In payloads (iSER: the target writes the data by
+/// RDMA) ignores it.
+pub trait Placement {
+    /// The read buffer for this Data-In header's `len`-byte payload, or
+    /// `None`: then the payload is read into the PDU as usual and the core
+    /// decides what is wrong with it.
+    fn lend(&mut self, header: &DataIn, len: u32) -> Option<Lent>;
+}
+
+/// A [`Placement`] that places nothing (login, tests).
+pub struct NoPlacement;
+
+impl Placement for NoPlacement {
+    fn lend(&mut self, _: &DataIn, _: u32) -> Option<Lent> {
+        None
+    }
+}
+
+/// What the receive half delivers: a whole PDU, or a Data-In header whose
+/// payload already sits in the buffer [`Placement::lend`] gave (the PDU's
+/// data segment is then empty; hand both to
+/// [`crate::proto::session::Session::handle_placed`]).
+#[derive(Debug)]
+pub struct Received {
+    pub pdu: Pdu,
+    pub placed: Option<Lent>,
+}
+
+impl From<Pdu> for Received {
+    fn from(pdu: Pdu) -> Self {
+        Received { pdu, placed: None }
+    }
+}
+
 /// The receive half: yields whole PDUs.
 pub trait PduReader: Send + 'static {
     /// Limits (digests, largest data segment) for what is received from
@@ -120,16 +160,23 @@ pub trait PduReader: Send + 'static {
     fn set_limits(&mut self, limits: FrameLimits);
 
     /// The next complete PDU. `Err(TransportError::Closed)` on a clean end
-    /// between PDUs.
+    /// between PDUs. A Data-In payload goes where `place` says, if it says.
     ///
     /// Must be cancel-safe: the driver polls it in a `select!` with its
     /// request channel and timers, and drops the future whenever another
-    /// branch wins. No received byte may be lost when that happens.
-    fn read_pdu(&mut self) -> impl Future<Output = Result<Pdu, TransportError>> + Send;
+    /// branch wins. No received byte may be lost when that happens (a
+    /// buffer lent for a payload stays with the reader until it returns it).
+    fn read_pdu(
+        &mut self,
+        place: &mut (dyn Placement + Send),
+    ) -> impl Future<Output = Result<Received, TransportError>> + Send;
 
     /// A PDU that has already arrived, without waiting; the driver drains
     /// these before it re-enters its `select!`.
-    fn try_next(&mut self) -> Result<Option<Pdu>, TransportError>;
+    fn try_next(
+        &mut self,
+        place: &mut (dyn Placement + Send),
+    ) -> Result<Option<Received>, TransportError>;
 }
 
 /// The send half: writes encoded frames in order.

@@ -2,17 +2,24 @@
 //! the byte stream, and write PDUs with vectored writes so data segments are
 //! never copied into a send buffer.
 
-use std::io::{self, IoSlice};
+use std::future::Future;
+use std::io::{self, IoSlice, IoSliceMut};
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::Bytes;
+use tokio::io::Interest;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-use super::{DataMovement, FrameWriter, PduReader, Transmit, Transport, TransportKind};
-use crate::proto::pdu::{self, Digests, FrameLimits, Pdu, WireFrame};
+use super::{
+    DataMovement, FrameWriter, Lent, PduReader, Placement, Received, Transmit, Transport,
+    TransportKind,
+};
+use crate::proto::pdu::{self, Bhs, Digests, FrameLimits, Pdu, WireFrame};
 
 pub use super::TransportError;
 
@@ -32,7 +39,7 @@ impl TcpTransport {
 impl Transport for TcpTransport {
     const KIND: TransportKind = TransportKind::Tcp;
     const DATA_MOVEMENT: DataMovement = DataMovement::InBand;
-    type Reader = FrameReader<OwnedReadHalf>;
+    type Reader = FrameReader<TcpReadHalf>;
     type Writer = TcpWriter;
 
     async fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self, TransportError> {
@@ -42,8 +49,18 @@ impl Transport for TcpTransport {
     }
 
     fn split(self, limits: FrameLimits) -> (Self::Reader, Self::Writer) {
-        let (rd, wr) = self.stream.into_split();
-        (FrameReader::new(rd, limits), TcpWriter { wr })
+        // A second descriptor of the same socket to read through inside
+        // tokio's readiness tracking (see `TcpReadHalf`); without one (out
+        // of descriptors) reads cost one more system call per wake-up.
+        let raw = std::os::fd::AsFd::as_fd(&self.stream)
+            .try_clone_to_owned()
+            .ok()
+            .map(std::net::TcpStream::from);
+        let (half, wr) = self.stream.into_split();
+        (
+            FrameReader::new(TcpReadHalf { half, raw }, limits),
+            TcpWriter { wr },
+        )
     }
 }
 
@@ -70,17 +87,23 @@ impl FrameWriter for TcpWriter {
     }
 }
 
-impl<R: AsyncRead + Unpin + Send + 'static> PduReader for FrameReader<R> {
+impl<R: ByteSource + 'static> PduReader for FrameReader<R> {
     fn set_limits(&mut self, limits: FrameLimits) {
         FrameReader::set_limits(self, limits)
     }
 
-    async fn read_pdu(&mut self) -> Result<Pdu, TransportError> {
-        FrameReader::read_pdu(self).await
+    async fn read_pdu(
+        &mut self,
+        place: &mut (dyn Placement + Send),
+    ) -> Result<Received, TransportError> {
+        FrameReader::read_pdu(self, place).await
     }
 
-    fn try_next(&mut self) -> Result<Option<Pdu>, TransportError> {
-        FrameReader::try_next(self)
+    fn try_next(
+        &mut self,
+        place: &mut (dyn Placement + Send),
+    ) -> Result<Option<Received>, TransportError> {
+        FrameReader::try_next(self, place)
     }
 }
 
@@ -130,22 +153,158 @@ pub async fn connect(
     }))
 }
 
-/// Reads whole PDUs from a byte stream. Data segments come out as zero-copy
-/// slices of the receive buffer.
-pub struct FrameReader<R> {
-    rd: R,
-    buf: BytesMut,
-    limits: FrameLimits,
+/// A byte stream the reader fills several buffers from with one call
+/// (`readv`).
+pub trait ByteSource: Send + Unpin {
+    /// Wait until data is there, then read it into `bufs` in order; 0 at
+    /// the end of the stream. Cancel-safe: nothing is read unless it
+    /// returns.
+    fn recv_vectored(
+        &mut self,
+        bufs: &mut [IoSliceMut<'_>],
+    ) -> impl Future<Output = io::Result<usize>> + Send;
+
+    /// Read what is there without waiting; `WouldBlock` when nothing is.
+    fn try_recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize>;
 }
 
-const READ_CHUNK: usize = 512 * 1024;
+/// The receive half of a TCP connection as a [`ByteSource`].
+///
+/// A read that gets less than it asked for has emptied the socket's
+/// receive queue, so it also tells tokio the socket is no longer readable
+/// (as tokio's own `poll_read` does): the next read then waits for epoll
+/// at once instead of first trying `readv` for an `EAGAIN`. That takes
+/// the read inside [`TcpStream::try_io`], through `raw`, a second
+/// descriptor of the same (non-blocking) socket.
+pub struct TcpReadHalf {
+    half: OwnedReadHalf,
+    raw: Option<std::net::TcpStream>,
+}
 
-impl<R: AsyncRead + Unpin> FrameReader<R> {
+impl TcpReadHalf {
+    fn read_now(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let Some(raw) = &self.raw else {
+            return self.half.try_read_vectored(bufs);
+        };
+        let want: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut got = None;
+        let r = self.half.as_ref().try_io(Interest::READABLE, || {
+            let n = std::io::Read::read_vectored(&mut &*raw, bufs)?;
+            got = Some(n);
+            if n > 0 && n < want {
+                // Drained: clear tokio's readiness (tokio ignores that when
+                // an event arrived meanwhile).
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(n)
+            }
+        });
+        match (r, got) {
+            (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => Ok(n),
+            (r, _) => r,
+        }
+    }
+}
+
+impl ByteSource for TcpReadHalf {
+    async fn recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        loop {
+            self.half.readable().await?;
+            match self.read_now(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn try_recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        // Without a syscall while tokio knows the socket is drained.
+        self.read_now(bufs)
+    }
+}
+
+/// Any [`AsyncRead`] as a [`ByteSource`] (one buffer per read; tests and
+/// in-memory streams).
+pub struct Stream<R>(pub R);
+
+impl<R: AsyncRead + Unpin + Send> ByteSource for Stream<R> {
+    async fn recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        match bufs.iter_mut().find(|b| !b.is_empty()) {
+            Some(b) => self.0.read(b).await,
+            None => Ok(0),
+        }
+    }
+
+    fn try_recv_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let Some(b) = bufs.iter_mut().find(|b| !b.is_empty()) else {
+            return Ok(0);
+        };
+        let mut rb = tokio::io::ReadBuf::new(b);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match Pin::new(&mut self.0).poll_read(&mut cx, &mut rb) {
+            Poll::Ready(Ok(())) => Ok(rb.filled().len()),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+/// Longest header: BHS, 1020 bytes of AHS, header digest.
+const HEAD_MAX: usize = pdu::BHS_LEN + 1020 + 4;
+
+/// Reads whole PDUs from a byte stream, the header first and then the data
+/// segment exactly, so that a Data-In payload can go straight into the
+/// command's read buffer ([`Placement`]): no payload byte is copied in
+/// user space. Each read also asks for the padding and digest after the
+/// data segment and for the next PDU's header (`readv`), so a stream of
+/// Data-In costs about one system call per PDU.
+pub struct FrameReader<R> {
+    rd: R,
+    limits: FrameLimits,
+    /// The header being received.
+    head: Box<[u8; HEAD_MAX]>,
+    head_have: usize,
+    body: Body,
+    /// The last read got less than it asked for: the socket had no more.
+    drained: bool,
+}
+
+/// What the reader is receiving after a header.
+enum Body {
+    /// No data segment under way: a header.
+    Header,
+    /// A data segment with its padding and digest, into a buffer of its own.
+    Staged {
+        bhs: Bhs,
+        ahs: Bytes,
+        head_len: usize,
+        dlen: usize,
+        buf: Vec<u8>,
+        have: usize,
+    },
+    /// A Data-In payload straight into a command's read buffer, then its
+    /// padding and digest into `tail`.
+    Placed {
+        bhs: Bhs,
+        ahs: Bytes,
+        head_len: usize,
+        lent: Lent,
+        have: usize,
+        tail: [u8; 7],
+        tail_len: usize,
+        tail_have: usize,
+    },
+}
+
+impl<R: ByteSource> FrameReader<R> {
     pub fn new(rd: R, limits: FrameLimits) -> Self {
         FrameReader {
             rd,
-            buf: BytesMut::with_capacity(READ_CHUNK),
             limits,
+            head: Box::new([0; HEAD_MAX]),
+            head_have: 0,
+            body: Body::Header,
+            drained: false,
         }
     }
 
@@ -153,51 +312,283 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.limits = limits;
     }
 
-    /// A PDU that is already wholly buffered, without reading the socket.
-    pub fn try_next(&mut self) -> Result<Option<Pdu>, TransportError> {
-        match pdu::frame_length(&self.buf, &self.limits)? {
-            Some(n) if self.buf.len() >= n => {
-                let frame = self.buf.split_to(n).freeze();
-                Ok(Some(pdu::decode(frame, &self.limits)?))
+    /// A PDU that can be completed from what is already there: buffered,
+    /// or readable without waiting (one non-blocking read at most per
+    /// PDU, none once a read found the socket empty).
+    pub fn try_next(
+        &mut self,
+        place: &mut (dyn Placement + Send),
+    ) -> Result<Option<Received>, TransportError> {
+        loop {
+            if let Some(r) = self.advance(place)? {
+                return Ok(Some(r));
             }
-            _ => Ok(None),
+            if self.drained {
+                return Ok(None);
+            }
+            let (mut iov, n, want) =
+                slices(&mut self.head, self.head_have, &mut self.body, &self.limits);
+            match self.rd.try_recv_vectored(&mut iov[..n]) {
+                Ok(0) => return Err(self.eof()),
+                Ok(got) => {
+                    self.drained = got < want;
+                    self.distribute(got);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.drained = true;
+                    return Ok(None);
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 
     /// Next complete PDU. `Err(Closed)` on a clean end of stream between PDUs.
     ///
-    /// Cancel-safe: all state lives in `self`, and the only await point is a
-    /// cancel-safe `read_buf`, so it can sit in a `select!`.
-    pub async fn read_pdu(&mut self) -> Result<Pdu, TransportError> {
+    /// Cancel-safe: all state (a lent buffer too) lives in `self`, and the
+    /// only await point is a cancel-safe read, so it can sit in a `select!`.
+    pub async fn read_pdu(
+        &mut self,
+        place: &mut (dyn Placement + Send),
+    ) -> Result<Received, TransportError> {
         loop {
-            if let Some(n) = pdu::frame_length(&self.buf, &self.limits)? {
-                if self.buf.len() >= n {
-                    let frame = self.buf.split_to(n).freeze();
-                    return Ok(pdu::decode(frame, &self.limits)?);
-                }
-                self.reserve(n - self.buf.len());
-            } else {
-                self.reserve(pdu::BHS_LEN);
+            if let Some(r) = self.advance(place)? {
+                return Ok(r);
             }
-            let got = self.rd.read_buf(&mut self.buf).await?;
+            let (mut iov, n, want) =
+                slices(&mut self.head, self.head_have, &mut self.body, &self.limits);
+            let got = self.rd.recv_vectored(&mut iov[..n]).await?;
             if got == 0 {
-                if self.buf.is_empty() {
-                    return Err(TransportError::Closed);
-                }
-                let need = pdu::frame_length(&self.buf, &self.limits)?.unwrap_or(pdu::BHS_LEN);
-                return Err(TransportError::Truncated {
-                    have: self.buf.len(),
-                    need,
-                });
+                return Err(self.eof());
             }
+            self.drained = got < want;
+            self.distribute(got);
         }
     }
 
-    fn reserve(&mut self, need: usize) {
-        if self.buf.capacity() - self.buf.len() < need {
-            self.buf.reserve(need.max(READ_CHUNK));
+    /// Account for `n` bytes a read put into the [`slices`].
+    fn distribute(&mut self, mut n: usize) {
+        let mut take = |room: usize| {
+            let t = n.min(room);
+            n -= t;
+            t
+        };
+        match &mut self.body {
+            Body::Header => {}
+            Body::Staged { buf, have, .. } => *have += take(buf.len() - *have),
+            Body::Placed {
+                lent,
+                have,
+                tail_len,
+                tail_have,
+                ..
+            } => {
+                *have += take(lent.payload().len() - *have);
+                *tail_have += take(*tail_len - *tail_have);
+            }
         }
+        self.head_have += n;
     }
+
+    /// Move the PDU under way as far as the buffered bytes allow; the PDU
+    /// once it is whole.
+    fn advance(
+        &mut self,
+        place: &mut (dyn Placement + Send),
+    ) -> Result<Option<Received>, TransportError> {
+        match &self.body {
+            Body::Header => {}
+            Body::Staged { buf, have, .. } if *have == buf.len() => {
+                let Body::Staged {
+                    bhs,
+                    ahs,
+                    dlen,
+                    mut buf,
+                    ..
+                } = std::mem::replace(&mut self.body, Body::Header)
+                else {
+                    unreachable!("matched above")
+                };
+                if self.limits.digests.data {
+                    let (data, trailer) = buf.split_at(buf.len() - 4);
+                    let wire = trailer.try_into().expect("4 bytes");
+                    pdu::check_data_digest(&data[..dlen], &data[dlen..], wire)?;
+                }
+                buf.truncate(dlen);
+                let data = Bytes::from(buf);
+                return Ok(Some(Pdu { bhs, ahs, data }.into()));
+            }
+            Body::Placed {
+                lent,
+                have,
+                tail_len,
+                tail_have,
+                ..
+            } if *have == lent.payload().len() && tail_have == tail_len => {
+                let Body::Placed {
+                    bhs,
+                    ahs,
+                    lent,
+                    tail,
+                    tail_len,
+                    ..
+                } = std::mem::replace(&mut self.body, Body::Header)
+                else {
+                    unreachable!("matched above")
+                };
+                if self.limits.digests.data {
+                    let pad = tail_len - 4;
+                    let wire = tail[pad..tail_len].try_into().expect("4 bytes");
+                    pdu::check_data_digest(lent.payload(), &tail[..pad], wire)?;
+                }
+                let pdu = Pdu {
+                    bhs,
+                    ahs,
+                    data: Bytes::new(),
+                };
+                return Ok(Some(Received {
+                    pdu,
+                    placed: Some(lent),
+                }));
+            }
+            _ => return Ok(None),
+        }
+        // A header.
+        if self.head_have < pdu::BHS_LEN {
+            return Ok(None);
+        }
+        let (head_len, dlen) = pdu::header_lengths(&self.head[..], &self.limits)?;
+        if self.head_have < head_len {
+            return Ok(None);
+        }
+        debug_assert_eq!(self.head_have, head_len, "reads stop at the header's end");
+        let (bhs, ahs) = pdu::decode_header(&self.head[..head_len], &self.limits)?;
+        self.head_have = 0;
+        if dlen == 0 {
+            return Ok(Some(
+                Pdu {
+                    bhs,
+                    ahs,
+                    data: Bytes::new(),
+                }
+                .into(),
+            ));
+        }
+        let pad = pdu::pad_len(dlen);
+        let dd = if self.limits.digests.data { 4 } else { 0 };
+        let lent = match &bhs {
+            Bhs::DataIn(h) => place.lend(h, dlen as u32),
+            _ => None,
+        };
+        self.body = match lent {
+            Some(lent) => Body::Placed {
+                bhs,
+                ahs,
+                head_len,
+                lent,
+                have: 0,
+                tail: [0; 7],
+                tail_len: pad + dd,
+                tail_have: 0,
+            },
+            None => Body::Staged {
+                bhs,
+                ahs,
+                head_len,
+                dlen,
+                buf: vec![0; dlen + pad + dd],
+                have: 0,
+            },
+        };
+        // The body may already be complete (an empty tail is never read).
+        self.advance(place)
+    }
+
+    /// The error for the end of the stream now.
+    fn eof(&self) -> TransportError {
+        let dd = if self.limits.digests.data { 4 } else { 0 };
+        let (have, need) = match &self.body {
+            Body::Header if self.head_have == 0 => return TransportError::Closed,
+            Body::Header => {
+                let need = pdu::frame_length(&self.head[..self.head_have], &self.limits)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(pdu::BHS_LEN);
+                (self.head_have, need)
+            }
+            Body::Staged {
+                head_len,
+                buf,
+                have,
+                ..
+            } => (head_len + have, head_len + buf.len()),
+            Body::Placed {
+                head_len,
+                lent,
+                have,
+                tail_have,
+                ..
+            } => {
+                let dlen = lent.payload().len();
+                (
+                    head_len + have + tail_have,
+                    head_len + dlen + pdu::pad_len(dlen) + dd,
+                )
+            }
+        };
+        TransportError::Truncated { have, need }
+    }
+}
+
+/// Where the next read of a [`FrameReader`] goes: what the current PDU still lacks, and
+/// after a data segment the next PDU's header (as far as its length
+/// is known before it arrives). Returns the slices, how many, and how
+/// many bytes they hold.
+fn slices<'a>(
+    head: &'a mut [u8; HEAD_MAX],
+    head_have: usize,
+    body: &'a mut Body,
+    limits: &FrameLimits,
+) -> ([IoSliceMut<'a>; 3], usize, usize) {
+    let hd = if limits.digests.header { 4 } else { 0 };
+    let head_want = if head_have < pdu::BHS_LEN {
+        pdu::BHS_LEN + hd
+    } else {
+        // Known once the BHS is here (advance checked it).
+        pdu::header_lengths(&head[..], limits)
+            .map(|(h, _)| h)
+            .unwrap_or(pdu::BHS_LEN + hd)
+    };
+    let head = &mut head[head_have..head_want.max(head_have)];
+    let empty = || IoSliceMut::new(&mut []);
+    let (iov, n) = match body {
+        Body::Header => ([IoSliceMut::new(head), empty(), empty()], 1),
+        Body::Staged { buf, have, .. } => (
+            [
+                IoSliceMut::new(&mut buf[*have..]),
+                IoSliceMut::new(head),
+                empty(),
+            ],
+            2,
+        ),
+        Body::Placed {
+            lent,
+            have,
+            tail,
+            tail_len,
+            tail_have,
+            ..
+        } => (
+            [
+                IoSliceMut::new(&mut lent.dest()[*have..]),
+                IoSliceMut::new(&mut tail[*tail_have..*tail_len]),
+                IoSliceMut::new(head),
+            ],
+            3,
+        ),
+    };
+    let want = iov.iter().map(|s| s.len()).sum();
+    (iov, n, want)
 }
 
 /// Write frames with as few `writev` calls as the socket allows.
@@ -235,6 +626,7 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
     use crate::proto::pdu::{Bhs, Digests, NopIn, RESERVED_TAG};
+    use crate::transport::NoPlacement;
     use bytes::Bytes;
 
     fn nop(data: &'static [u8]) -> Pdu {
@@ -268,24 +660,30 @@ mod tests {
             write_frames(&mut a, &frames).await.unwrap();
         });
         let mut r = FrameReader::new(
-            b,
+            Stream(b),
             FrameLimits {
                 digests,
                 max_data_segment: 8192,
             },
         );
-        assert_eq!(r.read_pdu().await.unwrap(), nop(b"hello"));
-        assert_eq!(r.read_pdu().await.unwrap(), nop(b""));
-        assert_eq!(r.read_pdu().await.unwrap(), nop(b"x"));
+        assert_eq!(
+            r.read_pdu(&mut NoPlacement).await.unwrap().pdu,
+            nop(b"hello")
+        );
+        assert_eq!(r.read_pdu(&mut NoPlacement).await.unwrap().pdu, nop(b""));
+        assert_eq!(r.read_pdu(&mut NoPlacement).await.unwrap().pdu, nop(b"x"));
         writer.await.unwrap();
-        assert!(matches!(r.read_pdu().await, Err(TransportError::Closed)));
+        assert!(matches!(
+            r.read_pdu(&mut NoPlacement).await,
+            Err(TransportError::Closed)
+        ));
     }
 
     #[tokio::test]
     async fn stream_ending_mid_pdu_is_truncated_error() {
         let bytes = nop(b"hello").encode(Digests::default()).to_vec();
-        let mut r = FrameReader::new(&bytes[..30], FrameLimits::default());
-        match r.read_pdu().await {
+        let mut r = FrameReader::new(Stream(&bytes[..30]), FrameLimits::default());
+        match r.read_pdu(&mut NoPlacement).await {
             Err(TransportError::Truncated { have: 30, need: 48 }) => {}
             other => panic!("{other:?}"),
         }
@@ -310,12 +708,20 @@ mod tests {
         let frames = [nop(b"in-1"), nop(b"")].map(|p| p.encode(Digests::default()));
         write_frames(&mut peer_wr, &frames).await.unwrap();
         assert_eq!(
-            PduReader::read_pdu(&mut reader).await.unwrap(),
+            PduReader::read_pdu(&mut reader, &mut NoPlacement)
+                .await
+                .unwrap()
+                .pdu,
             nop(b"in-1")
         );
-        let second = match PduReader::try_next(&mut reader).unwrap() {
-            Some(p) => p,
-            None => PduReader::read_pdu(&mut reader).await.unwrap(),
+        let second = match PduReader::try_next(&mut reader, &mut NoPlacement).unwrap() {
+            Some(p) => p.pdu,
+            None => {
+                PduReader::read_pdu(&mut reader, &mut NoPlacement)
+                    .await
+                    .unwrap()
+                    .pdu
+            }
         };
         assert_eq!(second, nop(b""));
 
@@ -328,12 +734,20 @@ mod tests {
         tx.send(vec![enc(nop(b"out-2")), enc(nop(b"out-3"))])
             .unwrap();
         drop(tx);
-        let mut peer_reader = FrameReader::new(peer_rd, FrameLimits::default());
+        let mut peer_reader = FrameReader::new(Stream(peer_rd), FrameLimits::default());
         for want in [&b"out-1"[..], b"out-2", b"out-3"] {
-            assert_eq!(peer_reader.read_pdu().await.unwrap().data, want);
+            assert_eq!(
+                peer_reader
+                    .read_pdu(&mut NoPlacement)
+                    .await
+                    .unwrap()
+                    .pdu
+                    .data,
+                want
+            );
         }
         assert!(matches!(
-            peer_reader.read_pdu().await,
+            peer_reader.read_pdu(&mut NoPlacement).await,
             Err(TransportError::Closed)
         ));
         task.await.unwrap();
@@ -349,5 +763,290 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, TransportError::Connect { .. }), "{err}");
+    }
+
+    // --- In-place receive: the reader with a real protocol core as its
+    // `Placement`, fed encoded PDUs in small pieces. -----------------------
+
+    mod in_place {
+        use super::*;
+        use crate::proto::pdu::{DataIn, Residual, TaskAttr};
+        use crate::proto::session::{
+            CommandRequest, Event, FeatureParams, ProtocolError, Session, SessionNumbers,
+        };
+        use std::time::Instant;
+        use tokio::io::AsyncWriteExt;
+
+        /// Data-In payloads go straight into the core's read buffers.
+        struct Core<'a>(&'a mut Session);
+
+        impl Placement for Core<'_> {
+            fn lend(&mut self, h: &DataIn, len: u32) -> Option<Lent> {
+                self.0.lend_read_buffer(h, len)
+            }
+        }
+
+        fn core() -> Session {
+            Session::new(
+                FeatureParams::default(),
+                SessionNumbers {
+                    cmd_sn: 1,
+                    exp_cmd_sn: 1,
+                    max_cmd_sn: 64,
+                    exp_stat_sn: 1,
+                },
+            )
+        }
+
+        /// Submit a read of `len` bytes; its ITT.
+        fn submit_read(s: &mut Session, len: u32) -> u32 {
+            s.submit(CommandRequest {
+                lun: [0; 8],
+                cdb: [0x28; 16],
+                data_out: Bytes::new(),
+                read_len: len,
+                attr: TaskAttr::Simple,
+            });
+            let mut itt = None;
+            while let Some(t) = s.poll_transmit() {
+                if let Bhs::ScsiCommand(c) = t.pdu.bhs {
+                    itt = Some(c.itt);
+                }
+            }
+            itt.expect("command sent")
+        }
+
+        fn data_in(itt: u32, data_sn: u32, offset: u32, data: Vec<u8>, last: bool) -> Pdu {
+            Pdu::with_data(
+                Bhs::DataIn(DataIn {
+                    final_: last,
+                    ack: false,
+                    status_present: last,
+                    residual: Residual::default(),
+                    status: 0,
+                    lun: [0; 8],
+                    itt,
+                    ttt: RESERVED_TAG,
+                    stat_sn: 1,
+                    exp_cmd_sn: 2,
+                    max_cmd_sn: 64,
+                    data_sn,
+                    buffer_offset: offset,
+                }),
+                Bytes::from(data),
+            )
+        }
+
+        fn pattern(len: usize, seed: u8) -> Vec<u8> {
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+                .collect()
+        }
+
+        fn limits(header: bool, data: bool) -> FrameLimits {
+            FrameLimits {
+                digests: Digests { header, data },
+                max_data_segment: 262144,
+            }
+        }
+
+        /// Write `frames` to a stream `piece` bytes at a time.
+        fn peer(
+            frames: Vec<Vec<u8>>,
+            piece: usize,
+        ) -> (
+            FrameReader<Stream<tokio::io::DuplexStream>>,
+            tokio::task::JoinHandle<()>,
+        ) {
+            let (mut a, b) = tokio::io::duplex(piece);
+            let task = tokio::spawn(async move {
+                for f in frames {
+                    for chunk in f.chunks(piece) {
+                        if a.write_all(chunk).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+            (FrameReader::new(Stream(b), FrameLimits::default()), task)
+        }
+
+        /// Read PDUs into `s` until `n` events came out; the events.
+        async fn run(
+            r: &mut FrameReader<Stream<tokio::io::DuplexStream>>,
+            s: &mut Session,
+            n: usize,
+        ) -> Result<Vec<Event>, ProtocolError> {
+            let mut events = Vec::new();
+            while events.len() < n {
+                let got = r.read_pdu(&mut Core(s)).await.expect("a PDU");
+                match got.placed {
+                    Some(lent) => s.handle_placed(got.pdu, lent, Instant::now())?,
+                    None => s.handle_pdu(got.pdu, Instant::now())?,
+                }
+                events.extend(std::iter::from_fn(|| s.poll_event()));
+            }
+            Ok(events)
+        }
+
+        #[tokio::test]
+        async fn payloads_split_across_many_reads_land_in_place_with_and_without_digests() {
+            for (header, data) in [(false, false), (true, false), (false, true), (true, true)] {
+                for piece in [1, 7, 4096, 1 << 20] {
+                    let mut s = core();
+                    // 5001 bytes: the last segment needs padding.
+                    let a = submit_read(&mut s, 5001);
+                    let b = submit_read(&mut s, 8192);
+                    let (pa, pb) = (pattern(5001, 1), pattern(8192, 2));
+                    let d = Digests { header, data };
+                    let frames = vec![
+                        data_in(a, 0, 0, pa[..3000].to_vec(), false)
+                            .encode(d)
+                            .to_vec(),
+                        data_in(b, 0, 0, pb[..4096].to_vec(), false)
+                            .encode(d)
+                            .to_vec(),
+                        data_in(a, 1, 3000, pa[3000..].to_vec(), true)
+                            .encode(d)
+                            .to_vec(),
+                        data_in(b, 1, 4096, pb[4096..].to_vec(), true)
+                            .encode(d)
+                            .to_vec(),
+                    ];
+                    let (mut r, task) = peer(frames, piece);
+                    r.set_limits(limits(header, data));
+                    let events = run(&mut r, &mut s, 2).await.unwrap();
+                    let results: Vec<Bytes> = events
+                        .into_iter()
+                        .map(|e| match e {
+                            Event::Command { result, .. } => result.unwrap().data,
+                            other => panic!("{other:?}"),
+                        })
+                        .collect();
+                    assert_eq!(results, vec![Bytes::from(pa), Bytes::from(pb)]);
+                    assert_eq!(s.copied_bytes(), 0, "every payload was read in place");
+                    task.await.unwrap();
+                }
+            }
+        }
+
+        #[tokio::test]
+        async fn a_bad_data_digest_over_a_placed_payload_is_an_error() {
+            let mut s = core();
+            let a = submit_read(&mut s, 4096);
+            let d = Digests {
+                header: false,
+                data: true,
+            };
+            let mut frame = data_in(a, 0, 0, pattern(4096, 3), true).encode(d).to_vec();
+            frame[100] ^= 0x40;
+            let (mut r, _task) = peer(vec![frame], 512);
+            r.set_limits(limits(false, true));
+            match r.read_pdu(&mut Core(&mut s)).await {
+                Err(TransportError::Pdu(pdu::PduError::DataDigest { .. })) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+
+        #[tokio::test]
+        async fn data_in_for_an_unknown_or_finished_task_or_past_the_buffer_writes_nowhere() {
+            let mut s = core();
+            let a = submit_read(&mut s, 4096);
+            let b = submit_read(&mut s, 4096);
+            let frames = vec![
+                // Completes `a`.
+                data_in(a, 0, 0, pattern(4096, 4), true)
+                    .encode(Digests::default())
+                    .to_vec(),
+                // `a` again: finished.
+                data_in(a, 1, 0, pattern(512, 5), false)
+                    .encode(Digests::default())
+                    .to_vec(),
+                // A tag never used.
+                data_in(0x7777, 0, 0, pattern(512, 6), false)
+                    .encode(Digests::default())
+                    .to_vec(),
+                // `b` past its 4096 bytes; and at a wrong offset.
+                data_in(b, 0, 4000, pattern(512, 7), false)
+                    .encode(Digests::default())
+                    .to_vec(),
+                data_in(b, 0, 8, pattern(512, 8), false)
+                    .encode(Digests::default())
+                    .to_vec(),
+            ];
+            let (mut r, _task) = peer(frames, 100);
+            let first = run(&mut r, &mut s, 1).await.unwrap();
+            assert!(matches!(&first[..], [Event::Command { result: Ok(_), .. }]));
+            let mut errors = Vec::new();
+            for _ in 0..4 {
+                let got = r.read_pdu(&mut Core(&mut s)).await.unwrap();
+                assert!(got.placed.is_none(), "no buffer lent for a bad header");
+                assert_eq!(got.pdu.data.len(), 512, "the payload was read into the PDU");
+                errors.push(s.handle_pdu(got.pdu, Instant::now()).unwrap_err());
+            }
+            assert!(
+                matches!(
+                    &errors[..],
+                    [
+                        ProtocolError::UnknownTask { .. },
+                        ProtocolError::UnknownTask { .. },
+                        ProtocolError::DataOverrun { .. },
+                        ProtocolError::DataOffset { .. },
+                    ]
+                ),
+                "{errors:?}"
+            );
+            assert_eq!(
+                s.copied_bytes(),
+                0,
+                "no byte of a refused payload reached a buffer"
+            );
+            // `b` is untouched and still completes with the right bytes.
+            let pb = pattern(4096, 9);
+            let (mut r, _task) = peer(
+                vec![data_in(b, 0, 0, pb.clone(), true)
+                    .encode(Digests::default())
+                    .to_vec()],
+                100,
+            );
+            let done = run(&mut r, &mut s, 1).await.unwrap();
+            match &done[..] {
+                [Event::Command {
+                    result: Ok(res), ..
+                }] => assert_eq!(res.data, pb),
+                other => panic!("{other:?}"),
+            }
+        }
+
+        #[tokio::test]
+        async fn a_command_that_fails_while_its_payload_arrives_never_gets_the_late_bytes() {
+            let mut s = core();
+            let a = submit_read(&mut s, 8192);
+            let frame = data_in(a, 0, 0, pattern(8192, 10), true)
+                .encode(Digests::default())
+                .to_vec();
+            let (mut a_side, b_side) = tokio::io::duplex(1 << 16);
+            let mut r = FrameReader::new(Stream(b_side), FrameLimits::default());
+            // Half the payload arrives: the reader holds the lent buffer.
+            a_side.write_all(&frame[..4096]).await.unwrap();
+            assert!(r.try_next(&mut Core(&mut s)).unwrap().is_none());
+            // The command is given up meanwhile (connection reset, abort):
+            // its caller gets an error and no buffer.
+            s.fail_all("given up");
+            match s.poll_event() {
+                Some(Event::Command { result: Err(_), .. }) => {}
+                other => panic!("{other:?}"),
+            }
+            // The rest of the payload lands in the lent buffer, which the
+            // core then drops: the command it was lent by is gone.
+            a_side.write_all(&frame[4096..]).await.unwrap();
+            let got = r.read_pdu(&mut Core(&mut s)).await.unwrap();
+            let lent = got.placed.expect("read in place");
+            assert!(matches!(
+                s.handle_placed(got.pdu, lent, Instant::now()),
+                Err(ProtocolError::UnknownTask { .. })
+            ));
+            assert!(s.poll_event().is_none(), "nothing more reaches a caller");
+        }
     }
 }

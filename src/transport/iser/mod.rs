@@ -229,9 +229,10 @@ mod transport_impl {
 
     use super::conn::{IserFrame, IserReader, IserTransport, IserWriter};
     use super::{resolve, IserError};
-    use crate::proto::pdu::{Digests, FrameLimits, Pdu};
+    use crate::proto::pdu::{Digests, FrameLimits};
     use crate::transport::{
-        DataMovement, FrameWriter, PduReader, Transmit, Transport, TransportError, TransportKind,
+        DataMovement, FrameWriter, PduReader, Placement, Received, Transmit, Transport,
+        TransportError, TransportKind,
     };
 
     impl From<IserError> for TransportError {
@@ -265,12 +266,19 @@ mod transport_impl {
             IserReader::set_limits(self, limits)
         }
 
-        async fn read_pdu(&mut self) -> Result<Pdu, TransportError> {
-            Ok(IserReader::read_pdu(self).await?)
+        // The target writes read data by RDMA: no Data-In payload to place.
+        async fn read_pdu(
+            &mut self,
+            _place: &mut (dyn Placement + Send),
+        ) -> Result<Received, TransportError> {
+            Ok(IserReader::read_pdu(self).await?.into())
         }
 
-        fn try_next(&mut self) -> Result<Option<Pdu>, TransportError> {
-            Ok(IserReader::try_next(self)?)
+        fn try_next(
+            &mut self,
+            _place: &mut (dyn Placement + Send),
+        ) -> Result<Option<Received>, TransportError> {
+            Ok(IserReader::try_next(self)?.map(Received::from))
         }
     }
 

@@ -1,4 +1,4 @@
-# about: rlun over iSER (soft-RoCE) to LIO: info, cp both ways on the 512- and 4096-byte-block LUNs checked against the backing files, bench read and write with copied_bytes 0 (and what it reads over TCP)
+# about: rlun over iSER (soft-RoCE) to LIO: info, cp both ways on the 512- and 4096-byte-block LUNs checked against the backing files, bench read and write with copied_bytes 0 (over TCP too)
 # default: yes
 # timeout: 600
 
@@ -52,8 +52,8 @@ scenario() {
         assert_eq "registrations on the data path in bench $pat over iSER" \
             0 "$(json_get "$W/bench-$pat.json" data_path_registrations)"
     done
-    # The same counter over TCP, for the record: every Data-In byte is
-    # copied once into the read buffer; writes go out from the caller's buffer.
+    # The same counter over TCP: each Data-In payload is read straight into
+    # the read buffer, and writes go out from the caller's buffer: 0 too.
     local tcp="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_IQN/0"
     for pat in read write; do
         capture "rlun bench $pat over TCP" 90 "$W/bench-tcp-$pat.json" \
@@ -61,7 +61,8 @@ scenario() {
         bytes=$(json_get "$W/bench-tcp-$pat.json" bytes)
         log "copied_bytes over TCP, $pat: $(json_get "$W/bench-tcp-$pat.json" copied_bytes) of $bytes bytes moved"
     done
-    assert_eq "bytes rlun copied in bench read over TCP (each Data-In byte once)" \
-        "$(json_get "$W/bench-tcp-read.json" bytes)" "$(json_get "$W/bench-tcp-read.json" copied_bytes)"
+    [ "$(json_get "$W/bench-tcp-read.json" bytes)" -gt 0 ] || fail "rlun bench read over TCP moved no data"
+    assert_eq "bytes rlun copied in bench read over TCP (payloads read in place)" \
+        0 "$(json_get "$W/bench-tcp-read.json" copied_bytes)"
     assert_eq "bytes rlun copied in bench write over TCP" 0 "$(json_get "$W/bench-tcp-write.json" copied_bytes)"
 }
