@@ -1573,7 +1573,7 @@ impl Session {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::proto::pdu::{DataIn, NopIn, R2t, ScsiResponse, TextResponse};
 
@@ -1636,7 +1636,8 @@ mod tests {
         }))
     }
 
-    fn data_in(itt: u32, data_sn: u32, offset: u32, data: &[u8], last: bool) -> Pdu {
+    /// A Data-In PDU as a target sends it (also used by the TCP reader's tests).
+    pub(crate) fn data_in(itt: u32, data_sn: u32, offset: u32, data: &[u8], last: bool) -> Pdu {
         Pdu::with_data(
             Bhs::DataIn(DataIn {
                 final_: last,

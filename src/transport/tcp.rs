@@ -770,7 +770,8 @@ mod tests {
 
     mod in_place {
         use super::*;
-        use crate::proto::pdu::{DataIn, Residual, TaskAttr};
+        use crate::proto::pdu::{DataIn, TaskAttr};
+        use crate::proto::session::tests::data_in;
         use crate::proto::session::{
             CommandRequest, Event, FeatureParams, ProtocolError, Session, SessionNumbers,
         };
@@ -814,27 +815,6 @@ mod tests {
                 }
             }
             itt.expect("command sent")
-        }
-
-        fn data_in(itt: u32, data_sn: u32, offset: u32, data: Vec<u8>, last: bool) -> Pdu {
-            Pdu::with_data(
-                Bhs::DataIn(DataIn {
-                    final_: last,
-                    ack: false,
-                    status_present: last,
-                    residual: Residual::default(),
-                    status: 0,
-                    lun: [0; 8],
-                    itt,
-                    ttt: RESERVED_TAG,
-                    stat_sn: 1,
-                    exp_cmd_sn: 2,
-                    max_cmd_sn: 64,
-                    data_sn,
-                    buffer_offset: offset,
-                }),
-                Bytes::from(data),
-            )
         }
 
         fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -900,18 +880,10 @@ mod tests {
                     let (pa, pb) = (pattern(5001, 1), pattern(8192, 2));
                     let d = Digests { header, data };
                     let frames = vec![
-                        data_in(a, 0, 0, pa[..3000].to_vec(), false)
-                            .encode(d)
-                            .to_vec(),
-                        data_in(b, 0, 0, pb[..4096].to_vec(), false)
-                            .encode(d)
-                            .to_vec(),
-                        data_in(a, 1, 3000, pa[3000..].to_vec(), true)
-                            .encode(d)
-                            .to_vec(),
-                        data_in(b, 1, 4096, pb[4096..].to_vec(), true)
-                            .encode(d)
-                            .to_vec(),
+                        data_in(a, 0, 0, &pa[..3000], false).encode(d).to_vec(),
+                        data_in(b, 0, 0, &pb[..4096], false).encode(d).to_vec(),
+                        data_in(a, 1, 3000, &pa[3000..], true).encode(d).to_vec(),
+                        data_in(b, 1, 4096, &pb[4096..], true).encode(d).to_vec(),
                     ];
                     let (mut r, task) = peer(frames, piece);
                     r.set_limits(limits(header, data));
@@ -938,7 +910,7 @@ mod tests {
                 header: false,
                 data: true,
             };
-            let mut frame = data_in(a, 0, 0, pattern(4096, 3), true).encode(d).to_vec();
+            let mut frame = data_in(a, 0, 0, &pattern(4096, 3), true).encode(d).to_vec();
             frame[100] ^= 0x40;
             let (mut r, _task) = peer(vec![frame], 512);
             r.set_limits(limits(false, true));
@@ -955,22 +927,22 @@ mod tests {
             let b = submit_read(&mut s, 4096);
             let frames = vec![
                 // Completes `a`.
-                data_in(a, 0, 0, pattern(4096, 4), true)
+                data_in(a, 0, 0, &pattern(4096, 4), true)
                     .encode(Digests::default())
                     .to_vec(),
                 // `a` again: finished.
-                data_in(a, 1, 0, pattern(512, 5), false)
+                data_in(a, 1, 0, &pattern(512, 5), false)
                     .encode(Digests::default())
                     .to_vec(),
                 // A tag never used.
-                data_in(0x7777, 0, 0, pattern(512, 6), false)
+                data_in(0x7777, 0, 0, &pattern(512, 6), false)
                     .encode(Digests::default())
                     .to_vec(),
                 // `b` past its 4096 bytes; and at a wrong offset.
-                data_in(b, 0, 4000, pattern(512, 7), false)
+                data_in(b, 0, 4000, &pattern(512, 7), false)
                     .encode(Digests::default())
                     .to_vec(),
-                data_in(b, 0, 8, pattern(512, 8), false)
+                data_in(b, 0, 8, &pattern(512, 8), false)
                     .encode(Digests::default())
                     .to_vec(),
             ];
@@ -1004,7 +976,7 @@ mod tests {
             // `b` is untouched and still completes with the right bytes.
             let pb = pattern(4096, 9);
             let (mut r, _task) = peer(
-                vec![data_in(b, 0, 0, pb.clone(), true)
+                vec![data_in(b, 0, 0, &pb, true)
                     .encode(Digests::default())
                     .to_vec()],
                 100,
@@ -1022,7 +994,7 @@ mod tests {
         async fn a_command_that_fails_while_its_payload_arrives_never_gets_the_late_bytes() {
             let mut s = core();
             let a = submit_read(&mut s, 8192);
-            let frame = data_in(a, 0, 0, pattern(8192, 10), true)
+            let frame = data_in(a, 0, 0, &pattern(8192, 10), true)
                 .encode(Digests::default())
                 .to_vec();
             let (mut a_side, b_side) = tokio::io::duplex(1 << 16);
