@@ -1321,11 +1321,16 @@ mod tests {
     }
 
     fn core_with(nop_interval: Option<Duration>) -> Session {
+        core_of(FeatureParams {
+            nop_interval,
+            ..FeatureParams::default()
+        })
+    }
+
+    /// A core with `params`, at CmdSN 1 with a window of 64.
+    fn core_of(params: FeatureParams) -> Session {
         Session::new(
-            FeatureParams {
-                nop_interval,
-                ..FeatureParams::default()
-            },
+            params,
             SessionNumbers {
                 cmd_sn: 1,
                 exp_cmd_sn: 1,
@@ -1605,19 +1610,11 @@ mod tests {
 
     /// A core that keeps at most `depth` commands in flight.
     fn core_with_depth(depth: u32) -> Session {
-        Session::new(
-            FeatureParams {
-                queue_depth: depth,
-                nop_interval: None,
-                ..FeatureParams::default()
-            },
-            SessionNumbers {
-                cmd_sn: 1,
-                exp_cmd_sn: 1,
-                max_cmd_sn: 64,
-                exp_stat_sn: 1,
-            },
-        )
+        core_of(FeatureParams {
+            queue_depth: depth,
+            nop_interval: None,
+            ..FeatureParams::default()
+        })
     }
 
     /// A core whose command window ends at `max_cmd_sn`.
