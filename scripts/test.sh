@@ -11,7 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step is stamped with the seconds since the start, so a slow CI run
+# shows which step grew.
+started=$(date +%s)
+step() { printf '\n==> [%4d s] %s\n' "$(($(date +%s) - started))" "$*"; }
 
 step "install test dependencies"
 scripts/install-test-deps.sh
