@@ -550,6 +550,13 @@ pub struct AttachOpts {
     /// Attach the device read-only.
     #[arg(short, long)]
     pub read_only: bool,
+    /// How long the kernel lets a request or a dead connection wait before
+    /// it fails I/O with EIO on its own. The default, --replacement-timeout
+    /// (at least 30 s) plus 30 s, keeps an iSCSI reconnect from ever
+    /// surfacing as an I/O error; a shorter one fails I/O sooner when rlun
+    /// is killed, at the risk of errors during a long reconnect.
+    #[arg(long, value_name = "DURATION", value_parser = parse_whole_seconds)]
+    pub io_timeout: Option<Duration>,
 }
 
 /// Options of `rlun serve`.
@@ -740,10 +747,34 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A duration the kernel takes in whole seconds: at least one second,
+/// rounded up.
+pub fn parse_whole_seconds(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{:?} is too short: at least 1s", s.trim()));
+    }
+    Ok(Duration::from_secs(
+        d.as_secs() + u64::from(d.subsec_nanos() > 0),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn kernel_timeouts_are_whole_seconds_of_at_least_one() {
+        assert_eq!(parse_whole_seconds("15s").unwrap(), Duration::from_secs(15));
+        assert_eq!(parse_whole_seconds("1.2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_whole_seconds("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_whole_seconds("500ms")
+            .unwrap_err()
+            .contains("at least 1s"));
+        assert!(parse_whole_seconds("0").is_err());
+        assert!(parse_whole_seconds("soon").is_err());
+    }
 
     #[test]
     fn cli_definition_is_consistent() {

@@ -268,6 +268,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -s q -l quiet -d 'Only 
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l connections -d 'Sockets between rlun and the kernel (multi-conn): the kernel spreads requests over them' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l io-timeout -d 'How long the kernel lets a request or a dead connection wait before it fails I/O with EIO on its own. The default, --replacement-timeout (at least 30 s) plus 30 s, keeps an iSCSI reconnect from ever surfacing as an I/O error; a shorter one fails I/O sooner when rlun is killed, at the risk of errors during a long reconnect' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l log-file -d 'With --daemon: append log messages to this file (default: discarded)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r

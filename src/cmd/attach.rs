@@ -43,6 +43,16 @@ pub fn parse_device(dev: &Path) -> Result<u32, CliError> {
         .ok_or_else(|| CliError::Usage(format!("{s} is not an NBD device (expected /dev/nbd<N>)")))
 }
 
+/// Seconds the kernel waits on a request (and on a dead connection)
+/// before failing it: `--io-timeout`, or by default longer than rlun's own
+/// reconnect window (`--replacement-timeout`, at least 30 s, plus 30 s).
+fn kernel_timeout(io_timeout: Option<Duration>, replacement: Duration) -> u64 {
+    match io_timeout {
+        Some(t) => t.as_secs().max(1),
+        None => replacement.as_secs().max(30) + 30,
+    }
+}
+
 fn kernel_error(e: KernelError) -> CliError {
     CliError::Other(e.to_string())
 }
@@ -202,7 +212,14 @@ async fn attach(
     // rlun itself fails it after --replacement-timeout without progress,
     // so the kernel must wait longer than that (plus a margin) before it
     // fails requests on its own.
-    let timeout = conn.replacement_timeout.as_secs().max(30) + 30;
+    let timeout = kernel_timeout(o.io_timeout, conn.replacement_timeout);
+    if o.io_timeout.is_some() && timeout <= conn.replacement_timeout.as_secs() {
+        warn!(
+            "--io-timeout {timeout}s is not longer than --replacement-timeout {}s: \
+             I/O on the device fails with EIO when a reconnect takes longer than {timeout}s",
+            conn.replacement_timeout.as_secs()
+        );
+    }
     let params = ConnectParams {
         index,
         size: info.size,
@@ -456,6 +473,16 @@ pub fn list() -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernel_waits_longer_than_a_reconnect_unless_told_otherwise() {
+        let r = |s| Duration::from_secs(s);
+        assert_eq!(kernel_timeout(None, r(5)), 60);
+        assert_eq!(kernel_timeout(None, r(120)), 150);
+        assert_eq!(kernel_timeout(None, r(0)), 60);
+        assert_eq!(kernel_timeout(Some(r(10)), r(120)), 10);
+        assert_eq!(kernel_timeout(Some(r(0)), r(5)), 1);
+    }
 
     #[test]
     fn device_names() {

@@ -8,12 +8,13 @@ scenario() {
     need nbd
     local W=$LAB_WORK dev n pid rc t0 took
     local url="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_IQN/0"
-    # --replacement-timeout 5s: the kernel's request and dead-connection
-    # timeouts become max(5s, 30s) + 30s = 60s.
-    local limit=60
+    # --io-timeout 15s sets the kernel's request and dead-connection
+    # timeouts (the default would be max(5s, 30s) + 30s = 60s, unit-tested
+    # in cmd::attach); a short one keeps this scenario short.
+    local limit=15
     on_exit "for d in /dev/nbd0 /dev/nbd1; do '$RLUN' detach \$d 2>/dev/null; done; true"
     on_exit "for f in attach.log; do cp '$W/'\$f '$LAB_OUT/logs/$LAB_SCENARIO-'\$f 2>/dev/null; done; true"
-    setsid "$RLUN" attach --replacement-timeout 5s "$url" </dev/null >"$W/attach.out" 2>"$W/attach.log" &
+    setsid "$RLUN" attach --replacement-timeout 5s --io-timeout 15s "$url" </dev/null >"$W/attach.out" 2>"$W/attach.log" &
     pid=$!
     wait_for "rlun attach printed its device" 60 grep -q '^/dev/nbd' "$W/attach.out"
     dev=$(head -n 1 "$W/attach.out")
