@@ -44,8 +44,8 @@ scenario() {
     local pat bytes
     for pat in read write randread randwrite; do
         capture "rlun bench $pat over iSER" 90 "$W/bench-$pat.json" \
-            "$RLUN" -v bench "$url" --pattern "$pat" --bs 128k --qd 8 --duration 5s --allow-write --json \
-            --stats-interval 2s
+            "$RLUN" -v bench "$url" --pattern "$pat" --bs 128k --qd 8 --duration 3s --allow-write --json \
+            --stats-interval 1s
         [ "$(json_get "$W/bench-$pat.json" ios)" -gt 0 ] || fail "rlun bench $pat over iSER completed no I/O"
         assert_eq "bytes rlun copied in bench $pat over iSER ($(json_get "$W/bench-$pat.json" bytes) bytes moved)" \
             0 "$(json_get "$W/bench-$pat.json" copied_bytes)"
@@ -57,7 +57,7 @@ scenario() {
     local tcp="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_IQN/0"
     for pat in read write; do
         capture "rlun bench $pat over TCP" 90 "$W/bench-tcp-$pat.json" \
-            "$RLUN" bench "$tcp" --pattern "$pat" --bs 128k --qd 8 --duration 5s --allow-write --json
+            "$RLUN" bench "$tcp" --pattern "$pat" --bs 128k --qd 8 --duration 3s --allow-write --json
         bytes=$(json_get "$W/bench-tcp-$pat.json" bytes)
         log "copied_bytes over TCP, $pat: $(json_get "$W/bench-tcp-$pat.json" copied_bytes) of $bytes bytes moved"
     done

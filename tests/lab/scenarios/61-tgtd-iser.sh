@@ -26,7 +26,7 @@ scenario() {
     assert_same_data "tgtd backing file after rlun wrote it over iSER" "$W/rw.img" "$LAB_DATA/tgt-iser.img"
     for pat in read write; do
         capture "rlun bench $pat over iSER (tgtd)" 90 "$W/bench-$pat.json" \
-            "$RLUN" bench "${id[@]}" "$url" --pattern "$pat" --bs 64k --qd 8 --duration 4s --allow-write --json
+            "$RLUN" bench "${id[@]}" "$url" --pattern "$pat" --bs 64k --qd 8 --duration 2s --allow-write --json
         [ "$(json_get "$W/bench-$pat.json" ios)" -gt 0 ] || fail "rlun bench $pat over iSER at tgtd completed no I/O"
         assert_eq "bytes rlun copied in bench $pat over iSER (tgtd)" 0 "$(json_get "$W/bench-$pat.json" copied_bytes)"
     done
