@@ -389,6 +389,14 @@ impl StopSignal {
             StopSignal::Terminate => "SIGTERM",
         }
     }
+
+    /// The signal's number (exit code 128 + it when it ends a command).
+    pub fn number(self) -> i32 {
+        match self {
+            StopSignal::Interrupt => 2,
+            StopSignal::Terminate => 15,
+        }
+    }
 }
 
 /// SIGINT, SIGTERM and SIGHUP, caught. Install them before the command
