@@ -90,6 +90,31 @@ fn info_on_a_url_without_a_lun_exits_2_and_says_so() {
 }
 
 #[test]
+fn info_on_a_config_target_without_a_lun_exits_2_and_says_how_to_name_one() {
+    let dir = tempdir();
+    let cfg = dir.path().join("rlun.toml");
+    // As the README's systemd example names it: a whole target, for mount.
+    fs::write(
+        &cfg,
+        format!("[targets.store]\nurl = \"iscsi://127.0.0.1/{IQN}\"\n"),
+    )
+    .expect("write the config file");
+
+    let out = run_rlun(["--config", cfg.to_str().unwrap(), "info", "store"], &[]);
+
+    assert_failure(
+        &out,
+        EXIT_USAGE,
+        &[
+            "config-file target 'store'",
+            "names no lun",
+            "rlun ls store",
+            &format!("iscsi://127.0.0.1:3260/{IQN}/<lun>"),
+        ],
+    );
+}
+
+#[test]
 fn url_with_a_malformed_target_name_exits_2() {
     let out = run_rlun(["info", "iscsi://127.0.0.1/not an iqn/1"], &[]);
 

@@ -241,7 +241,18 @@ impl Ctx {
     pub async fn open_lun(&self, arg: &str, opts: &ConnectOpts) -> Result<(Target, Lun), CliError> {
         let (url, entry) = self.resolve_target_url(arg)?;
         url.require_target()?;
-        let lun = url.require_lun()?;
+        let lun = match (url.lun, &entry) {
+            (Some(lun), _) => lun,
+            // The README's [targets.NAME] examples name a whole target (for
+            // mount and serve): say which URL that was and what to do.
+            (None, Some(name)) => {
+                return Err(CliError::Usage(format!(
+                    "config-file target '{name}' is {url}, which names no LUN, but this command \
+                     works on one LUN: `rlun ls {name}` lists them; give {url}/<lun>"
+                )))
+            }
+            (None, None) => url.require_lun()?,
+        };
         let cfg = self.session_config(&url, entry.as_deref(), opts)?;
         let target = Target::login(cfg).await?;
         match target.open_lun(lun).await {
