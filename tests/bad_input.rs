@@ -411,6 +411,41 @@ fn bench_with_a_block_size_not_a_multiple_of_the_lun_block_exits_2() {
 // ---------------------------------------------------------------- local files
 
 #[test]
+fn zero_queue_depth_duration_or_block_size_exit_2_before_any_io() {
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), MIB, 16);
+    let url = tgtd.url(IQN, 1);
+    let copy = dir.path().join("copy.img");
+    let copy = copy.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (&["cp", "--qd", "0", &url, copy], "--qd must be at least 1"),
+        (
+            &["bench", "--duration", "0s", &url],
+            "--duration must be greater than 0",
+        ),
+        (
+            &["bench", "--bs", "0", "--duration", "1s", &url],
+            "--bs must be greater than 0",
+        ),
+        (
+            &["cp", "--bs", "0", &url, copy],
+            "--bs must be greater than 0",
+        ),
+    ];
+
+    for (args, needle) in cases {
+        let out = run_rlun(args, &[]);
+        assert_failure(&out, EXIT_USAGE, &[needle]);
+        assert!(out.stdout.is_empty(), "{args:?} printed a result");
+    }
+    assert!(
+        !Path::new(copy).exists(),
+        "cp --qd 0 created its destination"
+    );
+    assert_untouched(&img, MIB, 16);
+}
+
+#[test]
 fn cp_from_a_missing_local_file_exits_8_and_names_it() {
     let dir = tempdir();
     let (tgtd, img) = one_lun(dir.path(), MIB, 14);

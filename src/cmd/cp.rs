@@ -97,6 +97,10 @@ pub async fn run(
     if o.bs == 0 {
         return Err(CliError::Usage("--bs must be greater than 0".into()));
     }
+    if o.qd == 0 {
+        // As bench says: zero transfers in flight would copy nothing.
+        return Err(CliError::Usage("--qd must be at least 1".into()));
+    }
     if !is_lun_arg(ctx, src) && !is_lun_arg(ctx, dst) {
         return Err(CliError::Usage(
             "neither side is a LUN URL; use cp(1) to copy files".into(),
@@ -212,7 +216,7 @@ pub async fn run(
     let mut done = 0u64;
     let copy = async {
         while offset < size || !inflight.is_empty() {
-            while offset < size && inflight.len() < o.qd.max(1) as usize {
+            while offset < size && inflight.len() < o.qd as usize {
                 let mut len = chunk.min(size - offset);
                 let data = match reader.take() {
                     Some(r) => {
