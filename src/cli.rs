@@ -53,11 +53,11 @@ Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
 #[command(
     name = "rlun",
     version,
-    about = "Userspace iSCSI initiator: discover targets, inspect, copy, benchmark, mount and serve LUNs",
-    long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) and works with their LUNs \
-                  from user space: discover what a portal offers, inspect a LUN, copy whole LUNs \
-                  to and from files, benchmark them, mount them as files (FUSE) and serve them to NBD \
-                  clients.",
+    about = "Userspace iSCSI/iSER initiator: discover targets, inspect, copy, benchmark, mount, serve and attach LUNs",
+    long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) or iSER (RDMA) and works \
+                  with their LUNs from user space: discover what a portal offers, inspect a LUN, \
+                  copy whole LUNs to and from files, benchmark them, mount them as files (FUSE), \
+                  serve them to NBD clients and attach them as /dev/nbdN block devices.",
     after_help = AFTER_HELP,
     propagate_version = true
 )]
