@@ -741,6 +741,45 @@ fn cp_interrupted_by_sigint_exits_130_and_leaves_only_what_was_copied() {
     assert!(left < 1 << 40, "the file still claims the whole LUN");
 }
 
+#[test]
+fn cp_interrupted_by_sigint_while_logging_in_exits_130_at_once() {
+    // Accepts connections (in the backlog) and never answers the login.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("iscsi://{}/{IQN}/1", silent.local_addr().unwrap());
+    let dir = tempdir();
+    let dst = dir.path().join("backup.img");
+    let mut child = common::ChildGuard(
+        std::process::Command::new(rlun_bin())
+            .args(["cp", "--no-progress", "--login-timeout", "120s", &url])
+            .arg(&dst)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start rlun cp"),
+    );
+    // Let it connect and send its login request.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "rlun cp ended early"
+    );
+
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    // Far less than the 120 s login timeout.
+    let out = wait_output(child, Duration::from_secs(20));
+
+    assert_failure(&out, 130, &["interrupted by SIGINT"]);
+    assert!(
+        !dst.exists(),
+        "the destination was created before the login"
+    );
+}
+
 /// Collect a spawned rlun's exit status and output, killing it after `timeout`.
 fn wait_output(mut child: common::ChildGuard, timeout: Duration) -> std::process::Output {
     use std::io::Read;

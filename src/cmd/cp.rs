@@ -111,7 +111,7 @@ pub async fn run(
     let mut stop = StopSignals::install()?;
     let mut reader: Option<StreamReader> = None;
     let source = if is_lun_arg(ctx, src) {
-        Source::Lun(Box::new(ctx.open_lun(src, conn).await?))
+        Source::Lun(Box::new(or_stop(&mut stop, ctx.open_lun(src, conn)).await?))
     } else if src == "-" {
         reader = Some(Box::new(std::io::stdin()));
         Source::Stream(PathBuf::from("standard input"))
@@ -141,7 +141,7 @@ pub async fn run(
     let dest = if dst == "-" {
         Dest::Stream(PathBuf::from("standard output"))
     } else if is_lun_arg(ctx, dst) {
-        let (t, l) = ctx.open_lun(dst, conn).await?;
+        let (t, l) = or_stop(&mut stop, ctx.open_lun(dst, conn)).await?;
         if l.write_protected() {
             return Err(ClientError::ReadOnly(l.number()).into());
         }
@@ -284,7 +284,12 @@ pub async fn run(
     bar.finish_and_clear();
     let result = match result {
         Ok(()) => match (&*dst_arc, &mut stream) {
-            (Dest::Lun(b), _) => b.1.sync().await.map_err(CliError::from),
+            (Dest::Lun(b), _) => {
+                or_stop(&mut stop, async {
+                    b.1.sync().await.map_err(CliError::from)
+                })
+                .await
+            }
             (Dest::File { file, path, .. }, _) => {
                 file.sync_all().map_err(local("cannot sync", path))
             }
@@ -369,6 +374,18 @@ async fn read_stream(
     })
     .await
     .map_err(|e| CliError::Other(format!("read task failed: {e}")))?
+}
+
+/// `f`, unless SIGINT or SIGTERM comes first (a login that hangs until its
+/// timeout, a final SYNCHRONIZE CACHE waiting for a lost target).
+async fn or_stop<T>(
+    stop: &mut StopSignals,
+    f: impl std::future::Future<Output = Result<T, CliError>>,
+) -> Result<T, CliError> {
+    tokio::select! {
+        r = f => r,
+        signal = stop.recv() => Err(CliError::Interrupted(signal)),
+    }
 }
 
 /// SIGINT and SIGTERM, caught for the copy loop.
