@@ -234,7 +234,8 @@ pub enum Command {
         /// Where the LUNs are mounted.
         mountpoint: PathBuf,
         /// Detach even while files are open (lazy unmount); rlun serves them
-        /// until they are closed, then exits.
+        /// until they are closed, then exits. umount waits for that up to
+        /// --timeout and fails, saying so, while files are still open.
         #[arg(short, long)]
         lazy: bool,
         /// Longest wait for the rlun process to finish.

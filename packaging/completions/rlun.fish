@@ -223,7 +223,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -s V -l version -d 'Pri
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l timeout -d 'Longest wait for the rlun process to finish' -r
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
-complete -c rlun -n "__fish_rlun_using_subcommand umount" -s l -l lazy -d 'Detach even while files are open (lazy unmount); rlun serves them until they are closed, then exits'
+complete -c rlun -n "__fish_rlun_using_subcommand umount" -s l -l lazy -d 'Detach even while files are open (lazy unmount); rlun serves them until they are closed, then exits. umount waits for that up to --timeout and fails, saying so, while files are still open'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s h -l help -d 'Print help (see more with \'--help\')'
