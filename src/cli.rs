@@ -631,8 +631,9 @@ pub enum DigestChoice {
 /// Options for connecting and logging in, shared by every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct ConnectOpts {
-    /// Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or
-    /// iqn.2026-11.org.rlun:<hostname>).
+    /// Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config
+    /// file's initiator_name, else the InitiatorName= of open-iscsi's
+    /// /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>).
     #[arg(long, value_name = "IQN", env = "RLUN_INITIATOR_NAME")]
     pub initiator_name: Option<String>,
 
