@@ -45,7 +45,7 @@ Exit codes:
   0 success            1 other failure        2 usage error (bad URL/option)
   3 portal unreachable 4 login refused (auth, or iSER refused by the target)
   5 target or LUN not found  6 I/O refused by LUN  7 target protocol error
-  8 local file error   130/143 cp stopped by SIGINT/SIGTERM
+  8 local file error   129/130/143 cp stopped by SIGHUP/SIGINT/SIGTERM
 
 Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
 
@@ -134,8 +134,8 @@ pub enum Command {
     /// the LUN, the LUN is written full and the copy fails (exit code 6). A
     /// LUN or a regular file is synced at the end; a pipe, FIFO or character
     /// device is written in order and not synced. When a copy into a regular
-    /// file fails or is interrupted (SIGINT, SIGTERM: exit code 130, 143),
-    /// the file is cut back to the bytes copied before.
+    /// file fails or is interrupted (SIGINT, SIGTERM, SIGHUP: exit code 130,
+    /// 143, 129), the file is cut back to the bytes copied before.
     Cp {
         /// Source: LUN URL or file.
         src: String,

@@ -691,6 +691,18 @@ fn cp_from_standard_input_larger_than_the_lun_exits_6_and_fills_only_the_lun() {
 
 #[test]
 fn cp_interrupted_by_sigint_exits_130_and_leaves_only_what_was_copied() {
+    assert_cp_stops_cleanly_on("INT", 130);
+}
+
+#[test]
+fn cp_hung_up_on_exits_129_and_leaves_only_what_was_copied() {
+    // An ssh session or terminal that goes away mid-copy.
+    assert_cp_stops_cleanly_on("HUP", 129);
+}
+
+/// SIG`signal` in the middle of a LUN → file copy: exit `code`, one message
+/// naming the signal, and a file cut back to exactly the bytes it says.
+fn assert_cp_stops_cleanly_on(signal: &str, code: i32) {
     let dir = tempdir();
     let mut tgtd = Tgtd::start().expect("start tgtd");
     // 1 TiB of zeros: the copy is still running when the signal comes.
@@ -723,13 +735,13 @@ fn cp_interrupted_by_sigint_exits_130_and_leaves_only_what_was_copied() {
     }
 
     let killed = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
         .expect("run kill");
     assert!(killed.success());
     let out = wait_output(child, Duration::from_secs(30));
 
-    assert_failure(&out, 130, &["interrupted by SIGINT"]);
+    assert_failure(&out, code, &[&format!("interrupted by SIG{signal}")]);
     let err = String::from_utf8_lossy(&out.stderr);
     let left = fs::metadata(&dst)
         .expect("the partial destination is kept")

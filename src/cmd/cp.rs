@@ -9,9 +9,9 @@
 //! as a stream (standard input `-`, a pipe, a FIFO, a character device)
 //! has no size to check: it is read in order, and only when it turns out
 //! larger than the destination LUN does the copy stop, with the LUN written
-//! full. SIGINT and SIGTERM stop a copy like an error does (a regular
-//! destination file is cut back to the bytes copied) and end with exit code
-//! 128 + the signal's number.
+//! full. SIGINT, SIGTERM and SIGHUP stop a copy like an error does (a
+//! regular destination file is cut back to the bytes copied) and end with
+//! exit code 128 + the signal's number.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -388,10 +388,11 @@ async fn or_stop<T>(
     }
 }
 
-/// SIGINT and SIGTERM, caught for the copy loop.
+/// SIGINT, SIGTERM and SIGHUP, caught for the copy loop.
 struct StopSignals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
 }
 
 impl StopSignals {
@@ -402,6 +403,7 @@ impl StopSignals {
         Ok(StopSignals {
             int: signal(SignalKind::interrupt()).map_err(err)?,
             term: signal(SignalKind::terminate()).map_err(err)?,
+            hup: signal(SignalKind::hangup()).map_err(err)?,
         })
     }
 
@@ -409,6 +411,7 @@ impl StopSignals {
         tokio::select! {
             _ = self.int.recv() => StopSignal::Interrupt,
             _ = self.term.recv() => StopSignal::Terminate,
+            _ = self.hup.recv() => StopSignal::Hangup,
         }
     }
 }
