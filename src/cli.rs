@@ -45,7 +45,7 @@ Exit codes:
   0 success            1 other failure        2 usage error (bad URL/option)
   3 portal unreachable 4 login refused (auth, or iSER refused by the target)
   5 target or LUN not found  6 I/O refused by LUN  7 target protocol error
-  8 local file error
+  8 local file error   129/130/143 cp stopped by SIGHUP/SIGINT/SIGTERM
 
 Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
 
@@ -53,11 +53,11 @@ Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
 #[command(
     name = "rlun",
     version,
-    about = "Userspace iSCSI initiator: discover targets, inspect, copy, benchmark, mount and serve LUNs",
-    long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) and works with their LUNs \
-                  from user space: discover what a portal offers, inspect a LUN, copy whole LUNs \
-                  to and from files, benchmark them, mount them as files (FUSE) and serve them to NBD \
-                  clients.",
+    about = "Userspace iSCSI/iSER initiator: discover targets, inspect, copy, benchmark, mount, serve and attach LUNs",
+    long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) or iSER (RDMA) and works \
+                  with their LUNs from user space: discover what a portal offers, inspect a LUN, \
+                  copy whole LUNs to and from files, benchmark them, mount them as files (FUSE), \
+                  serve them to NBD clients and attach them as /dev/nbdN block devices.",
     after_help = AFTER_HELP,
     propagate_version = true
 )]
@@ -126,12 +126,16 @@ pub enum Command {
     },
     /// Copy a whole LUN to a file, a file to a LUN, or a LUN to a LUN.
     ///
-    /// Either side may be a LUN URL or a local file path (`-` is standard
-    /// output as destination). Copying a file to a LUN requires the file to
-    /// fit; a shorter file leaves the rest of the LUN untouched. A LUN or a
-    /// regular file is synced at the end; a pipe, FIFO or character device
-    /// is written in order and not synced. When a copy into a regular file
-    /// fails, the file is cut back to the bytes copied before the error.
+    /// Either side may be a LUN URL or a local file path or block device
+    /// (`-` is standard input as source, standard output as destination).
+    /// Copying a file to a LUN requires the file to fit; a shorter file
+    /// leaves the rest of the LUN untouched. Standard input, a pipe, FIFO or
+    /// character device is read in order to its end; if it holds more than
+    /// the LUN, the LUN is written full and the copy fails (exit code 6). A
+    /// LUN or a regular file is synced at the end; a pipe, FIFO or character
+    /// device is written in order and not synced. When a copy into a regular
+    /// file fails or is interrupted (SIGINT, SIGTERM, SIGHUP: exit code 130,
+    /// 143, 129), the file is cut back to the bytes copied before.
     Cp {
         /// Source: LUN URL or file.
         src: String,
@@ -230,7 +234,8 @@ pub enum Command {
         /// Where the LUNs are mounted.
         mountpoint: PathBuf,
         /// Detach even while files are open (lazy unmount); rlun serves them
-        /// until they are closed, then exits.
+        /// until they are closed, then exits. umount waits for that up to
+        /// --timeout and fails, saying so, while files are still open.
         #[arg(short, long)]
         lazy: bool,
         /// Longest wait for the rlun process to finish.
@@ -633,8 +638,9 @@ pub enum DigestChoice {
 /// Options for connecting and logging in, shared by every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct ConnectOpts {
-    /// Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or
-    /// iqn.2026-11.org.rlun:<hostname>).
+    /// Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config
+    /// file's initiator_name, else the InitiatorName= of open-iscsi's
+    /// /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>).
     #[arg(long, value_name = "IQN", env = "RLUN_INITIATOR_NAME")]
     pub initiator_name: Option<String>,
 

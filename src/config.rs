@@ -191,10 +191,12 @@ pub enum ConfigError {
         reason: String,
     },
 
-    #[error("no target named '{name}' in config file {}{}", path.display(), known_list(known))]
+    #[error("no target named '{name}' {}", where_looked(path, *file_read, known))]
     UnknownTarget {
         name: String,
         path: PathBuf,
+        /// False when no config file was read at all (missing, unreadable).
+        file_read: bool,
         known: Vec<String>,
     },
 
@@ -258,6 +260,17 @@ pub enum ConfigError {
         #[source]
         source: UrlError,
     },
+}
+
+fn where_looked(path: &Path, file_read: bool, known: &[String]) -> String {
+    if file_read || !known.is_empty() {
+        format!("in config file {}{}", path.display(), known_list(known))
+    } else {
+        format!(
+            "(no config file was read: {} is missing or unreadable; --config PATH names another)",
+            path.display()
+        )
+    }
 }
 
 fn known_list(known: &[String]) -> String {
@@ -511,6 +524,7 @@ impl Config {
                 .path
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH)),
+            file_read: self.path.is_some(),
             known: self.targets.keys().cloned().collect(),
         })
     }
@@ -1596,6 +1610,17 @@ url = "iscsi://10.0.0.6/iqn.2026-11.org.example:all"
             "no target named 'stor' in config file /etc/rlun/rlun.toml; known: all, store"
         );
         assert!(cfg.require_target("store").is_ok());
+    }
+
+    #[test]
+    fn unknown_target_without_a_config_file_says_no_file_was_read() {
+        let cfg = Config::default();
+        let err = cfg.require_target("store").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no target named 'store' (no config file was read: /etc/rlun/rlun.toml is \
+             missing or unreadable; --config PATH names another)"
+        );
     }
 
     // ---- initiator name ----

@@ -380,6 +380,9 @@ fn notify_addr(name: &str) -> std::io::Result<std::os::unix::net::SocketAddr> {
 pub enum StopSignal {
     Interrupt,
     Terminate,
+    /// Only `rlun cp` stops on it (its terminal or ssh session went away);
+    /// serving commands ignore SIGHUP.
+    Hangup,
 }
 
 impl StopSignal {
@@ -387,6 +390,16 @@ impl StopSignal {
         match self {
             StopSignal::Interrupt => "SIGINT",
             StopSignal::Terminate => "SIGTERM",
+            StopSignal::Hangup => "SIGHUP",
+        }
+    }
+
+    /// The signal's number (exit code 128 + it when it ends a command).
+    pub fn number(self) -> i32 {
+        match self {
+            StopSignal::Interrupt => 2,
+            StopSignal::Terminate => 15,
+            StopSignal::Hangup => 1,
         }
     }
 }

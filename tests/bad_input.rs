@@ -8,11 +8,12 @@ mod common;
 
 use std::fs;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
 use common::cli::{assert_failure, timed_rlun};
-use common::{make_backing_file, pattern_bytes, run_rlun, Tgtd};
+use common::{make_backing_file, pattern_bytes, rlun_bin, run_rlun, run_with_timeout, Tgtd};
 
 const MIB: u64 = 1 << 20;
 const IQN: &str = "iqn.2026-11.org.example:bad";
@@ -86,6 +87,31 @@ fn info_on_a_url_without_a_lun_exits_2_and_says_so() {
     let out = run_rlun(["info", &format!("iscsi://127.0.0.1/{IQN}")], &[]);
 
     assert_failure(&out, EXIT_USAGE, &["names no lun"]);
+}
+
+#[test]
+fn info_on_a_config_target_without_a_lun_exits_2_and_says_how_to_name_one() {
+    let dir = tempdir();
+    let cfg = dir.path().join("rlun.toml");
+    // As the README's systemd example names it: a whole target, for mount.
+    fs::write(
+        &cfg,
+        format!("[targets.store]\nurl = \"iscsi://127.0.0.1/{IQN}\"\n"),
+    )
+    .expect("write the config file");
+
+    let out = run_rlun(["--config", cfg.to_str().unwrap(), "info", "store"], &[]);
+
+    assert_failure(
+        &out,
+        EXIT_USAGE,
+        &[
+            "config-file target 'store'",
+            "names no lun",
+            "rlun ls store",
+            &format!("iscsi://127.0.0.1:3260/{IQN}/<lun>"),
+        ],
+    );
 }
 
 #[test]
@@ -385,6 +411,41 @@ fn bench_with_a_block_size_not_a_multiple_of_the_lun_block_exits_2() {
 // ---------------------------------------------------------------- local files
 
 #[test]
+fn zero_queue_depth_duration_or_block_size_exit_2_before_any_io() {
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), MIB, 16);
+    let url = tgtd.url(IQN, 1);
+    let copy = dir.path().join("copy.img");
+    let copy = copy.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (&["cp", "--qd", "0", &url, copy], "--qd must be at least 1"),
+        (
+            &["bench", "--duration", "0s", &url],
+            "--duration must be greater than 0",
+        ),
+        (
+            &["bench", "--bs", "0", "--duration", "1s", &url],
+            "--bs must be greater than 0",
+        ),
+        (
+            &["cp", "--bs", "0", &url, copy],
+            "--bs must be greater than 0",
+        ),
+    ];
+
+    for (args, needle) in cases {
+        let out = run_rlun(args, &[]);
+        assert_failure(&out, EXIT_USAGE, &[needle]);
+        assert!(out.stdout.is_empty(), "{args:?} printed a result");
+    }
+    assert!(
+        !Path::new(copy).exists(),
+        "cp --qd 0 created its destination"
+    );
+    assert_untouched(&img, MIB, 16);
+}
+
+#[test]
 fn cp_from_a_missing_local_file_exits_8_and_names_it() {
     let dir = tempdir();
     let (tgtd, img) = one_lun(dir.path(), MIB, 14);
@@ -593,6 +654,170 @@ impl SmallFs {
 impl Drop for SmallFs {
     fn drop(&mut self) {
         let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn cp_from_standard_input_larger_than_the_lun_exits_6_and_fills_only_the_lun() {
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), 2 * MIB, 14);
+    let source = make_backing_file(dir.path(), 3 * MIB, 15);
+
+    let out = run_with_timeout(
+        std::process::Command::new("sh").args([
+            "-c",
+            &format!(
+                "cat '{}' | '{}' cp --no-progress - '{}'",
+                source.display(),
+                rlun_bin().display(),
+                tgtd.url(IQN, 1)
+            ),
+        ]),
+        Duration::from_secs(60),
+    );
+
+    assert_failure(
+        &out,
+        EXIT_IO,
+        &["standard input holds more than the 2097152 bytes of LUN 1"],
+    );
+    let now = fs::read(&img).expect("read the backing file");
+    assert_eq!(now.len() as u64, 2 * MIB, "backing file size changed");
+    assert!(
+        now == pattern_bytes(15, 0, (2 * MIB) as usize),
+        "the LUN does not hold the first 2 MiB of the input"
+    );
+}
+
+#[test]
+fn cp_interrupted_by_sigint_exits_130_and_leaves_only_what_was_copied() {
+    assert_cp_stops_cleanly_on("INT", 130);
+}
+
+#[test]
+fn cp_hung_up_on_exits_129_and_leaves_only_what_was_copied() {
+    // An ssh session or terminal that goes away mid-copy.
+    assert_cp_stops_cleanly_on("HUP", 129);
+}
+
+/// SIG`signal` in the middle of a LUN → file copy: exit `code`, one message
+/// naming the signal, and a file cut back to exactly the bytes it says.
+fn assert_cp_stops_cleanly_on(signal: &str, code: i32) {
+    let dir = tempdir();
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    // 1 TiB of zeros: the copy is still running when the signal comes.
+    tgtd.add_target(IQN).lun_null(1).create().expect("target");
+    let dst = dir.path().join("backup.img");
+    let mut child = common::ChildGuard(
+        std::process::Command::new(rlun_bin())
+            .args(["cp", "--no-progress", "--bs", "64k", &tgtd.url(IQN, 1)])
+            .arg(&dst)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start rlun cp"),
+    );
+    let start = std::time::Instant::now();
+    // Wait until some data has landed in the (sparse, LUN-sized) file.
+    while fs::metadata(&dst)
+        .map(|m| m.blocks() < 4096)
+        .unwrap_or(true)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the copy wrote nothing within 60 s"
+        );
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!("rlun cp ended before the signal: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let killed = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let out = wait_output(child, Duration::from_secs(30));
+
+    assert_failure(&out, code, &[&format!("interrupted by SIG{signal}")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let left = fs::metadata(&dst)
+        .expect("the partial destination is kept")
+        .len();
+    assert!(
+        err.contains(&format!("holds the {left} bytes copied")),
+        "the file is {left} bytes long, which the message does not say: {err}"
+    );
+    assert!(left < 1 << 40, "the file still claims the whole LUN");
+}
+
+#[test]
+fn cp_interrupted_by_sigint_while_logging_in_exits_130_at_once() {
+    // Accepts connections (in the backlog) and never answers the login.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("iscsi://{}/{IQN}/1", silent.local_addr().unwrap());
+    let dir = tempdir();
+    let dst = dir.path().join("backup.img");
+    let mut child = common::ChildGuard(
+        std::process::Command::new(rlun_bin())
+            .args(["cp", "--no-progress", "--login-timeout", "120s", &url])
+            .arg(&dst)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start rlun cp"),
+    );
+    // Let it connect and send its login request.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "rlun cp ended early"
+    );
+
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    // Far less than the 120 s login timeout.
+    let out = wait_output(child, Duration::from_secs(20));
+
+    assert_failure(&out, 130, &["interrupted by SIGINT"]);
+    assert!(
+        !dst.exists(),
+        "the destination was created before the login"
+    );
+}
+
+/// Collect a spawned rlun's exit status and output, killing it after `timeout`.
+fn wait_output(mut child: common::ChildGuard, timeout: Duration) -> std::process::Output {
+    use std::io::Read;
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "rlun did not stop within {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_end(&mut stdout);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.read_to_end(&mut stderr);
+    }
+    std::process::Output {
+        status,
+        stdout,
+        stderr,
     }
 }
 

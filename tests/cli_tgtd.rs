@@ -534,6 +534,126 @@ fn cp_with_header_and_data_digests_round_trips_and_negotiates_crc32c() {
     assert_same_bytes(&read(&back), &read(&source), "file after cp out");
 }
 
+/// `sh -c SCRIPT` with a deadline (a pipeline into `rlun cp - URL`).
+fn shell(script: &str) -> std::process::Output {
+    run_with_timeout(Command::new("sh").args(["-c", script]), TOOL_TIMEOUT)
+}
+
+#[test]
+fn cp_from_standard_input_writes_the_lun_and_keeps_the_rest_of_it() {
+    let dir = tempdir();
+    let backing = make_backing_file(dir.path(), 2 * MIB, 40);
+    // Not a multiple of the block size: the last block is read-modify-written.
+    let src_len = MIB + 300;
+    let source = make_backing_file(dir.path(), src_len, 41);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let iqn = "iqn.2026-11.org.example:cpstdin";
+    tgtd.add_target(iqn)
+        .lun_file(1, &backing, 512)
+        .create()
+        .expect("target");
+
+    // Through a pipe, as in `zstd -d < backup.img.zst | rlun cp - URL`.
+    let out = shell(&format!(
+        "cat '{}' | '{}' cp --no-progress --bs 64k - '{}'",
+        source.display(),
+        rlun_bin().display(),
+        tgtd.url(iqn, 1)
+    ));
+
+    assert_success(&out, "cat FILE | rlun cp - LUN");
+    let after = read(&backing);
+    assert_same_bytes(&after[..src_len as usize], &read(&source), "copied part");
+    assert_same_bytes(
+        &after[src_len as usize..],
+        &pattern_bytes(40, src_len, (2 * MIB - src_len) as usize),
+        "rest of the LUN",
+    );
+}
+
+#[test]
+fn cp_from_a_fifo_writes_every_byte_of_it_to_the_lun() {
+    let dir = tempdir();
+    let backing = make_backing_file(dir.path(), 4 * MIB, 42);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let iqn = "iqn.2026-11.org.example:cpfifo";
+    tgtd.add_target(iqn)
+        .lun_file(1, &backing, 4096)
+        .create()
+        .expect("target");
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let data = pattern_bytes(43, 0, 3 * MIB as usize);
+    let writer = {
+        let (fifo, data) = (fifo.clone(), data.clone());
+        std::thread::spawn(move || fs::write(&fifo, data).expect("write the fifo"))
+    };
+
+    // A FIFO's size is 0 to stat(2): it must be read to its end anyway.
+    cp(fifo.to_str().unwrap(), &tgtd.url(iqn, 1), &["--bs", "64k"]);
+
+    writer.join().expect("fifo writer");
+    let after = read(&backing);
+    assert_same_bytes(&after[..3 * MIB as usize], &data, "copied part");
+    assert_same_bytes(
+        &after[3 * MIB as usize..],
+        &pattern_bytes(42, 3 * MIB, MIB as usize),
+        "rest of the LUN",
+    );
+}
+
+/// A loop device over a file, detached on drop.
+struct LoopDevice(String);
+
+impl LoopDevice {
+    fn attach(file: &Path) -> LoopDevice {
+        let out = run_with_timeout(
+            Command::new("losetup").args(["-f", "--show"]).arg(file),
+            TOOL_TIMEOUT,
+        );
+        assert!(
+            out.status.success(),
+            "losetup failed (the tests run as root)"
+        );
+        LoopDevice(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn cp_from_a_block_device_copies_all_of_it() {
+    let dir = tempdir();
+    let backing = make_backing_file(dir.path(), 4 * MIB, 44);
+    let source = make_backing_file(dir.path(), 3 * MIB, 45);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let iqn = "iqn.2026-11.org.example:cpblk";
+    tgtd.add_target(iqn)
+        .lun_file(1, &backing, 512)
+        .create()
+        .expect("target");
+    let dev = LoopDevice::attach(&source);
+
+    // A block device's size is 0 to stat(2): its end is its size.
+    cp(&dev.0, &tgtd.url(iqn, 1), &[]);
+
+    let after = read(&backing);
+    assert_same_bytes(&after[..3 * MIB as usize], &read(&source), "copied part");
+    assert_same_bytes(
+        &after[3 * MIB as usize..],
+        &pattern_bytes(44, 3 * MIB, MIB as usize),
+        "rest of the LUN",
+    );
+}
+
 // ---------------------------------------------------------------- bench
 
 #[test]

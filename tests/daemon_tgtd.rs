@@ -237,6 +237,36 @@ fn umount_fails_when_written_data_cannot_reach_a_lost_target() {
 }
 
 #[test]
+fn lazy_umount_with_a_file_still_open_says_so_and_rlun_ends_when_it_is_closed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _backing) = tgtd_with_file(dir.path(), 4 * MIB, 24);
+    let mp = mountpoint(dir.path());
+    let _cleanup = Cleanup(mp.clone());
+    let mp_s = mp.display().to_string();
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let mount = run_rlun(["mount", "--daemon", &url, &mp_s], &[]);
+    assert_success(&mount, "rlun mount --daemon");
+    let open = fs::File::open(mp.join("lun1")).expect("open lun1");
+
+    let umount = run_rlun(["umount", "--lazy", "--timeout", "2s", &mp_s], &[]);
+
+    let line = assert_failure(&umount, 1, &["detached (lazy)", "still open"]);
+    assert!(!line.contains("writing back"), "{line}");
+    assert!(!is_mounted(&mp));
+    assert_eq!(
+        rlun_processes_for(&mp).len(),
+        1,
+        "rlun serves the open file"
+    );
+    drop(open);
+    assert!(
+        wait_until(Duration::from_secs(10), || rlun_processes_for(&mp)
+            .is_empty()),
+        "rlun did not end after the last file was closed"
+    );
+}
+
+#[test]
 fn sigterm_exit_status_fails_when_written_data_cannot_reach_a_lost_target() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut tgtd, _backing) = tgtd_with_file(dir.path(), 8 * MIB, 24);

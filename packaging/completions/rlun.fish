@@ -44,7 +44,7 @@ complete -c rlun -n "__fish_rlun_needs_command" -f -a "list" -d 'List what this 
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "generate-man" -d 'Write the man pages into a directory'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c rlun -n "__fish_rlun_using_subcommand discover" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l initiator-name -d 'Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config file\'s initiator_name, else the InitiatorName= of open-iscsi\'s /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
@@ -66,7 +66,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand discover" -s v -l verbose -d '
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand ls" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l initiator-name -d 'Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config file\'s initiator_name, else the InitiatorName= of open-iscsi\'s /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
@@ -88,7 +88,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand ls" -s v -l verbose -d 'More l
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand info" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l initiator-name -d 'Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config file\'s initiator_name, else the InitiatorName= of open-iscsi\'s /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
@@ -113,7 +113,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -s h -l help -d 'Print h
 complete -c rlun -n "__fish_rlun_using_subcommand info" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l bs -d 'Size of each SCSI transfer' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l qd -d 'Transfers kept in flight' -r
-complete -c rlun -n "__fish_rlun_using_subcommand cp" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l initiator-name -d 'Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config file\'s initiator_name, else the InitiatorName= of open-iscsi\'s /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
@@ -146,7 +146,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l bs -d 'Block size of
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l qd -d 'I/Os kept in flight' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l duration -d 'How long to run (e.g. 10s, 500ms, 1m)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l size -d 'Limit I/O to the first SIZE bytes of the LUN (default: whole LUN)' -r
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l initiator-name -d 'Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config file\'s initiator_name, else the InitiatorName= of open-iscsi\'s /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
@@ -185,7 +185,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l fuse-threads -d 'Thr
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-cache -d 'The kernel\'s write-back cache for buffered writes: write(2) completes in the page cache; close, fsync and unmount write the data to the LUN (see below). Not with --direct-io' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l log-file -d 'With --daemon: append log messages to this file (default: discarded)' -r -F
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l initiator-name -d 'Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config file\'s initiator_name, else the InitiatorName= of open-iscsi\'s /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
@@ -223,7 +223,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -s V -l version -d 'Pri
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l timeout -d 'Longest wait for the rlun process to finish' -r
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
-complete -c rlun -n "__fish_rlun_using_subcommand umount" -s l -l lazy -d 'Detach even while files are open (lazy unmount); rlun serves them until they are closed, then exits'
+complete -c rlun -n "__fish_rlun_using_subcommand umount" -s l -l lazy -d 'Detach even while files are open (lazy unmount); rlun serves them until they are closed, then exits. umount waits for that up to --timeout and fails, saying so, while files are still open'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -234,7 +234,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-cert -d 'TLS cer
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-key -d 'TLS private key (PEM) of --tls-cert' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-ca -d 'Require client certificates signed by these CAs (PEM)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l log-file -d 'With --daemon: append log messages to this file (default: discarded)' -r -F
-complete -c rlun -n "__fish_rlun_using_subcommand serve" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l initiator-name -d 'Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config file\'s initiator_name, else the InitiatorName= of open-iscsi\'s /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
@@ -270,7 +270,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -s V -l version -d 'Pri
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l connections -d 'Sockets between rlun and the kernel (multi-conn): the kernel spreads requests over them' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l io-timeout -d 'How long the kernel lets a request or a dead connection wait before it fails I/O with EIO on its own. The default, --replacement-timeout (at least 30 s) plus 30 s, keeps an iSCSI reconnect from ever surfacing as an I/O error; a shorter one fails I/O sooner when rlun is killed, at the risk of errors during a long reconnect' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l log-file -d 'With --daemon: append log messages to this file (default: discarded)' -r -F
-complete -c rlun -n "__fish_rlun_using_subcommand attach" -l initiator-name -d 'Our iSCSI name (default: config file, RLUN_INITIATOR_NAME, or iqn.2026-11.org.rlun:<hostname>)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l initiator-name -d 'Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config file\'s initiator_name, else the InitiatorName= of open-iscsi\'s /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'

@@ -107,6 +107,13 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
     if o.qd == 0 {
         return Err(CliError::Usage("--qd must be at least 1".into()));
     }
+    if o.duration.is_zero() {
+        // Nothing would run: 0 IOPS and NaN CPU seconds per GiB.
+        return Err(CliError::Usage("--duration must be greater than 0".into()));
+    }
+    if o.bs == 0 {
+        return Err(CliError::Usage("--bs must be greater than 0".into()));
+    }
     let (target, lun) = ctx.open_lun(arg, conn).await?;
     let bs_block = lun.block_size() as u64;
     if o.bs == 0 || !o.bs.is_multiple_of(bs_block) {

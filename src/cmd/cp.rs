@@ -5,11 +5,17 @@
 //! by its own task. Chunks complete in any order but are collected in order,
 //! so progress is exact and standard output (`-`) receives bytes in order.
 //! Nothing is written before every check that can fail early has passed
-//! (sizes, write protection, file permissions).
+//! (sizes, write protection, file permissions) — except that a source read
+//! as a stream (standard input `-`, a pipe, a FIFO, a character device)
+//! has no size to check: it is read in order, and only when it turns out
+//! larger than the destination LUN does the copy stop, with the LUN written
+//! full. SIGINT, SIGTERM and SIGHUP stop a copy like an error does (a
+//! regular destination file is cut back to the bytes copied) and end with
+//! exit code 128 + the signal's number.
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,6 +27,7 @@ use tokio::task::JoinHandle;
 use super::{CliError, Ctx};
 use crate::cli::ConnectOpts;
 use crate::client::{ClientError, Lun, Target};
+use crate::daemon::StopSignal;
 
 pub struct Options {
     pub bs: u64,
@@ -31,7 +38,21 @@ pub struct Options {
 
 enum Source {
     Lun(Box<(Target, Lun)>),
+    /// A regular file or a block device: chunks are read in place (`pread`).
     File(Arc<File>, PathBuf),
+    /// Standard input, a pipe, a FIFO, a socket or a character device: read
+    /// in order by the copy loop (which owns the reader), size unknown.
+    Stream(PathBuf),
+}
+
+/// The reader of a [`Source::Stream`].
+type StreamReader = Box<dyn Read + Send>;
+
+/// Read up to `len` bytes from `r` (fewer only at the end of the stream).
+fn read_up_to(r: &mut StreamReader, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    r.take(len as u64).read_to_end(&mut buf)?;
+    Ok(buf)
 }
 
 enum Dest {
@@ -43,6 +64,11 @@ enum Dest {
         file: Arc<File>,
         path: PathBuf,
         regular: bool,
+        /// Set (under the write lock) when the copy failed and the file is
+        /// cut back: a chunk write still running in the blocking pool takes
+        /// the read lock and skips its write once it is set, so nothing
+        /// lands past the cut.
+        stopped: Arc<std::sync::RwLock<bool>>,
     },
     /// Standard output, a pipe, a FIFO, a socket or a character device:
     /// chunks are written in order; there is nothing to sync.
@@ -71,31 +97,57 @@ pub async fn run(
     if o.bs == 0 {
         return Err(CliError::Usage("--bs must be greater than 0".into()));
     }
+    if o.qd == 0 {
+        // As bench says: zero transfers in flight would copy nothing.
+        return Err(CliError::Usage("--qd must be at least 1".into()));
+    }
     if !is_lun_arg(ctx, src) && !is_lun_arg(ctx, dst) {
         return Err(CliError::Usage(
             "neither side is a LUN URL; use cp(1) to copy files".into(),
         ));
     }
+    // Installed before anything is written: from here on SIGINT/SIGTERM
+    // stop the copy in order instead of killing rlun mid-chunk.
+    let mut stop = StopSignals::install()?;
+    let mut reader: Option<StreamReader> = None;
     let source = if is_lun_arg(ctx, src) {
-        Source::Lun(Box::new(ctx.open_lun(src, conn).await?))
+        Source::Lun(Box::new(or_stop(&mut stop, ctx.open_lun(src, conn)).await?))
+    } else if src == "-" {
+        reader = Some(Box::new(std::io::stdin()));
+        Source::Stream(PathBuf::from("standard input"))
     } else {
         let p = PathBuf::from(src);
         let f = File::open(&p).map_err(local("cannot open source file", &p))?;
-        Source::File(Arc::new(f), p)
+        let kind = f.metadata().map_err(local("cannot stat", &p))?.file_type();
+        if kind.is_file() || kind.is_block_device() {
+            Source::File(Arc::new(f), p)
+        } else {
+            // A pipe, FIFO, socket or character device has no size (stat
+            // says 0): read it in order to its end.
+            reader = Some(Box::new(f));
+            Source::Stream(p)
+        }
     };
-    let size = match &source {
+    let mut size = match &source {
         Source::Lun(b) => b.1.capacity_bytes(),
-        Source::File(f, p) => f.metadata().map_err(local("cannot stat", p))?.len(),
+        // A block device's size is where it ends (stat says 0).
+        Source::File(f, p) => (&**f)
+            .seek(SeekFrom::End(0))
+            .map_err(local("cannot find the size of", p))?,
+        // Read at most the destination's capacity (set below).
+        Source::Stream(_) => u64::MAX,
     };
     let mut stream: Option<Box<dyn Write>> = None;
     let dest = if dst == "-" {
         Dest::Stream(PathBuf::from("standard output"))
     } else if is_lun_arg(ctx, dst) {
-        let (t, l) = ctx.open_lun(dst, conn).await?;
+        let (t, l) = or_stop(&mut stop, ctx.open_lun(dst, conn)).await?;
         if l.write_protected() {
             return Err(ClientError::ReadOnly(l.number()).into());
         }
-        if size > l.capacity_bytes() {
+        if reader.is_some() {
+            size = l.capacity_bytes();
+        } else if size > l.capacity_bytes() {
             return Err(ClientError::TooLarge {
                 lun: l.number(),
                 size,
@@ -122,6 +174,7 @@ pub async fn run(
                 file: Arc::new(f),
                 path: p,
                 regular: kind.is_file(),
+                stopped: Arc::default(),
             }
         } else {
             stream = Some(Box::new(f));
@@ -161,18 +214,51 @@ pub async fn run(
     let mut offset = 0u64;
     // Bytes of the source that reached the destination, in order.
     let mut done = 0u64;
-    let result: Result<(), CliError> = async {
+    let copy = async {
         while offset < size || !inflight.is_empty() {
-            while offset < size && inflight.len() < o.qd.max(1) as usize {
-                let len = chunk.min(size - offset);
+            while offset < size && inflight.len() < o.qd as usize {
+                let mut len = chunk.min(size - offset);
+                let data = match reader.take() {
+                    Some(r) => {
+                        let (r, data) = read_stream(r, len as usize, &src).await?;
+                        if (data.len() as u64) < len {
+                            // The end of the stream: nothing after this chunk.
+                            size = offset + data.len() as u64;
+                            len = data.len() as u64;
+                        } else {
+                            reader = Some(r);
+                        }
+                        if len == 0 {
+                            break;
+                        }
+                        Some(data)
+                    }
+                    None => None,
+                };
                 let (s, d, fua) = (src.clone(), dst_arc.clone(), o.fua);
                 let at = offset;
                 inflight.push_back(tokio::spawn(async move {
-                    copy_chunk(&s, &d, at, len, fua).await
+                    copy_chunk(&s, &d, at, len, data, fua).await
                 }));
                 offset += len;
             }
-            let h = inflight.pop_front().expect("non-empty");
+            if offset == size {
+                if let Some(r) = reader.take() {
+                    // The destination is full: the stream must end here.
+                    let (_, more) = read_stream(r, 1, &src).await?;
+                    if !more.is_empty() {
+                        let lun = dest_lun(&dst_arc).expect("a stream is copied to a LUN");
+                        return Err(CliError::StreamTooLarge {
+                            source_name: stream_name(&src),
+                            lun: lun.number(),
+                            capacity: size,
+                        });
+                    }
+                }
+            }
+            let Some(h) = inflight.pop_front() else {
+                break;
+            };
             let out = h
                 .await
                 .map_err(|e| CliError::Other(format!("copy task failed: {e}")))??;
@@ -187,15 +273,23 @@ pub async fn run(
             bar.inc(n);
         }
         Ok(())
-    }
-    .await;
+    };
+    let result: Result<(), CliError> = tokio::select! {
+        r = copy => r,
+        signal = stop.recv() => Err(CliError::Interrupted(signal)),
+    };
     for h in inflight {
         h.abort();
     }
     bar.finish_and_clear();
     let result = match result {
         Ok(()) => match (&*dst_arc, &mut stream) {
-            (Dest::Lun(b), _) => b.1.sync().await.map_err(CliError::from),
+            (Dest::Lun(b), _) => {
+                or_stop(&mut stop, async {
+                    b.1.sync().await.map_err(CliError::from)
+                })
+                .await
+            }
             (Dest::File { file, path, .. }, _) => {
                 file.sync_all().map_err(local("cannot sync", path))
             }
@@ -207,8 +301,12 @@ pub async fn run(
                 file,
                 path,
                 regular: true,
+                stopped,
             } = &*dst_arc
             {
+                // Held until the file is cut: no chunk write after it.
+                let mut stopped = stopped.write().unwrap_or_else(|e| e.into_inner());
+                *stopped = true;
                 // Leave a file that holds exactly what was copied: a prefix
                 // of the source, not a full-size file with a hole or stale
                 // bytes where the copy stopped.
@@ -248,7 +346,73 @@ pub async fn run(
 fn source_lun(s: &Source) -> Option<&Lun> {
     match s {
         Source::Lun(b) => Some(&b.1),
-        Source::File(..) => None,
+        Source::File(..) | Source::Stream(_) => None,
+    }
+}
+
+fn stream_name(s: &Source) -> String {
+    match s {
+        Source::Stream(p) => p.display().to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Read the next `len` bytes of a stream source off the runtime's thread;
+/// the reader comes back with the data (fewer bytes only at the end).
+async fn read_stream(
+    mut r: StreamReader,
+    len: usize,
+    src: &Source,
+) -> Result<(StreamReader, Bytes), CliError> {
+    let path = match src {
+        Source::Stream(p) => p.clone(),
+        _ => PathBuf::new(),
+    };
+    tokio::task::spawn_blocking(move || {
+        let data = read_up_to(&mut r, len).map_err(local("cannot read", &path))?;
+        Ok((r, Bytes::from(data)))
+    })
+    .await
+    .map_err(|e| CliError::Other(format!("read task failed: {e}")))?
+}
+
+/// `f`, unless SIGINT or SIGTERM comes first (a login that hangs until its
+/// timeout, a final SYNCHRONIZE CACHE waiting for a lost target).
+async fn or_stop<T>(
+    stop: &mut StopSignals,
+    f: impl std::future::Future<Output = Result<T, CliError>>,
+) -> Result<T, CliError> {
+    tokio::select! {
+        r = f => r,
+        signal = stop.recv() => Err(CliError::Interrupted(signal)),
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, caught for the copy loop.
+struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<StopSignals, CliError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let err =
+            |e: std::io::Error| CliError::Other(format!("cannot install signal handlers: {e}"));
+        Ok(StopSignals {
+            int: signal(SignalKind::interrupt()).map_err(err)?,
+            term: signal(SignalKind::terminate()).map_err(err)?,
+            hup: signal(SignalKind::hangup()).map_err(err)?,
+        })
+    }
+
+    async fn recv(&mut self) -> StopSignal {
+        tokio::select! {
+            _ = self.int.recv() => StopSignal::Interrupt,
+            _ = self.term.recv() => StopSignal::Terminate,
+            _ = self.hup.recv() => StopSignal::Hangup,
+        }
     }
 }
 
@@ -264,15 +428,24 @@ async fn copy_chunk(
     dst: &Dest,
     at: u64,
     len: u64,
+    data: Option<Bytes>,
     fua: bool,
 ) -> Result<Option<Bytes>, CliError> {
-    let data = match src {
-        Source::Lun(b) => {
+    let data = match (data, src) {
+        // A stream's chunk was read in order by the copy loop.
+        (Some(data), _) => data,
+        (None, Source::Stream(p)) => {
+            return Err(CliError::Other(format!(
+                "no data for the chunk at {at} of {}",
+                p.display()
+            )))
+        }
+        (None, Source::Lun(b)) => {
             let l = &b.1;
             let bs = l.block_size() as u64;
             l.read(at / bs, (len.div_ceil(bs)) as u32).await?
         }
-        Source::File(f, p) => {
+        (None, Source::File(f, p)) => {
             let f = f.clone();
             let p = p.clone();
             tokio::task::spawn_blocking(move || -> Result<Bytes, CliError> {
@@ -289,9 +462,18 @@ async fn copy_chunk(
     };
     match dst {
         Dest::Stream(_) => Ok(Some(data)),
-        Dest::File { file, path, .. } => {
-            let (f, p) = (file.clone(), path.clone());
+        Dest::File {
+            file,
+            path,
+            stopped,
+            ..
+        } => {
+            let (f, p, stopped) = (file.clone(), path.clone(), stopped.clone());
             tokio::task::spawn_blocking(move || {
+                let stopped = stopped.read().unwrap_or_else(|e| e.into_inner());
+                if *stopped {
+                    return Ok(());
+                }
                 f.write_all_at(&data, at).map_err(local("cannot write", &p))
             })
             .await

@@ -63,6 +63,18 @@ pub enum CliError {
     /// Standard output was closed by its reader: stop quietly.
     #[error("standard output closed")]
     BrokenPipe,
+    /// A source read as a stream (`rlun cp - LUN`) is larger than the LUN.
+    #[error(
+        "{source_name} holds more than the {capacity} bytes of LUN {lun}: the LUN was written full and the rest of the input was not copied"
+    )]
+    StreamTooLarge {
+        source_name: String,
+        lun: u64,
+        capacity: u64,
+    },
+    /// SIGINT or SIGTERM stopped the command (exit code 128 + the signal).
+    #[error("interrupted by {}", .0.name())]
+    Interrupted(crate::daemon::StopSignal),
 }
 
 /// Map a failed write to standard output.
@@ -83,6 +95,7 @@ impl CliError {
         match self {
             CliError::BrokenPipe => exit::OK,
             CliError::Child { code, .. } => *code,
+            CliError::Interrupted(s) => 128 + s.number(),
             other => kind_exit_code(other.kind()),
         }
     }
@@ -92,9 +105,11 @@ impl CliError {
         match self {
             CliError::Usage(_) | CliError::Url(_) | CliError::Config(_) => ErrorKind::Usage,
             CliError::LocalFile { .. } => ErrorKind::LocalFile,
-            CliError::Other(_) | CliError::BrokenPipe | CliError::Child { .. } => {
-                ErrorKind::Failure
-            }
+            CliError::Other(_)
+            | CliError::BrokenPipe
+            | CliError::Child { .. }
+            | CliError::Interrupted(_) => ErrorKind::Failure,
+            CliError::StreamTooLarge { .. } => ErrorKind::Io,
             CliError::Session(e) => e.kind(),
             CliError::Iser(e) => e.kind(),
             CliError::Client(e) => e.kind(),
@@ -226,7 +241,18 @@ impl Ctx {
     pub async fn open_lun(&self, arg: &str, opts: &ConnectOpts) -> Result<(Target, Lun), CliError> {
         let (url, entry) = self.resolve_target_url(arg)?;
         url.require_target()?;
-        let lun = url.require_lun()?;
+        let lun = match (url.lun, &entry) {
+            (Some(lun), _) => lun,
+            // The README's [targets.NAME] examples name a whole target (for
+            // mount and serve): say which URL that was and what to do.
+            (None, Some(name)) => {
+                return Err(CliError::Usage(format!(
+                    "config-file target '{name}' is {url}, which names no LUN, but this command \
+                     works on one LUN: `rlun ls {name}` lists them; give {url}/<lun>"
+                )))
+            }
+            (None, None) => url.require_lun()?,
+        };
         let cfg = self.session_config(&url, entry.as_deref(), opts)?;
         let target = Target::login(cfg).await?;
         match target.open_lun(lun).await {

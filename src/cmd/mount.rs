@@ -503,6 +503,13 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
              data reached the target",
             path.display()
         ))),
+        // A lazy unmount leaves open files working: rlun waits for them.
+        daemon::Stopped::StillRunning if lazy => Err(CliError::Other(format!(
+            "{} is detached (lazy), but files under it are still open after {:?}: rlun \
+             (pid {pid}) serves them until they are closed, then writes back and logs out",
+            path.display(),
+            timeout
+        ))),
         daemon::Stopped::StillRunning => Err(CliError::Other(format!(
             "{} is unmounted, but rlun (pid {pid}) is still writing back after {:?}",
             path.display(),
