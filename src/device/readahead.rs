@@ -97,6 +97,7 @@ impl Streams {
 
     /// Record a read of `len` bytes at `offset`; returns the byte range to
     /// read ahead now, if any.
+    #[cfg(test)]
     pub(crate) fn on_read(&mut self, offset: u64, len: u64) -> Option<(u64, u64)> {
         self.observe(offset, len, false, 0).ahead
     }
