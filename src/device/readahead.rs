@@ -18,7 +18,8 @@
 //! it). A large read that continues a sequential stream while another large
 //! read of that stream is still in flight comes from a client that keeps
 //! its own requests in flight far ahead (nbdcopy, qemu-img convert, the
-//! kernel's read-ahead on `/dev/nbdN`): read-ahead cannot get in front of
+//! kernel's read-ahead on `/dev/nbdN`; once seen, the stream stays marked
+//! so): read-ahead cannot get in front of
 //! it, and filling pages for data it reads once only costs two copies and
 //! evicts what others re-read. Such reads are told to bypass the cache (the
 //! device reads them straight from the target when none of their pages is
@@ -47,6 +48,11 @@ struct Stream {
     run: u32,
     /// Large reads of the stream in flight (tickets not yet returned).
     inflight: u32,
+    /// A large read arrived while `depth` others were in flight: the
+    /// client pipelines. Sticky, so a moment at queue depth 1 (a client
+    /// ramping up, a pause) does not start read-ahead whose pages would
+    /// then send the reads behind it through the cache.
+    pipelined: bool,
     /// Tells this stream from an earlier one in the same slot.
     id: u64,
     last_use: u64,
@@ -104,9 +110,10 @@ impl Streams {
 
     /// Record a read of `len` bytes at `offset` and advise it. A `large`
     /// read gets a ticket (return it with [`Streams::done`]) and is told to
-    /// bypass the cache when it continues a sequential stream that has at
-    /// least `depth` other large reads in flight (`depth` 0: every large
-    /// sequential read bypasses); a bypassing read issues no read-ahead.
+    /// bypass the cache when it continues a sequential stream that has had
+    /// at least `depth` other large reads in flight when one arrived
+    /// (`depth` 0: every large sequential read bypasses); a bypassing read
+    /// issues no read-ahead.
     pub(crate) fn observe(&mut self, offset: u64, len: u64, large: bool, depth: u32) -> Advice {
         self.clock += 1;
         let end = offset.saturating_add(len);
@@ -130,6 +137,7 @@ impl Streams {
                 window: 0,
                 run: 0,
                 inflight: large as u32,
+                pipelined: large && depth == 0,
                 id: self.clock,
                 last_use: self.clock,
                 live: true,
@@ -149,7 +157,8 @@ impl Streams {
         s.run = s.run.saturating_add(1);
         let mut advice = Advice::default();
         if large {
-            advice.bypass = s.run >= CONTINUATIONS && s.inflight >= depth;
+            s.pipelined |= s.inflight >= depth;
+            advice.bypass = s.run >= CONTINUATIONS && s.pipelined;
             s.inflight += 1;
             advice.ticket = Some(Ticket { slot, id: s.id });
         }
@@ -312,5 +321,17 @@ mod tests {
         // The successor still counts its two reads in flight.
         assert!(s.observe(base + 512 * K, 256 * K, true, 2).bypass);
         let _ = (a, b);
+    }
+
+    #[test]
+    fn a_stream_once_pipelined_keeps_bypassing_at_a_moment_of_queue_depth_one() {
+        let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
+        let t0 = s.observe(0, 256 * K, true, 1).ticket.unwrap();
+        let t1 = s.observe(256 * K, 256 * K, true, 1).ticket.unwrap();
+        s.done(t0);
+        s.done(t1);
+        // Nothing in flight now, but the stream was seen pipelining.
+        let a = s.observe(512 * K, 256 * K, true, 1);
+        assert!(a.bypass && a.ahead.is_none());
     }
 }
