@@ -1085,7 +1085,8 @@ impl<B: BlockBackend> Inner<B> {
     }
 
     async fn read_cached(self: &Arc<Self>, offset: u64, len: usize) -> BResult<Bytes> {
-        // Allocated (and zeroed) only when a page is copied into it.
+        // Allocated only when a page is copied into it; zeroed only when
+        // pages arrive out of order (a later page valid before an earlier one).
         let mut out = Vec::new();
         let ps = self.geo.page;
         let last = (offset + len as u64 - 1) / ps;
@@ -1136,11 +1137,18 @@ impl<B: BlockBackend> Inner<B> {
                 let mask = bits((a - pstart) / g.bs, (b - pstart).div_ceil(g.bs));
                 let mut s = p.lock();
                 if s.valid & mask == mask {
-                    if out.is_empty() {
-                        out.resize(len, 0);
+                    let src = &s.buf[(a - pstart) as usize..(b - pstart) as usize];
+                    let at = (a - offset) as usize;
+                    if out.len() == at {
+                        // In order (all of a hit): appended, never zeroed first.
+                        out.reserve_exact(len - at);
+                        out.extend_from_slice(src);
+                    } else {
+                        if out.len() < len {
+                            out.resize(len, 0);
+                        }
+                        out[at..at + src.len()].copy_from_slice(src);
                     }
-                    out[(a - offset) as usize..(b - offset) as usize]
-                        .copy_from_slice(&s.buf[(a - pstart) as usize..(b - pstart) as usize]);
                     crate::stats::add_cache_copied(b - a);
                     if first_look {
                         add(&self.c.hits, 1);
