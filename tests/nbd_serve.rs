@@ -719,7 +719,7 @@ fn nbdcopy_streams_past_the_cache_and_still_sees_unflushed_write_back_data() {
     let socket = dir.path().join("nbd.sock");
     let log = fs::File::create(&log_path).unwrap();
     let child = Command::new(common::rlun_bin())
-        .args(["serve", &target_url(&tgtd), "--socket"])
+        .args(["-v", "serve", &target_url(&tgtd), "--socket"])
         .arg(&socket)
         .args(["--cache", "write-back", "--writeback-delay", "1h"])
         .args(["--stats-interval", "100ms"])
@@ -736,22 +736,24 @@ fn nbdcopy_streams_past_the_cache_and_still_sees_unflushed_write_back_data() {
         "",
     );
     let uri = s.uri("lun1");
-    // A whole page and a few bytes of one block, in write-back memory only.
+    // Two pages (the export's minimum block size is 4 KiB), in write-back
+    // memory only.
     nbdsh(&format!(
         r#"
 h.connect_uri("{uri}")
 h.pwrite(b"\x5a" * 4096, 5 * 1048576 + 8192)
-h.pwrite(b"newer", 20 * 1048576 + 1000)
+h.pwrite(b"newer" * 819 + b"\x00", 20 * 1048576 + 12288)
 "#
     ));
     let mut want = fs::read(&f1).unwrap();
+    let block: Vec<u8> = b"newer".repeat(819).into_iter().chain([0]).collect();
     assert_ne!(
-        &want[20 * MIB as usize + 1000..][..5],
-        b"newer",
+        &want[20 * MIB as usize + 12288..][..4096],
+        &block[..],
         "not on the target yet"
     );
     want[5 * MIB as usize + 8192..][..4096].fill(0x5a);
-    want[20 * MIB as usize + 1000..][..5].copy_from_slice(b"newer");
+    want[20 * MIB as usize + 12288..][..4096].copy_from_slice(&block);
 
     let copy = dir.path().join("copy.img");
     sh("nbdcopy", &[&uri, &copy.display().to_string()]);
