@@ -376,8 +376,9 @@ pub struct CacheOpts {
     /// rlun's own cache of LUN data. Default: for mount none (the kernel
     /// page cache already caches), write-through with --direct-io; for serve
     /// and attach write-through (shared by every connection; it wins for
-    /// 4 KiB random and hot re-reads, --cache none is faster for whole-LUN
-    /// copies); for bench no cache at all (I/O goes straight to the LUN).
+    /// 4 KiB random and hot re-reads, and reads of 128 KiB or more streamed
+    /// with several in flight, as nbdcopy does, bypass it); for bench no
+    /// cache at all (I/O goes straight to the LUN).
     #[arg(long, value_enum, value_name = "MODE")]
     pub cache: Option<CacheChoice>,
     /// Memory cap of rlun's cache for the whole process: every LUN the

@@ -707,6 +707,74 @@ h.pwrite(b"\x77" * 1048576, 1048576)
     );
 }
 
+/// nbdcopy keeps many 256 KiB reads in flight per connection: those reads
+/// bypass the page cache (straight from the target into the reply), yet
+/// data that sits only in the write-back cache (not flushed, so not on the
+/// target) is still what they return.
+#[test]
+fn nbdcopy_streams_past_the_cache_and_still_sees_unflushed_write_back_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, f1, _) = tgtd_two_luns(dir.path());
+    let log_path = dir.path().join("serve.log");
+    let socket = dir.path().join("nbd.sock");
+    let log = fs::File::create(&log_path).unwrap();
+    let child = Command::new(common::rlun_bin())
+        .args(["-v", "serve", &target_url(&tgtd), "--socket"])
+        .arg(&socket)
+        .args(["--cache", "write-back", "--writeback-delay", "1h"])
+        .args(["--stats-interval", "100ms"])
+        .stdin(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start rlun serve");
+    let mut s = wait_ready(
+        Served {
+            child: Some(ChildGuard(child)),
+            socket: Some(socket),
+            tcp: None,
+        },
+        "",
+    );
+    let uri = s.uri("lun1");
+    // Two pages (the export's minimum block size is 4 KiB), in write-back
+    // memory only.
+    nbdsh(&format!(
+        r#"
+h.connect_uri("{uri}")
+h.pwrite(b"\x5a" * 4096, 5 * 1048576 + 8192)
+h.pwrite(b"newer" * 819 + b"\x00", 20 * 1048576 + 12288)
+"#
+    ));
+    let mut want = fs::read(&f1).unwrap();
+    let block: Vec<u8> = b"newer".repeat(819).into_iter().chain([0]).collect();
+    assert_ne!(
+        &want[20 * MIB as usize + 12288..][..4096],
+        &block[..],
+        "not on the target yet"
+    );
+    want[5 * MIB as usize + 8192..][..4096].fill(0x5a);
+    want[20 * MIB as usize + 12288..][..4096].copy_from_slice(&block);
+
+    let copy = dir.path().join("copy.img");
+    sh("nbdcopy", &[&uri, &copy.display().to_string()]);
+    assert_same_bytes(&fs::read(&copy).unwrap(), &want, "nbdcopy from lun1");
+
+    // The stats line (every 100 ms) counts the reads that bypassed.
+    std::thread::sleep(Duration::from_millis(400));
+    let text = fs::read_to_string(&log_path).unwrap();
+    let bypassed = text
+        .lines()
+        .filter_map(|l| l.split("bypassed_reads=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        bypassed >= 32,
+        "nbdcopy's 128 reads of 256 KiB mostly bypass the cache: {bypassed}\n{text}"
+    );
+    assert_eq!(s.stop(), 0);
+}
+
 /// A throwaway CA-less self-signed certificate for 127.0.0.1.
 fn make_cert(dir: &Path) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));

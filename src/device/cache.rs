@@ -422,6 +422,22 @@ impl Cache {
         out
     }
 
+    /// Whether any page with index in `first..last` is resident (valid,
+    /// dirty or being fetched), without pinning it or changing the LRU.
+    pub(crate) fn any_present(&self, first: u64, last: u64) -> bool {
+        let st = self.lock();
+        let resident = (st.clean.len() + st.dirty.len()) as u64;
+        if resident == 0 {
+            return false;
+        }
+        if last.saturating_sub(first) <= resident {
+            (first..last).any(|i| st.clean.contains(&i) || st.dirty.contains_key(&i))
+        } else {
+            st.dirty.range(first..last).next().is_some()
+                || st.clean.iter().any(|(k, _)| (first..last).contains(k))
+        }
+    }
+
     /// Move a page that just got dirty blocks from `clean` to `dirty`.
     pub(crate) fn mark_dirty(&self, page: &Pinned) {
         let mut st = self.lock();

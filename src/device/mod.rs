@@ -63,6 +63,19 @@
 //! none. Concurrent readers of a page that is being fetched wait for that one
 //! fetch (single flight).
 //!
+//! **Streaming reads bypass the cache.** A read of at least `bypass_min`
+//! bytes (default 128 KiB) that continues a sequential stream while another
+//! such read of the stream is still in flight comes from a client that keeps
+//! its own reads far ahead (nbdcopy, `qemu-img convert`, the kernel's
+//! read-ahead on `/dev/nbdN`). When none of its pages is resident it is read
+//! straight from the target into the reply, like `--cache none`: no page is
+//! filled, nothing is evicted for data read once, no read-ahead is issued
+//! and nothing is copied. A page that is resident (valid, dirty or being
+//! fetched) sends the read through the cache as usual, so dirty data in
+//! write-back mode is always seen: a page leaves the cache only clean, after
+//! its data reached the target. A sequential reader that waits for each
+//! read (queue depth 1) keeps read-ahead. `bypassed_reads` counts them.
+//!
 //! **Write-back and its data-loss window.** In `write-back` mode a write
 //! completes as soon as its bytes are in local memory. Until the flusher
 //! has written them (at the latest `writeback_delay` after the page first
@@ -117,7 +130,19 @@ pub use mem::{MemBackend, MemCommand, MemCounts, MemOp};
 
 use cache::{bits, for_each_run, Cache, Claim, FetchState, Pinned};
 use rangelock::RangeLock;
-use readahead::Streams;
+use readahead::{Advice, Streams, Ticket};
+
+/// A bypass-sized read in flight on its stream; returns its ticket on drop.
+struct InFlight<'a>(&'a Mutex<Streams>, Ticket);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .done(self.1);
+    }
+}
 
 use crate::iobuf::IoBuf;
 use crate::scsi::sense::errno;
@@ -185,6 +210,14 @@ pub struct DeviceConfig {
     pub readahead_min: u64,
     /// Largest read-ahead window in bytes (default 4 MiB).
     pub readahead_max: u64,
+    /// Reads at least this long that stream (see the module docs) bypass
+    /// the cache when none of their pages is resident (default 128 KiB;
+    /// 0: never).
+    pub bypass_min: u64,
+    /// Other bypass-sized reads of the stream that must be in flight for a
+    /// read to bypass (default 1; 0: every sequential read of at least
+    /// `bypass_min` bypasses).
+    pub bypass_depth: u32,
     /// Longest time dirty data waits before the flusher writes it (default 1 s).
     pub writeback_delay: Duration,
     /// Write-back commands in flight at once (default 4).
@@ -203,6 +236,8 @@ impl Default for DeviceConfig {
             readahead: true,
             readahead_min: 128 << 10,
             readahead_max: 4 << 20,
+            bypass_min: 128 << 10,
+            bypass_depth: 1,
             writeback_delay: Duration::from_secs(1),
             writeback_depth: 4,
             stats_interval: None,
@@ -286,6 +321,8 @@ pub struct Stats {
     pub readahead_hits: u64,
     /// Pages read ahead.
     pub readahead_pages: u64,
+    /// Streaming reads served straight from the target, past the cache.
+    pub bypassed_reads: u64,
     /// Clean pages dropped to make room.
     pub evictions: u64,
     /// Memory charged to resident pages now.
@@ -310,6 +347,7 @@ struct Counters {
     misses: AtomicU64,
     readahead_hits: AtomicU64,
     readahead_pages: AtomicU64,
+    bypassed_reads: AtomicU64,
     flushes: AtomicU64,
     writebacks: AtomicU64,
     bytes_read: AtomicU64,
@@ -624,7 +662,20 @@ impl<B: BlockBackend> LunDevice<B> {
         if self.mode() == CacheMode::None {
             return self.inner.read_direct(offset, len).await.map_err(ctx);
         }
-        self.inner.maybe_readahead(offset, len as u64);
+        let advice = self.inner.advise(offset, len as u64);
+        // Counted as in flight on its stream until it completes or is dropped.
+        let _in_flight = advice.ticket.map(|t| InFlight(&self.inner.streams, t));
+        if advice.bypass {
+            let ps = self.inner.geo.page;
+            let (first, last) = (offset / ps, (offset + len as u64).div_ceil(ps));
+            if !self.inner.cache.any_present(first, last) {
+                add(&self.inner.c.bypassed_reads, 1);
+                return self.inner.read_direct(offset, len).await.map_err(ctx);
+            }
+        }
+        if let Some((a, b)) = advice.ahead {
+            self.inner.readahead(a, b);
+        }
         self.inner.read_cached(offset, len).await.map_err(ctx)
     }
 
@@ -736,6 +787,7 @@ impl<B: BlockBackend> Inner<B> {
             misses: l(&self.c.misses),
             readahead_hits: l(&self.c.readahead_hits),
             readahead_pages: l(&self.c.readahead_pages),
+            bypassed_reads: l(&self.c.bypassed_reads),
             evictions: l(&self.cache.evictions),
             cached_bytes: self.cache.charged(),
             cache_size: if self.cfg.mode == CacheMode::None {
@@ -850,18 +902,23 @@ impl<B: BlockBackend> Inner<B> {
 
     // ---- the read path ----------------------------------------------------
 
-    fn maybe_readahead(self: &Arc<Self>, offset: u64, len: u64) {
-        if !self.cfg.readahead {
-            return;
+    /// What the stream table advises for a cached read (see `readahead`):
+    /// a window to read ahead (only with read-ahead on), whether to bypass
+    /// the cache, and for a bypass-sized read its ticket.
+    fn advise(&self, offset: u64, len: u64) -> Advice {
+        let large = self.cfg.bypass_min > 0 && len >= self.cfg.bypass_min;
+        if !self.cfg.readahead && !large {
+            return Advice::default();
         }
-        let ahead = self
+        let mut a = self
             .streams
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .on_read(offset, len);
-        if let Some((a, b)) = ahead {
-            self.readahead(a, b);
+            .observe(offset, len, large, self.cfg.bypass_depth);
+        if !self.cfg.readahead {
+            a.ahead = None;
         }
+        a
     }
 
     /// Claim the pages of bytes `a..b` that are not resident (right away,
@@ -1028,7 +1085,8 @@ impl<B: BlockBackend> Inner<B> {
     }
 
     async fn read_cached(self: &Arc<Self>, offset: u64, len: usize) -> BResult<Bytes> {
-        // Allocated (and zeroed) only when a page is copied into it.
+        // Allocated only when a page is copied into it; zeroed only when
+        // pages arrive out of order (a later page valid before an earlier one).
         let mut out = Vec::new();
         let ps = self.geo.page;
         let last = (offset + len as u64 - 1) / ps;
@@ -1079,11 +1137,18 @@ impl<B: BlockBackend> Inner<B> {
                 let mask = bits((a - pstart) / g.bs, (b - pstart).div_ceil(g.bs));
                 let mut s = p.lock();
                 if s.valid & mask == mask {
-                    if out.is_empty() {
-                        out.resize(len, 0);
+                    let src = &s.buf[(a - pstart) as usize..(b - pstart) as usize];
+                    let at = (a - offset) as usize;
+                    if out.len() == at {
+                        // In order (all of a hit): appended, never zeroed first.
+                        out.reserve_exact(len - at);
+                        out.extend_from_slice(src);
+                    } else {
+                        if out.len() < len {
+                            out.resize(len, 0);
+                        }
+                        out[at..at + src.len()].copy_from_slice(src);
                     }
-                    out[(a - offset) as usize..(b - offset) as usize]
-                        .copy_from_slice(&s.buf[(a - pstart) as usize..(b - pstart) as usize]);
                     crate::stats::add_cache_copied(b - a);
                     if first_look {
                         add(&self.c.hits, 1);
@@ -1627,6 +1692,7 @@ async fn stats_logger<B: BlockBackend>(weak: Weak<Inner<B>>, every: Duration) {
             hits = s.hits,
             misses = s.misses,
             readahead_hits = s.readahead_hits,
+            bypassed_reads = s.bypassed_reads,
             evictions = s.evictions,
             cached_bytes = s.cached_bytes,
             dirty_bytes = s.dirty_bytes,

@@ -11,6 +11,21 @@
 //! window is `min` bytes, and each time the reader gets within half a window
 //! of what has been read ahead, the next window is issued at twice the size,
 //! up to `max` (the "async marker" of Linux's read-ahead, simplified).
+//!
+//! **Streaming readers bypass the cache.** The table also counts, per
+//! stream, the *large* reads (at least the device's bypass size) in flight
+//! ([`Streams::observe`] hands out a [`Ticket`], [`Streams::done`] returns
+//! it). A large read that continues a sequential stream while another large
+//! read of that stream is still in flight comes from a client that keeps
+//! its own requests in flight far ahead (nbdcopy, qemu-img convert, the
+//! kernel's read-ahead on `/dev/nbdN`; once seen, the stream stays marked
+//! so): read-ahead cannot get in front of
+//! it, and filling pages for data it reads once only costs two copies and
+//! evicts what others re-read. Such reads are told to bypass the cache (the
+//! device reads them straight from the target when none of their pages is
+//! resident) and issue no read-ahead. A sequential reader that waits for
+//! each read (queue depth 1) keeps read-ahead, which is what hides its
+//! latency.
 
 /// How far from a stream's end a read may start and still continue it.
 pub(crate) const TOLERANCE: u64 = 128 << 10;
@@ -31,8 +46,36 @@ struct Stream {
     window: u64,
     /// Reads that continued the stream.
     run: u32,
+    /// Large reads of the stream in flight (tickets not yet returned).
+    inflight: u32,
+    /// A large read arrived while `depth` others were in flight: the
+    /// client pipelines. Sticky, so a moment at queue depth 1 (a client
+    /// ramping up, a pause) does not start read-ahead whose pages would
+    /// then send the reads behind it through the cache.
+    pipelined: bool,
+    /// Tells this stream from an earlier one in the same slot.
+    id: u64,
     last_use: u64,
     live: bool,
+}
+
+/// A large read in flight, counted against its stream until
+/// [`Streams::done`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    slot: usize,
+    id: u64,
+}
+
+/// What [`Streams::observe`] advises for one read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Advice {
+    /// Bytes to read ahead now.
+    pub ahead: Option<(u64, u64)>,
+    /// Read straight from the target, without filling pages.
+    pub bypass: bool,
+    /// Return with [`Streams::done`] when the read completes (large reads).
+    pub ticket: Option<Ticket>,
 }
 
 /// The stream table. Not thread-safe by itself; the device keeps it under a
@@ -60,35 +103,83 @@ impl Streams {
 
     /// Record a read of `len` bytes at `offset`; returns the byte range to
     /// read ahead now, if any.
+    #[cfg(test)]
     pub(crate) fn on_read(&mut self, offset: u64, len: u64) -> Option<(u64, u64)> {
+        self.observe(offset, len, false, 0).ahead
+    }
+
+    /// Record a read of `len` bytes at `offset` and advise it. A `large`
+    /// read gets a ticket (return it with [`Streams::done`]) and is told to
+    /// bypass the cache when it continues a sequential stream that has had
+    /// at least `depth` other large reads in flight when one arrived
+    /// (`depth` 0: every large sequential read bypasses); a bypassing read
+    /// issues no read-ahead.
+    pub(crate) fn observe(&mut self, offset: u64, len: u64, large: bool, depth: u32) -> Advice {
         self.clock += 1;
         let end = offset.saturating_add(len);
-        let matched = self.streams.iter_mut().find(|s| {
+        let matched = self.streams.iter().position(|s| {
             s.live && offset.saturating_add(TOLERANCE) >= s.next && offset <= s.next + TOLERANCE
         });
-        let Some(s) = matched else {
-            let victim = self
-                .streams
-                .iter_mut()
-                .min_by_key(|s| if s.live { s.last_use } else { 0 })
+        let Some(slot) = matched else {
+            let slot = (0..STREAMS)
+                .min_by_key(|&i| {
+                    let s = &self.streams[i];
+                    if s.live {
+                        s.last_use
+                    } else {
+                        0
+                    }
+                })
                 .expect("the table is not empty");
-            *victim = Stream {
+            self.streams[slot] = Stream {
                 next: end,
                 ra_end: end,
                 window: 0,
                 run: 0,
+                inflight: large as u32,
+                pipelined: large && depth == 0,
+                id: self.clock,
                 last_use: self.clock,
                 live: true,
             };
-            return None;
+            return Advice {
+                ticket: large.then_some(Ticket {
+                    slot,
+                    id: self.clock,
+                }),
+                ..Advice::default()
+            };
         };
+        let s = &mut self.streams[slot];
         s.last_use = self.clock;
         s.next = s.next.max(end);
         s.ra_end = s.ra_end.max(s.next);
         s.run = s.run.saturating_add(1);
-        if s.run < CONTINUATIONS {
-            return None;
+        let mut advice = Advice::default();
+        if large {
+            s.pipelined |= s.inflight >= depth;
+            advice.bypass = s.run >= CONTINUATIONS && s.pipelined;
+            s.inflight += 1;
+            advice.ticket = Some(Ticket { slot, id: s.id });
         }
+        if s.run < CONTINUATIONS || advice.bypass {
+            return advice;
+        }
+        advice.ahead = self.window(slot);
+        advice
+    }
+
+    /// A large read of [`Streams::observe`] completed (or was dropped).
+    pub(crate) fn done(&mut self, t: Ticket) {
+        let s = &mut self.streams[t.slot];
+        if s.live && s.id == t.id {
+            s.inflight = s.inflight.saturating_sub(1);
+        }
+    }
+
+    /// The next read-ahead window of stream `slot`, if it is due.
+    fn window(&mut self, slot: usize) -> Option<(u64, u64)> {
+        let s = &mut self.streams[slot];
         if s.window != 0 && s.ra_end - s.next > s.window / 2 {
             return None;
         }
@@ -172,5 +263,75 @@ mod tests {
         s.on_read(4 * K, 4 * K);
         assert_eq!(s.on_read(8 * K, 4 * K), Some((12 * K, 16 * K)));
         assert_eq!(s.on_read(12 * K, 4 * K), None);
+    }
+
+    #[test]
+    fn pipelined_large_sequential_reads_bypass_and_read_nothing_ahead() {
+        let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
+        let mut tickets = Vec::new();
+        let mut advice = Vec::new();
+        // A client with many 256 KiB reads in flight at once.
+        for i in 0..8 {
+            let a = s.observe(i * 256 * K, 256 * K, true, 1);
+            tickets.push(a.ticket.expect("large reads are counted"));
+            advice.push(a);
+        }
+        assert!(!advice[0].bypass && !advice[1].bypass, "not a stream yet");
+        assert!(advice[2..].iter().all(|a| a.bypass && a.ahead.is_none()));
+        for t in tickets {
+            s.done(t);
+        }
+    }
+
+    #[test]
+    fn a_large_sequential_reader_at_queue_depth_one_keeps_read_ahead() {
+        let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
+        let mut ahead = 0;
+        for i in 0..16 {
+            let a = s.observe(i * 256 * K, 256 * K, true, 1);
+            assert!(!a.bypass, "read {i} waited for the one before");
+            ahead += a.ahead.is_some() as u32;
+            s.done(a.ticket.expect("large"));
+        }
+        assert!(ahead > 0);
+    }
+
+    #[test]
+    fn small_reads_get_no_ticket_and_never_bypass() {
+        let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
+        for i in 0..64 {
+            let a = s.observe(i * 4 * K, 4 * K, false, 0);
+            assert!(!a.bypass && a.ticket.is_none());
+        }
+    }
+
+    #[test]
+    fn a_ticket_of_a_replaced_stream_does_not_touch_its_successor() {
+        let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
+        let old = s.observe(0, 256 * K, true, 1).ticket.unwrap();
+        // Fill the table's other slots; the next new stream takes the
+        // least recently used one: the first stream's.
+        for i in 1..STREAMS as u64 {
+            s.observe(i << 32, 256 * K, true, 1);
+        }
+        let base = 1u64 << 39;
+        let a = s.observe(base, 256 * K, true, 1);
+        let b = s.observe(base + 256 * K, 256 * K, true, 1);
+        s.done(old);
+        // The successor still counts its two reads in flight.
+        assert!(s.observe(base + 512 * K, 256 * K, true, 2).bypass);
+        let _ = (a, b);
+    }
+
+    #[test]
+    fn a_stream_once_pipelined_keeps_bypassing_at_a_moment_of_queue_depth_one() {
+        let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
+        let t0 = s.observe(0, 256 * K, true, 1).ticket.unwrap();
+        let t1 = s.observe(256 * K, 256 * K, true, 1).ticket.unwrap();
+        s.done(t0);
+        s.done(t1);
+        // Nothing in flight now, but the stream was seen pipelining.
+        let a = s.observe(512 * K, 256 * K, true, 1);
+        assert!(a.bypass && a.ahead.is_none());
     }
 }

@@ -282,6 +282,92 @@ async fn readahead_off_reads_page_by_page() {
     assert_eq!(d.stats().readahead_pages, 0);
 }
 
+/// Reads of a client that keeps many 256 KiB reads in flight, each
+/// continuing the one before (nbdcopy's pattern).
+async fn pipelined_stream(d: &Arc<LunDevice<MemBackend>>, start: u64, n: u64) -> Vec<Bytes> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let d = d.clone();
+            tokio::spawn(async move { d.read_at(start + i * 256 * KIB, 256 << 10).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap().unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn pipelined_streaming_reads_bypass_the_cache_and_fill_no_pages() {
+    let data = pattern(5, 8 << 20);
+    let d = Arc::new(device(
+        MemBackend::from_data(512, data.clone()).with_latency(Duration::from_millis(5)),
+        cfg(CacheMode::WriteThrough),
+    ));
+    let got = pipelined_stream(&d, 0, 16).await;
+    for (i, b) in got.iter().enumerate() {
+        let at = i * (256 << 10);
+        assert!(b[..] == data[at..at + (256 << 10)], "read {i}");
+    }
+    let s = d.stats();
+    // The first two start the stream through the cache; the rest bypass.
+    assert_eq!(s.bypassed_reads, 14, "{s:?}");
+    assert_eq!(s.readahead_pages, 0, "{s:?}");
+    assert!(s.cached_bytes <= 2 * (256 << 10) + 128 * 256, "{s:?}");
+    assert_eq!(d.backend().counts().reads, 16);
+}
+
+#[tokio::test]
+async fn a_streaming_read_still_sees_dirty_write_back_data() {
+    let data = pattern(6, 8 << 20);
+    let d = Arc::new(device(
+        MemBackend::from_data(512, data.clone()).with_latency(Duration::from_millis(5)),
+        DeviceConfig {
+            writeback_delay: Duration::from_secs(3600),
+            ..cfg(CacheMode::WriteBack)
+        },
+    ));
+    // Dirty, unflushed data inside the 9th and 13th reads of the stream
+    // (one partial block, one whole page).
+    d.write_at(8 * 256 * KIB + 1000, Bytes::from_static(b"newer"))
+        .await
+        .unwrap();
+    d.write_at(12 * 256 * KIB + 8192, Bytes::from(vec![0xab; 4096]))
+        .await
+        .unwrap();
+    assert!(d.stats().dirty_bytes > 0);
+    let got = pipelined_stream(&d, 0, 16).await;
+    let mut want = data.clone();
+    want[(8 * 256 * KIB + 1000) as usize..][..5].copy_from_slice(b"newer");
+    want[(12 * 256 * KIB + 8192) as usize..][..4096].fill(0xab);
+    for (i, b) in got.iter().enumerate() {
+        let at = i * (256 << 10);
+        assert!(b[..] == want[at..at + (256 << 10)], "read {i}");
+    }
+    let s = d.stats();
+    assert!(s.bypassed_reads >= 10, "the others bypassed: {s:?}");
+    assert!(
+        s.bypassed_reads <= 12,
+        "not the two with dirty pages: {s:?}"
+    );
+    assert!(d.backend().bytes_at(8 * 256 * KIB + 1000, 5) != b"newer"[..]);
+}
+
+#[tokio::test]
+async fn a_sequential_reader_at_queue_depth_one_is_read_ahead_not_bypassed() {
+    let d = device(
+        MemBackend::new(512, (16 << 20) / 512),
+        cfg(CacheMode::WriteThrough),
+    );
+    for i in 0..32u64 {
+        d.read_at(i * 256 * KIB, 256 << 10).await.unwrap();
+    }
+    let s = d.stats();
+    assert_eq!(s.bypassed_reads, 0, "{s:?}");
+    assert!(s.readahead_pages > 0 && s.readahead_hits > 0, "{s:?}");
+}
+
 #[tokio::test]
 async fn write_through_updates_resident_pages() {
     let d = device(MemBackend::new(512, 64), cfg(CacheMode::WriteThrough));
@@ -614,6 +700,19 @@ fn act() -> impl Strategy<Value = Act> {
 }
 
 fn run_model(mode: CacheMode, page: u32, cache_size: u64, short_delay: bool, acts: &[Act]) {
+    run_model_with(mode, page, cache_size, short_delay, false, acts)
+}
+
+/// `bypass`: every sequential read of at least 1 KiB whose pages are not
+/// resident bypasses the cache (depth 0), so the model checks that path.
+fn run_model_with(
+    mode: CacheMode,
+    page: u32,
+    cache_size: u64,
+    short_delay: bool,
+    bypass: bool,
+    acts: &[Act],
+) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -628,6 +727,8 @@ fn run_model(mode: CacheMode, page: u32, cache_size: u64, short_delay: bool, act
                 page_size: Some(page),
                 readahead_min: 2048,
                 readahead_max: 8192,
+                bypass_min: if bypass { 1024 } else { 128 * KIB },
+                bypass_depth: if bypass { 0 } else { 1 },
                 writeback_delay: if short_delay {
                     Duration::from_millis(1)
                 } else {
@@ -712,6 +813,23 @@ proptest! {
     ) {
         let cache = if small { 12 * page as u64 + 4096 } else { 256 * KIB };
         run_model(CacheMode::WriteThrough, page, cache, false, &acts);
+    }
+
+    #[test]
+    fn model_write_through_with_bypass(
+        acts in proptest::collection::vec(act(), 1..40),
+        page in prop_oneof![Just(512u32), Just(4096)],
+    ) {
+        run_model_with(CacheMode::WriteThrough, page, 256 * KIB, false, true, &acts);
+    }
+
+    #[test]
+    fn model_write_back_with_bypass(
+        acts in proptest::collection::vec(act(), 1..40),
+        page in prop_oneof![Just(512u32), Just(4096)],
+        short_delay in any::<bool>(),
+    ) {
+        run_model_with(CacheMode::WriteBack, page, 256 * KIB, short_delay, true, &acts);
     }
 
     #[test]

@@ -6,10 +6,12 @@
 //!
 //! The handshake runs [`Handshake`] over the socket (upgrading it to TLS on
 //! `NBD_OPT_STARTTLS`). In the transmission phase the connection's task
-//! reads request headers (and WRITE payloads) and spawns one task per
-//! request; each task runs its command on the export's [`LunDevice`] and
-//! hands its encoded reply to a writer task, so replies go out in
-//! completion order while many requests are in flight.
+//! reads request headers (and WRITE payloads) and runs each request's
+//! command on the export's [`LunDevice`]: polled once in the connection
+//! task, a request that completes at once (a cache hit, a refusal) hands
+//! its encoded reply to the writer task straight away; one that waits for
+//! the target continues in a task of its own. Replies go out in completion
+//! order while many requests are in flight.
 //!
 //! # Memory bound
 //!
@@ -425,12 +427,24 @@ impl<B: LunBackend> Server<B> {
             };
             let server = self.clone();
             let tx = tx.clone();
-            let reply_tx = reply_tx.clone();
-            tasks.spawn(async move {
-                let mut reply = server.execute(&tx, req, data).await;
-                reply.permits = Some(permits);
-                let _ = reply_tx.send(reply);
-            });
+            let mut run = Box::pin(async move { server.execute(&tx, req, data).await });
+            // Polled once here: a request that completes at once (a cache
+            // hit) is answered without a task of its own; one that waits
+            // for the target continues in a task, so requests overlap.
+            match poll_once(run.as_mut()).await {
+                Some(mut reply) => {
+                    reply.permits = Some(permits);
+                    let _ = reply_tx.send(reply);
+                }
+                None => {
+                    let reply_tx = reply_tx.clone();
+                    tasks.spawn(async move {
+                        let mut reply = run.await;
+                        reply.permits = Some(permits);
+                        let _ = reply_tx.send(reply);
+                    });
+                }
+            }
         };
         // Requests read in full run to completion, whatever happened.
         while tasks.join_next().await.is_some() {}
@@ -616,6 +630,18 @@ async fn write_zeroes<B: LunBackend>(
         e.flush().await.map_err(failure)?;
     }
     Ok(())
+}
+
+/// Poll `fut` once: its output if it completed, `None` if it waits (it
+/// has registered this task's waker; whoever polls it next replaces it).
+async fn poll_once<F: std::future::Future + ?Sized>(
+    mut fut: std::pin::Pin<&mut F>,
+) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
 }
 
 /// An encoded reply: header bytes, then data, and the permits it holds
