@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
-use crate::iobuf::IoBuf;
+use crate::iobuf::{IoBuf, Pool};
 
 use super::pdu::{
     logout_reason, tmf, Bhs, DataIn, DataOut, LogoutRequest, NopOut, Pdu, Residual, ScsiCommand,
@@ -399,26 +399,30 @@ struct CommandTask {
     lent: bool,
 }
 
-/// Where a command's read data goes: in-band a buffer of the read length
-/// (zero-filled when the first Data-In arrives) that the receive path
+/// Where a command's read data goes: in-band a buffer of the read length,
+/// taken from a pool when the first Data-In arrives
+/// ([`crate::iobuf::read_pool`]; empty until then), that the receive path
 /// reads each payload straight into ([`Session::lend_read_buffer`]), or a
 /// PDU's data segment is copied into ([`Session::handle_pdu`]); direct a
 /// fixed-address buffer (from the registered pool when the transport
 /// enabled it, see [`crate::iobuf`]) that the target writes by RDMA.
+///
+/// A pooled in-band buffer is not zeroed: it holds whatever an earlier
+/// buffer left. That is safe because Data-In fills it strictly in order
+/// from offset 0 (see [`check_data_in`]) and the caller gets exactly the
+/// `received` bytes, never more, whatever the residual says: a short
+/// Data-In sequence yields a short result (which [`crate::client`] reports
+/// as a short transfer), never bytes the target did not send.
 #[derive(Debug)]
 enum ReadBuf {
-    InBand(BytesMut),
+    InBand(IoBuf),
     Direct(IoBuf),
 }
 
 impl ReadBuf {
     fn into_bytes(self, len: usize) -> Bytes {
         match self {
-            ReadBuf::InBand(mut b) => {
-                b.truncate(len);
-                b.freeze()
-            }
-            ReadBuf::Direct(mut b) => {
+            ReadBuf::InBand(mut b) | ReadBuf::Direct(mut b) => {
                 b.truncate(len);
                 b.into_bytes()
             }
@@ -491,7 +495,7 @@ fn check_data_in(c: &CommandTask, h: &DataIn, len: u32) -> Result<(), ProtocolEr
 pub struct Lent {
     itt: u32,
     task: TaskId,
-    buf: BytesMut,
+    buf: IoBuf,
     offset: usize,
     len: usize,
 }
@@ -585,6 +589,9 @@ pub struct Session {
     /// SCSI data bytes this core copied from PDUs into read buffers
     /// (in-band Data-In); also added to the process-wide [`crate::stats`].
     copied_bytes: u64,
+    /// Where in-band read buffers come from; `None`: the process's
+    /// ([`crate::iobuf::read_pool`]).
+    read_pool: Option<&'static Pool>,
 }
 
 /// Most text one Text exchange may return (a SendTargets answer from a big
@@ -624,7 +631,15 @@ impl Session {
             last_heard: None,
             ping_outstanding: None,
             copied_bytes: 0,
+            read_pool: None,
         }
+    }
+
+    /// Take in-band read buffers from `pool` instead of the process's
+    /// ([`crate::iobuf::read_pool`]); tests count what comes back with
+    /// [`Pool::in_use`].
+    pub fn set_read_pool(&mut self, pool: &'static Pool) {
+        self.read_pool = Some(pool);
     }
 
     pub fn params(&self) -> &FeatureParams {
@@ -915,7 +930,7 @@ impl Session {
             cdb: req.cdb,
         };
         let direct = p.data_movement == DataMovement::Direct;
-        let mut read_buf = ReadBuf::InBand(BytesMut::new());
+        let mut read_buf = ReadBuf::InBand(IoBuf::empty());
         let mut buffers = None;
         if direct {
             // The target places the read data itself, anywhere in the
@@ -1080,10 +1095,14 @@ impl Session {
         let ReadBuf::InBand(buf) = &mut c.read_buf else {
             return None;
         };
-        let mut buf = std::mem::take(buf);
+        let mut buf = std::mem::replace(buf, IoBuf::empty());
         if buf.len() < c.read_len as usize {
-            // First Data-In of the command: the whole read length, once.
-            buf.resize(c.read_len as usize, 0);
+            // First Data-In of the command: the whole read length, once,
+            // from the pool (see [`ReadBuf`]); heap memory past its cap.
+            buf = self
+                .read_pool
+                .unwrap_or_else(crate::iobuf::read_pool)
+                .alloc(c.read_len as usize);
         }
         c.lent = true;
         Some(Lent {
@@ -1116,6 +1135,9 @@ impl Session {
     }
 
     fn data_in(&mut self, h: DataIn, payload: Payload) -> Result<(), ProtocolError> {
+        // Read buffers: a pool chunk (stale contents, see [`ReadBuf`]) or,
+        // with the pool at its cap, zeroed heap memory; never waits.
+        let pool = self.read_pool.unwrap_or_else(crate::iobuf::read_pool);
         self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
         if h.status_present {
             self.update_stat_sn(h.stat_sn);
@@ -1159,7 +1181,7 @@ impl Session {
             if let (Payload::Copy(data), ReadBuf::InBand(buf)) = (&payload, &mut c.read_buf) {
                 if len > 0 {
                     if buf.len() < c.read_len as usize {
-                        buf.resize(c.read_len as usize, 0);
+                        *buf = pool.alloc(c.read_len as usize);
                     }
                     // The copy of a receive path that does not place
                     // payloads itself: into the caller's buffer.
