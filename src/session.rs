@@ -646,9 +646,11 @@ impl<T: Transport> Driver<T> {
                 }
                 req = rx.recv(), if self.requests_open => match req {
                     Some(req) => {
-                        self.request(req);
+                        // One clock read for the whole batch.
+                        let now = Instant::now();
+                        self.request(req, now);
                         while let Ok(req) = rx.try_recv() {
-                            self.request(req);
+                            self.request(req, now);
                         }
                     }
                     None => {
@@ -721,8 +723,7 @@ impl<T: Transport> Driver<T> {
         self.live = None;
     }
 
-    fn request(&mut self, req: Request) {
-        let now = Instant::now();
+    fn request(&mut self, req: Request, now: Instant) {
         let (id, waiter) = match req {
             Request::Command(c, tx) => (self.machine.handle_command(c, now), Waiter::Command(tx)),
             Request::Text(data, tx) => (self.machine.handle_text(data, now), Waiter::Text(tx)),
