@@ -29,6 +29,18 @@
 //! this process left there (heap buffers are zeroed). A read buffer is cut
 //! to the length the target reported transferring before anyone sees it.
 //!
+//! On TCP (pool disabled) the read buffers of in-band commands come from a
+//! small pool of their own ([`receive_pool`], at most [`RECEIVE_POOL_CAP`]
+//! bytes, grown an arena at a time on first use and kept): a read then
+//! neither allocates nor zero-fills memory, and the memory stays hot in
+//! the CPU's cache. Past that cap (more reads held by callers at once than
+//! it covers) read buffers are heap memory again, freed when dropped, so
+//! the process's memory beyond the page cache's budget stays that
+//! constant plus what callers hold. In-band read data is only ever handed
+//! out up to the last byte the target sent in order (see
+//! [`crate::proto::session`]), so the stale contents of a chunk never
+//! reach a caller.
+//!
 //! The whole pool is safe Rust: arenas are leaked boxed slices split into
 //! `&'static mut [u8]` chunks, so only the transport's registration (which
 //! hands addresses to the device) needs `unsafe`, in its own module.
@@ -49,8 +61,13 @@ const MIN_SHIFT: u32 = 12;
 /// 4 KiB, 8 KiB, … 4 MiB.
 const CLASSES: usize = (ARENA_LEN.trailing_zeros() - MIN_SHIFT + 1) as usize;
 
+/// Memory the TCP receive pool ([`receive_pool`]) may take in all: read
+/// buffers of 32 commands of 512 KiB, or of 128 of 128 KiB, at once.
+pub const RECEIVE_POOL_CAP: usize = 16 << 20;
+
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static GLOBAL: OnceLock<&'static Pool> = OnceLock::new();
+static RECEIVE: OnceLock<&'static Pool> = OnceLock::new();
 /// Every arena of every pool of the process (the I/O pool and the page
 /// cache's), in creation order: an arena's index is its position here.
 static REGISTRY: RwLock<Vec<Arena>> = RwLock::new(Vec::new());
@@ -68,6 +85,24 @@ pub fn enabled() -> bool {
 
 fn global() -> &'static Pool {
     GLOBAL.get_or_init(|| Box::leak(Box::new(Pool::new(POOL_CAP))))
+}
+
+/// The pool in-band (TCP) read buffers come from while the process-wide
+/// pool is disabled (see the module docs). Holds no memory until the first
+/// read; at most [`RECEIVE_POOL_CAP`] bytes.
+pub fn receive_pool() -> &'static Pool {
+    RECEIVE.get_or_init(|| Box::leak(Box::new(Pool::new(RECEIVE_POOL_CAP))))
+}
+
+/// The pool an in-band command's read buffer comes from: the process-wide
+/// (registered) pool once an RDMA transport enabled it, else the TCP
+/// [`receive_pool`].
+pub fn read_pool() -> &'static Pool {
+    if enabled() {
+        global()
+    } else {
+        receive_pool()
+    }
 }
 
 /// One arena of the process-wide pool: `len` bytes at `addr`, alive (and
@@ -139,6 +174,15 @@ fn class_of(len: usize) -> Option<usize> {
 
 fn class_len(class: usize) -> usize {
     PAGE << class
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("capacity", &self.capacity())
+            .field("in_use", &self.in_use())
+            .finish()
+    }
 }
 
 impl Pool {

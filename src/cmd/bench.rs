@@ -187,14 +187,16 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
                 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
             );
             let mut lat: Vec<u32> = Vec::with_capacity(1 << 16);
-            while Instant::now() < deadline {
+            // One clock read per I/O: its end is the next one's start.
+            let mut now = Instant::now();
+            while now < deadline {
                 let slot = if pattern.is_random() {
                     rng.next() % slots
                 } else {
                     next_seq.fetch_add(1, Ordering::Relaxed) % slots
                 };
                 let lba = slot * blocks_per_io as u64;
-                let t = Instant::now();
+                let t = now;
                 match (&io, pattern.is_write()) {
                     (Io::Lun(lun), true) => lun.write(lba, payload.clone(), false).await?,
                     (Io::Lun(lun), false) => {
@@ -205,7 +207,8 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
                         d.read_at(lba * bs_block, payload.len()).await?;
                     }
                 }
-                lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                now = Instant::now();
+                lat.push((now - t).as_micros().min(u32::MAX as u128) as u32);
             }
             Ok::<_, IoError>(lat)
         }));

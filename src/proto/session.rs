@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
-use crate::iobuf::IoBuf;
+use crate::iobuf::{IoBuf, Pool};
 
 use super::pdu::{
     logout_reason, tmf, Bhs, DataIn, DataOut, LogoutRequest, NopOut, Pdu, Residual, ScsiCommand,
@@ -399,26 +399,30 @@ struct CommandTask {
     lent: bool,
 }
 
-/// Where a command's read data goes: in-band a buffer of the read length
-/// (zero-filled when the first Data-In arrives) that the receive path
+/// Where a command's read data goes: in-band a buffer of the read length,
+/// taken from a pool when the first Data-In arrives
+/// ([`crate::iobuf::read_pool`]; empty until then), that the receive path
 /// reads each payload straight into ([`Session::lend_read_buffer`]), or a
 /// PDU's data segment is copied into ([`Session::handle_pdu`]); direct a
 /// fixed-address buffer (from the registered pool when the transport
 /// enabled it, see [`crate::iobuf`]) that the target writes by RDMA.
+///
+/// A pooled in-band buffer is not zeroed: it holds whatever an earlier
+/// buffer left. That is safe because Data-In fills it strictly in order
+/// from offset 0 (see [`check_data_in`]) and the caller gets exactly the
+/// `received` bytes, never more, whatever the residual says: a short
+/// Data-In sequence yields a short result (which [`crate::client`] reports
+/// as a short transfer), never bytes the target did not send.
 #[derive(Debug)]
 enum ReadBuf {
-    InBand(BytesMut),
+    InBand(IoBuf),
     Direct(IoBuf),
 }
 
 impl ReadBuf {
     fn into_bytes(self, len: usize) -> Bytes {
         match self {
-            ReadBuf::InBand(mut b) => {
-                b.truncate(len);
-                b.freeze()
-            }
-            ReadBuf::Direct(mut b) => {
+            ReadBuf::InBand(mut b) | ReadBuf::Direct(mut b) => {
                 b.truncate(len);
                 b.into_bytes()
             }
@@ -491,7 +495,7 @@ fn check_data_in(c: &CommandTask, h: &DataIn, len: u32) -> Result<(), ProtocolEr
 pub struct Lent {
     itt: u32,
     task: TaskId,
-    buf: BytesMut,
+    buf: IoBuf,
     offset: usize,
     len: usize,
 }
@@ -585,6 +589,9 @@ pub struct Session {
     /// SCSI data bytes this core copied from PDUs into read buffers
     /// (in-band Data-In); also added to the process-wide [`crate::stats`].
     copied_bytes: u64,
+    /// Where in-band read buffers come from; `None`: the process's
+    /// ([`crate::iobuf::read_pool`]).
+    read_pool: Option<&'static Pool>,
 }
 
 /// Most text one Text exchange may return (a SendTargets answer from a big
@@ -624,7 +631,15 @@ impl Session {
             last_heard: None,
             ping_outstanding: None,
             copied_bytes: 0,
+            read_pool: None,
         }
+    }
+
+    /// Take in-band read buffers from `pool` instead of the process's
+    /// ([`crate::iobuf::read_pool`]); tests count what comes back with
+    /// [`Pool::in_use`].
+    pub fn set_read_pool(&mut self, pool: &'static Pool) {
+        self.read_pool = Some(pool);
     }
 
     pub fn params(&self) -> &FeatureParams {
@@ -915,7 +930,7 @@ impl Session {
             cdb: req.cdb,
         };
         let direct = p.data_movement == DataMovement::Direct;
-        let mut read_buf = ReadBuf::InBand(BytesMut::new());
+        let mut read_buf = ReadBuf::InBand(IoBuf::empty());
         let mut buffers = None;
         if direct {
             // The target places the read data itself, anywhere in the
@@ -1080,10 +1095,14 @@ impl Session {
         let ReadBuf::InBand(buf) = &mut c.read_buf else {
             return None;
         };
-        let mut buf = std::mem::take(buf);
+        let mut buf = std::mem::replace(buf, IoBuf::empty());
         if buf.len() < c.read_len as usize {
-            // First Data-In of the command: the whole read length, once.
-            buf.resize(c.read_len as usize, 0);
+            // First Data-In of the command: the whole read length, once,
+            // from the pool (see [`ReadBuf`]); heap memory past its cap.
+            buf = self
+                .read_pool
+                .unwrap_or_else(crate::iobuf::read_pool)
+                .alloc(c.read_len as usize);
         }
         c.lent = true;
         Some(Lent {
@@ -1116,6 +1135,9 @@ impl Session {
     }
 
     fn data_in(&mut self, h: DataIn, payload: Payload) -> Result<(), ProtocolError> {
+        // Read buffers: a pool chunk (stale contents, see [`ReadBuf`]) or,
+        // with the pool at its cap, zeroed heap memory; never waits.
+        let pool = self.read_pool.unwrap_or_else(crate::iobuf::read_pool);
         self.update_window(h.exp_cmd_sn, h.max_cmd_sn);
         if h.status_present {
             self.update_stat_sn(h.stat_sn);
@@ -1159,7 +1181,7 @@ impl Session {
             if let (Payload::Copy(data), ReadBuf::InBand(buf)) = (&payload, &mut c.read_buf) {
                 if len > 0 {
                     if buf.len() < c.read_len as usize {
-                        buf.resize(c.read_len as usize, 0);
+                        *buf = pool.alloc(c.read_len as usize);
                     }
                     // The copy of a receive path that does not place
                     // payloads itself: into the caller's buffer.
@@ -2407,6 +2429,192 @@ pub(crate) mod tests {
             Some(Event::Command { result, .. }) => result.expect("command succeeds"),
             other => panic!("expected a command completion, got {other:?}"),
         }
+    }
+
+    // --- In-band read buffers come from a pool and always go back. --------
+
+    fn private_pool() -> &'static Pool {
+        Box::leak(Box::new(Pool::new(crate::iobuf::ARENA_LEN)))
+    }
+
+    fn pooled_session(pool: &'static Pool) -> Session {
+        let mut s = session(params(), 40);
+        s.set_read_pool(pool);
+        s
+    }
+
+    /// Submit a read of `len` bytes and send it; its ITT.
+    fn sent_read(s: &mut Session, len: u32) -> (TaskId, u32) {
+        let id = s.submit(read(len));
+        let itt = itt_of(&drain(s)[0]);
+        (id, itt)
+    }
+
+    /// Lend `itt`'s buffer for a Data-In at `offset`, fill it with `data` as
+    /// the receive path would, and hand it back.
+    fn place(s: &mut Session, h: Pdu, data: &[u8]) -> Result<(), ProtocolError> {
+        let Bhs::DataIn(d) = &h.bhs else {
+            panic!("not a Data-In")
+        };
+        let mut lent = s
+            .lend_read_buffer(d, data.len() as u32)
+            .expect("buffer lent");
+        lent.dest().copy_from_slice(data);
+        s.handle_placed(Pdu::new(h.bhs), lent, Instant::now())
+    }
+
+    #[test]
+    fn in_band_read_buffers_return_to_the_pool_when_commands_complete_in_place_or_copied() {
+        let pool = private_pool();
+        let mut s = pooled_session(pool);
+        let (_, copied) = sent_read(&mut s, 8192);
+        let (_, placed) = sent_read(&mut s, 8192);
+        assert_eq!(pool.in_use(), 0, "nothing is taken before data arrives");
+        s.handle_pdu(data_in(copied, 0, 0, &[1; 8192], true), Instant::now())
+            .unwrap();
+        let pdu = data_in(placed, 0, 0, &[], true);
+        place(&mut s, pdu, &[2; 8192]).unwrap();
+        let (a, b) = (completed(&mut s), completed(&mut s));
+        assert_eq!(pool.in_use(), 2 * 8192, "the callers hold both buffers");
+        assert!(a.data.iter().all(|&x| x == 1) && b.data.iter().all(|&x| x == 2));
+        drop((a, b));
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    #[test]
+    fn in_band_read_buffers_return_to_the_pool_when_commands_fail_are_aborted_or_the_core_goes() {
+        let pool = private_pool();
+        let now = Instant::now();
+
+        // A protocol error mid-read, then the connection is given up.
+        let mut s = pooled_session(pool);
+        let (_, itt) = sent_read(&mut s, 8192);
+        s.handle_pdu(data_in(itt, 0, 0, &[1; 4096], false), now)
+            .unwrap();
+        assert_eq!(pool.in_use(), 8192);
+        assert!(s
+            .handle_pdu(data_in(itt, 7, 4096, &[1; 4096], true), now)
+            .is_err());
+        s.fail_all("connection lost");
+        assert!(matches!(
+            s.poll_event(),
+            Some(Event::Command { result: Err(_), .. })
+        ));
+        assert_eq!(pool.in_use(), 0, "fail_all");
+
+        // Aborted (ABORT TASK answered) with part of its data in.
+        let (victim, itt) = sent_read(&mut s, 8192);
+        s.handle_pdu(data_in(itt, 0, 0, &[1; 4096], false), now)
+            .unwrap();
+        s.abort_task(victim);
+        let Bhs::TaskMgmtRequest(t) = &drain(&mut s)[0].bhs else {
+            panic!("no TMF sent")
+        };
+        let tmf_itt = t.itt;
+        s.handle_pdu(
+            Pdu::new(Bhs::TaskMgmtResponse(crate::proto::pdu::TaskMgmtResponse {
+                response: 0,
+                itt: tmf_itt,
+                stat_sn: 1,
+                exp_cmd_sn: 3,
+                max_cmd_sn: 40,
+            })),
+            now,
+        )
+        .unwrap();
+        while s.poll_event().is_some() {}
+        assert_eq!(pool.in_use(), 0, "abort");
+
+        // The payload of a command given up while it arrives: the lent
+        // buffer is dropped when it comes back.
+        let (_, itt) = sent_read(&mut s, 8192);
+        let h = data_in(itt, 0, 0, &[], true);
+        let Bhs::DataIn(d) = &h.bhs else {
+            unreachable!()
+        };
+        let lent = s.lend_read_buffer(d, 8192).expect("lent");
+        s.fail_all("timed out");
+        while s.poll_event().is_some() {}
+        assert_eq!(pool.in_use(), 8192, "the reader still holds it");
+        assert!(s.handle_placed(Pdu::new(h.bhs), lent, now).is_err());
+        assert_eq!(pool.in_use(), 0, "late payload");
+
+        // Reconnect: the old core is dropped with reads half done, one of
+        // them with its buffer lent to the old connection's reader.
+        let (_, a) = sent_read(&mut s, 8192);
+        let (_, b) = sent_read(&mut s, 16384);
+        s.handle_pdu(data_in(a, 0, 0, &[1; 4096], false), now)
+            .unwrap();
+        let h = data_in(b, 0, 0, &[], false);
+        let Bhs::DataIn(d) = &h.bhs else {
+            unreachable!()
+        };
+        let lent = s.lend_read_buffer(d, 4096).expect("lent");
+        assert_eq!(pool.in_use(), 8192 + 16384);
+        drop(s);
+        drop(lent);
+        assert_eq!(pool.in_use(), 0, "core and reader dropped");
+    }
+
+    #[test]
+    fn a_short_in_band_read_never_hands_out_stale_pool_bytes() {
+        let pool = private_pool();
+        // A chunk full of another read's bytes, back in the pool.
+        let mut dirty = pool.alloc(8192);
+        dirty.fill(0xee);
+        let dirty_addr = dirty.as_ptr() as usize;
+        drop(dirty);
+        for (placed, underflow) in [(false, true), (true, true), (false, false), (true, false)] {
+            let mut s = pooled_session(pool);
+            let (_, itt) = sent_read(&mut s, 8192);
+            // 3000 bytes and the status: the target sent less than asked,
+            // with or without saying so in the residual.
+            let mut last = data_in(itt, 0, 0, &[], true);
+            if let Bhs::DataIn(d) = &mut last.bhs {
+                d.residual = Residual {
+                    underflow,
+                    overflow: false,
+                    count: if underflow { 8192 - 3000 } else { 0 },
+                };
+            }
+            if placed {
+                place(&mut s, last, &[7; 3000]).unwrap();
+            } else {
+                last.data = Bytes::from(vec![7; 3000]);
+                s.handle_pdu(last, Instant::now()).unwrap();
+            }
+            let r = completed(&mut s);
+            assert_eq!(
+                r.data.as_ptr() as usize,
+                dirty_addr,
+                "the dirty chunk was reused"
+            );
+            assert_eq!(r.data.len(), 3000, "only what the target sent");
+            assert!(r.data.iter().all(|&x| x == 7), "{placed} {underflow}");
+        }
+        assert_eq!(pool.in_use(), 0);
+    }
+
+    #[test]
+    fn reads_past_the_pool_cap_get_heap_buffers_and_never_wait() {
+        let pool: &'static Pool = Box::leak(Box::new(Pool::new(crate::iobuf::ARENA_LEN)));
+        let mut s = pooled_session(pool);
+        let mut held = Vec::new();
+        // 40 reads of 128 KiB: the 4 MiB cap holds 32 of them.
+        for i in 0..40u8 {
+            let (_, itt) = sent_read(&mut s, 128 << 10);
+            s.handle_pdu(
+                data_in(itt, 0, 0, &vec![i; 128 << 10], true),
+                Instant::now(),
+            )
+            .unwrap();
+            let r = completed(&mut s);
+            assert!(r.data.iter().all(|&x| x == i));
+            held.push(r);
+        }
+        assert_eq!(pool.in_use(), 32 * (128 << 10));
+        drop(held);
+        assert_eq!(pool.in_use(), 0);
     }
 
     #[test]
