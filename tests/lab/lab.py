@@ -379,6 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         help="add the comparison: rlun bench vs fio on the kernel initiator, same LUN",
     )
     ap.add_argument("--compare-seconds", type=int, default=10, help="seconds per comparison run")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="LAB_K=V",
+        help="pass a variable to the scenarios (e.g. LAB_PROFILE_BASE=/path/to/rlun for iser-profile)",
+    )
     ap.add_argument("--rlun", help="rlun binary (default target/debug/rlun; release with --compare)")
     ap.add_argument("--kernel", help="kernel image to boot (default: newest Debian one in /boot)")
     ap.add_argument("--out", help="results directory (default .lab-out/<timestamp>)")
@@ -440,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     guest_cmd = [
         "bash", str(GUEST_RUN), "--out", str(out), "--rlun", str(rlun),
         "--scale", str(scale), "--set", f"LAB_COMPARE_SECONDS={args.compare_seconds}",
+        *(a for kv in args.set for a in ("--set", kv)),
         *names,
     ]  # fmt: skip
     vng_argv = [

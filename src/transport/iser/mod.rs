@@ -9,7 +9,13 @@
 //! - `conn` (feature `rdma`): one connection — RDMA CM setup with the iSER
 //!   private data, an RC queue pair, registered send/receive buffers posted
 //!   before connecting, completions through the completion channels' fds on
-//!   tokio (one CQ for the receive half, one for the send half).
+//!   tokio (one CQ for the receive half, one for the send half). The
+//!   frames of one write go out as one chain of work requests in one post,
+//!   only some of them signalled ([`slots`]); received buffers go back to
+//!   the device once per poll batch, as one chain; a waiting half reads one
+//!   completion event per wake-up. On soft-RoCE every post and every re-arm
+//!   is a system call, so these are what the per-I/O CPU cost is made of.
+//! - [`slots`]: send-slot accounting with selective signalling (host-tested).
 //!
 //! [`IserTransport`] implements the session driver's
 //! [`Transport`](crate::transport::Transport) trait with
@@ -45,6 +51,7 @@
 mod conn;
 pub mod header;
 pub mod ledger;
+pub mod slots;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
 mod sys;

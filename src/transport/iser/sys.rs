@@ -108,15 +108,15 @@ pub struct IbvSendWr {
 }
 
 impl IbvSendWr {
-    /// A signaled Send of `sges`.
-    pub fn send(wr_id: u64, sges: &mut [IbvSge]) -> IbvSendWr {
+    /// A Send of `sges`, signalled (it makes a work completion) or not.
+    pub fn send(wr_id: u64, sges: &mut [IbvSge], signalled: bool) -> IbvSendWr {
         IbvSendWr {
             wr_id,
             next: std::ptr::null_mut(),
             sg_list: sges.as_mut_ptr(),
             num_sge: sges.len() as c_int,
             opcode: IBV_WR_SEND,
-            send_flags: IBV_SEND_SIGNALED,
+            send_flags: if signalled { IBV_SEND_SIGNALED } else { 0 },
             imm_data: 0,
             _unions: [0; 11],
         }

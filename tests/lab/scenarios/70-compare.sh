@@ -17,6 +17,12 @@ scenario() {
 
     # iSER rows first (their own block and table: compare_iser below).
     compare_iser "$secs" "$limit"
+    # --set LAB_COMPARE_ISER_ONLY=1: the iSER block alone (a quicker run
+    # when only the iSER path changed).
+    if [ -n "${LAB_COMPARE_ISER_ONLY:-}" ]; then
+        note "iSER comparison only (LAB_COMPARE_ISER_ONLY): see compare-iser.json"
+        return 0
+    fi
 
     # rlun first, while no kernel session exists.
     for c in "${cases[@]}"; do
