@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of rlun's parsers (the targets in fuzz/).
 #
-#   scripts/fuzz.sh                 every target for 20 s (what scripts/test.sh runs)
+#   scripts/fuzz.sh                 every target for 20 s (scripts/test.sh runs 10 s: CI's short version)
 #   scripts/fuzz.sh 3600            every target for an hour
 #   scripts/fuzz.sh 600 session pdu only these targets, 10 minutes each
 #

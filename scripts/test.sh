@@ -45,8 +45,8 @@ cargo test --doc
 # targets side by side on the machine's cores. Needs a nightly toolchain:
 # without one the script prints why it skips and succeeds. A crash fails the
 # run and names its reproducer. RLUN_FUZZ_SECONDS sets the time per target.
-step "fuzz (${RLUN_FUZZ_SECONDS:-20} s per target)"
-RLUN_FUZZ_SEED=${RLUN_FUZZ_SEED:-1} RLUN_FUZZ_JOBS=${RLUN_FUZZ_JOBS:-$(nproc)} scripts/fuzz.sh "${RLUN_FUZZ_SECONDS:-20}"
+step "fuzz (${RLUN_FUZZ_SECONDS:-10} s per target)"
+RLUN_FUZZ_SEED=${RLUN_FUZZ_SEED:-1} RLUN_FUZZ_JOBS=${RLUN_FUZZ_JOBS:-$(nproc)} scripts/fuzz.sh "${RLUN_FUZZ_SECONDS:-10}"
 
 # Fault soak (scripts/soak.sh): fio verify through a mount and an NBD export
 # while tgtd is killed, reset, paused, degraded and corrupted; fails on any
