@@ -700,6 +700,22 @@ fn cp_hung_up_on_exits_129_and_leaves_only_what_was_copied() {
     assert_cp_stops_cleanly_on("HUP", 129);
 }
 
+/// `rlun cp --no-progress ARGS… DST` in the background, stdout and stderr
+/// piped for `wait_output`.
+fn spawn_cp(args: &[&str], dst: &Path) -> common::ChildGuard {
+    common::ChildGuard(
+        std::process::Command::new(rlun_bin())
+            .args(["cp", "--no-progress"])
+            .args(args)
+            .arg(dst)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start rlun cp"),
+    )
+}
+
 /// SIG`signal` in the middle of a LUN → file copy: exit `code`, one message
 /// naming the signal, and a file cut back to exactly the bytes it says.
 fn assert_cp_stops_cleanly_on(signal: &str, code: i32) {
@@ -708,16 +724,7 @@ fn assert_cp_stops_cleanly_on(signal: &str, code: i32) {
     // 1 TiB of zeros: the copy is still running when the signal comes.
     tgtd.add_target(IQN).lun_null(1).create().expect("target");
     let dst = dir.path().join("backup.img");
-    let mut child = common::ChildGuard(
-        std::process::Command::new(rlun_bin())
-            .args(["cp", "--no-progress", "--bs", "64k", &tgtd.url(IQN, 1)])
-            .arg(&dst)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start rlun cp"),
-    );
+    let mut child = spawn_cp(&["--bs", "64k", &tgtd.url(IQN, 1)], &dst);
     let start = std::time::Instant::now();
     // Wait until some data has landed in the (sparse, LUN-sized) file.
     while fs::metadata(&dst)
@@ -760,16 +767,7 @@ fn cp_interrupted_by_sigint_while_logging_in_exits_130_at_once() {
     let url = format!("iscsi://{}/{IQN}/1", silent.local_addr().unwrap());
     let dir = tempdir();
     let dst = dir.path().join("backup.img");
-    let mut child = common::ChildGuard(
-        std::process::Command::new(rlun_bin())
-            .args(["cp", "--no-progress", "--login-timeout", "120s", &url])
-            .arg(&dst)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start rlun cp"),
-    );
+    let mut child = spawn_cp(&["--login-timeout", "120s", &url], &dst);
     // Let it connect and send its login request.
     std::thread::sleep(Duration::from_secs(1));
     assert!(
