@@ -484,6 +484,9 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     let pid = std::fs::read_to_string(&state)
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok());
+    // Say that we wait before the process can end, so that it leaves its
+    // exit status for us (and only for us).
+    let _waiter = pid.and_then(|_| daemon::Waiter::register(&state));
     run_unmount_program(&path, lazy)
         .await
         .map_err(|e| CliError::Other(format!("cannot unmount {}: {e}", path.display())))?;
