@@ -106,7 +106,11 @@ pub enum Command {
     /// List LUNs with size, block size, vendor and product.
     ///
     /// Given a portal, lists the LUNs of every target it offers; given a
-    /// target URL, lists that target's LUNs.
+    /// target URL, lists that target's LUNs. Targets of a portal that
+    /// cannot be listed (CHAP without credentials, an ACL, a lost
+    /// connection) do not hide the others: their LUNs are left out, one
+    /// error at the end names each with its cause, and the exit code is
+    /// theirs when they all fail alike (4 when all want CHAP), else 1.
     Ls {
         /// Portal or target URL.
         url: String,

@@ -60,6 +60,10 @@ pub enum CliError {
     /// and exit code.
     #[error("{message}")]
     Child { message: String, code: i32 },
+    /// Some of several independent parts failed (`rlun ls` of a portal: a
+    /// target that refused the login); `kind` is theirs when they agree.
+    #[error("{message}")]
+    Partly { message: String, kind: ErrorKind },
     /// Standard output was closed by its reader: stop quietly.
     #[error("standard output closed")]
     BrokenPipe,
@@ -110,6 +114,7 @@ impl CliError {
             | CliError::Child { .. }
             | CliError::Interrupted(_) => ErrorKind::Failure,
             CliError::StreamTooLarge { .. } => ErrorKind::Io,
+            CliError::Partly { kind, .. } => *kind,
             CliError::Session(e) => e.kind(),
             CliError::Iser(e) => e.kind(),
             CliError::Client(e) => e.kind(),
