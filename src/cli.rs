@@ -203,7 +203,8 @@ pub enum Command {
     /// it to a VM or a database. A target URL mounts every disk LUN of the
     /// target, a LUN URL just that LUN; a bare portal is refused (pick a
     /// target with `rlun discover`). A write-protected LUN, or every LUN with
-    /// --read-only, is a read-only file (EROFS on write).
+    /// --read-only, is a read-only file (EROFS on write). A directory that
+    /// is already a mount point is refused (exit 8): unmount it first.
     ///
     /// rlun stays in the foreground until SIGINT/SIGTERM or `rlun umount`,
     /// then writes back cached data, logs out and unmounts; --daemon detaches
