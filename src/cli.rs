@@ -97,6 +97,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List the targets a portal offers (SendTargets discovery).
+    ///
+    /// A portal that closes the connection during or right after the
+    /// discovery login (tgtd does, with no targets bound to it) fails with
+    /// exit code 3 and a hint: it may have no targets, or none an ACL lets
+    /// this initiator see.
     Discover {
         /// Portal: iscsi://host[:port] or host[:port].
         portal: String,

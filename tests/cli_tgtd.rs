@@ -954,3 +954,12 @@ fn small_max_recv_segment_splits_reads_into_many_data_in_pdus() {
     assert_success(&out, "cp with 512-byte Data-In segments");
     assert_same_bytes(&read(&copy), &read(&img), "LUN read in 512-byte PDUs");
 }
+
+#[test]
+fn discover_on_a_portal_that_closes_the_connection_after_login_hints_at_no_targets() {
+    let tgtd = Tgtd::start().expect("start tgtd");
+
+    let out = run_rlun(["discover", &tgtd.portal()], &[]);
+
+    common::cli::assert_failure(&out, 3, &["connection closed", "no targets", "ACL"]);
+}

@@ -20,7 +20,12 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
                 ..url.clone()
             };
             let cfg = ctx.session_config(&portal, entry.as_deref(), opts)?;
-            discover(cfg).await?.into_iter().map(|t| t.name).collect()
+            discover(cfg)
+                .await
+                .map_err(super::discovery_failed)?
+                .into_iter()
+                .map(|t| t.name)
+                .collect()
         }
     };
     out!(
@@ -112,7 +117,7 @@ fn partly_failed(total: usize, failures: Vec<(String, CliError)>) -> Option<CliE
             m
         }),
     };
-    Some(CliError::Partly { message, kind })
+    Some(CliError::Described { message, kind })
 }
 
 #[cfg(test)]

@@ -60,10 +60,11 @@ pub enum CliError {
     /// and exit code.
     #[error("{message}")]
     Child { message: String, code: i32 },
-    /// Some of several independent parts failed (`rlun ls` of a portal: a
-    /// target that refused the login); `kind` is theirs when they agree.
+    /// A message composed here, with the kind (so the exit code) of what
+    /// failed: `rlun ls PORTAL` naming the targets it could not list, a
+    /// discovery error with a hint.
     #[error("{message}")]
-    Partly { message: String, kind: ErrorKind },
+    Described { message: String, kind: ErrorKind },
     /// Standard output was closed by its reader: stop quietly.
     #[error("standard output closed")]
     BrokenPipe,
@@ -79,6 +80,32 @@ pub enum CliError {
     /// SIGINT or SIGTERM stopped the command (exit code 128 + the signal).
     #[error("interrupted by {}", .0.name())]
     Interrupted(crate::daemon::StopSignal),
+}
+
+/// A failed SendTargets discovery, with a hint when the portal closed the
+/// connection during or right after the discovery login: tgtd does that on
+/// a portal with no targets bound to it, other targets when no ACL lets
+/// this initiator see any.
+pub(crate) fn discovery_failed(e: SessionError) -> CliError {
+    use crate::transport::TransportError;
+    let closed =
+        |t: &TransportError| matches!(t, TransportError::Closed | TransportError::Truncated { .. });
+    let hint = match &e {
+        SessionError::LoginTransport { source, .. } => closed(source),
+        SessionError::ConnectionLost(source) => closed(source),
+        _ => false,
+    };
+    if !hint {
+        return e.into();
+    }
+    CliError::Described {
+        message: format!(
+            "{}: the portal may have no targets bound to it, or no ACL that lets this \
+             initiator see one (check the target's configuration and --initiator-name)",
+            crate::session::error_chain(&e)
+        ),
+        kind: e.kind(),
+    }
 }
 
 /// Map a failed write to standard output.
@@ -114,7 +141,7 @@ impl CliError {
             | CliError::Child { .. }
             | CliError::Interrupted(_) => ErrorKind::Failure,
             CliError::StreamTooLarge { .. } => ErrorKind::Io,
-            CliError::Partly { kind, .. } => *kind,
+            CliError::Described { kind, .. } => *kind,
             CliError::Session(e) => e.kind(),
             CliError::Iser(e) => e.kind(),
             CliError::Client(e) => e.kind(),
@@ -348,7 +375,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 ..url
             };
             let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
-            let targets = discover(cfg).await?;
+            let targets = discover(cfg).await.map_err(discovery_failed)?;
             if targets.is_empty() {
                 eprintln!(
                     "portal {} offers no targets to this initiator",
