@@ -634,7 +634,8 @@ pub enum DigestChoice {
     None,
     /// Require CRC32C (login fails if the target refuses).
     Crc32c,
-    /// Offer CRC32C, accept None.
+    /// Offer CRC32C, accept None (also spelled `prefer`, as before).
+    #[value(name = "prefer-crc32c", alias = "prefer")]
     Prefer,
 }
 

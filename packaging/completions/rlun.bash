@@ -156,11 +156,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -266,11 +266,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -386,11 +386,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -482,11 +482,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -784,11 +784,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -876,11 +876,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -970,11 +970,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -1084,11 +1084,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
