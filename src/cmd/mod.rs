@@ -364,6 +364,96 @@ pub fn human_size(bytes: u64) -> String {
 
 /// Run the parsed command line.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
+    match run_command(cli).await {
+        Err(e) => Err(explain_foreign_service(e).await),
+        ok => ok,
+    }
+}
+
+/// The login failed on an answer that is no iSCSI PDU (a framing error,
+/// or a cut-off or unexpected answer): often another service (a web
+/// server, SSH) listens on the port. Ask again on a fresh connection
+/// with a bare login request and, unless a login response comes back,
+/// say so with the first bytes of the answer — they name the service.
+async fn explain_foreign_service(e: CliError) -> CliError {
+    use crate::proto::login::LoginError;
+    use crate::transport::TransportError;
+    let session = match &e {
+        CliError::Session(s) | CliError::Client(ClientError::Session(s)) => s,
+        _ => return e,
+    };
+    let portal = match session {
+        SessionError::LoginTransport {
+            portal,
+            source: TransportError::Pdu(_) | TransportError::Truncated { .. },
+        }
+        | SessionError::Login {
+            portal,
+            source: LoginError::Protocol(_),
+        } => portal.clone(),
+        _ => return e,
+    };
+    let answer = match probe_login_answer(&portal).await {
+        Some(a) if looks_like_login_response(&a) => return e,
+        Some(a) if !a.is_empty() => format!("its answer to a login begins {}", show_bytes(&a)),
+        _ => "its answer to the login is no iSCSI login response".to_string(),
+    };
+    CliError::Described {
+        message: format!(
+            "{portal} does not look like an iSCSI target: {answer} (is the port right? iSCSI \
+             listens on 3260); the login failed with: {}",
+            crate::session::error_chain(&e)
+        ),
+        kind: e.kind(),
+    }
+}
+
+/// How long the probe of [`explain_foreign_service`] waits at each step.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Connect to `portal` (`host:port`, over TCP), send a bare 48-byte login
+/// request header, and return up to 64 bytes of the answer (`None` when
+/// the connection fails).
+async fn probe_login_answer(portal: &str) -> Option<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(portal))
+        .await
+        .ok()?
+        .ok()?;
+    // Login request (immediate, 0x43), Transit, CSG 1 → NSG 3, no data.
+    let mut bhs = [0u8; 48];
+    bhs[0] = 0x43;
+    bhs[1] = 0x87;
+    stream.write_all(&bhs).await.ok()?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 64];
+    while answer.len() < buf.len() {
+        match tokio::time::timeout(PROBE_TIMEOUT, stream.read(&mut buf[answer.len()..])).await {
+            Ok(Ok(n)) if n > 0 => answer.extend_from_slice(&buf[answer.len()..answer.len() + n]),
+            _ => break,
+        }
+    }
+    Some(answer)
+}
+
+/// Whether `bytes` start like an iSCSI Login Response header (opcode 0x23).
+fn looks_like_login_response(bytes: &[u8]) -> bool {
+    bytes.first().is_some_and(|b| b & 0x3f == 0x23)
+}
+
+/// Up to 32 bytes quoted as text when printable, with escapes otherwise.
+fn show_bytes(bytes: &[u8]) -> String {
+    let shown: String = bytes
+        .iter()
+        .take(32)
+        .flat_map(|b| std::ascii::escape_default(*b))
+        .map(char::from)
+        .collect();
+    let more = if bytes.len() > 32 { "…" } else { "" };
+    format!("\"{shown}{more}\"")
+}
+
+async fn run_command(cli: Cli) -> Result<(), CliError> {
     let config = Config::load(cli.config.as_deref())?;
     let ctx = Ctx { config };
     match cli.command {
