@@ -408,12 +408,13 @@ async fn explain_foreign_service(e: CliError) -> CliError {
     }
 }
 
-/// How long the probe of [`explain_foreign_service`] waits at each step.
-const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long the probe of [`explain_foreign_service`] waits to connect, and
+/// then for the answer (the service answered rlun's login at once).
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Connect to `portal` (`host:port`, over TCP), send a bare 48-byte login
-/// request header, and return up to 64 bytes of the answer (`None` when
-/// the connection fails).
+/// request header, and return the first bytes of the answer (one read, at
+/// most 64 bytes; `None` when the connection fails).
 async fn probe_login_answer(portal: &str) -> Option<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(portal))
@@ -425,15 +426,12 @@ async fn probe_login_answer(portal: &str) -> Option<Vec<u8>> {
     bhs[0] = 0x43;
     bhs[1] = 0x87;
     stream.write_all(&bhs).await.ok()?;
-    let mut answer = Vec::new();
     let mut buf = [0u8; 64];
-    while answer.len() < buf.len() {
-        match tokio::time::timeout(PROBE_TIMEOUT, stream.read(&mut buf[answer.len()..])).await {
-            Ok(Ok(n)) if n > 0 => answer.extend_from_slice(&buf[answer.len()..answer.len() + n]),
-            _ => break,
-        }
-    }
-    Some(answer)
+    let n = tokio::time::timeout(PROBE_TIMEOUT, stream.read(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    Some(buf[..n].to_vec())
 }
 
 /// Whether `bytes` start like an iSCSI Login Response header (opcode 0x23).
