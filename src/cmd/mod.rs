@@ -82,14 +82,18 @@ pub enum CliError {
     Interrupted(crate::daemon::StopSignal),
 }
 
-/// A failed SendTargets discovery, with a hint when the portal closed the
-/// connection during or right after the discovery login: tgtd does that on
-/// a portal with no targets bound to it, other targets when no ACL lets
-/// this initiator see any.
+/// A failed SendTargets discovery, with a hint when the portal closed (or
+/// reset) the connection during or right after the discovery login: tgtd
+/// does that on a portal with no targets bound to it, other targets when
+/// no ACL lets this initiator see any.
 pub(crate) fn discovery_failed(e: SessionError) -> CliError {
     use crate::transport::TransportError;
-    let closed =
-        |t: &TransportError| matches!(t, TransportError::Closed | TransportError::Truncated { .. });
+    // tgtd closes with a reset when our request is still unread.
+    let closed = |t: &TransportError| match t {
+        TransportError::Closed | TransportError::Truncated { .. } => true,
+        TransportError::Io(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        _ => false,
+    };
     let hint = match &e {
         SessionError::LoginTransport { source, .. } => closed(source),
         SessionError::ConnectionLost(source) => closed(source),
