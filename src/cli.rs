@@ -97,6 +97,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List the targets a portal offers (SendTargets discovery).
+    ///
+    /// A portal that closes the connection during or right after the
+    /// discovery login (tgtd does, with no targets bound to it) fails with
+    /// exit code 3 and a hint: it may have no targets, or none an ACL lets
+    /// this initiator see.
     Discover {
         /// Portal: iscsi://host[:port] or host[:port].
         portal: String,
@@ -106,7 +111,11 @@ pub enum Command {
     /// List LUNs with size, block size, vendor and product.
     ///
     /// Given a portal, lists the LUNs of every target it offers; given a
-    /// target URL, lists that target's LUNs.
+    /// target URL, lists that target's LUNs. Targets of a portal that
+    /// cannot be listed (CHAP without credentials, an ACL, a lost
+    /// connection) do not hide the others: their LUNs are left out, one
+    /// error at the end names each with its cause, and the exit code is
+    /// theirs when they all fail alike (4 when all want CHAP), else 1.
     Ls {
         /// Portal or target URL.
         url: String,
@@ -199,7 +208,8 @@ pub enum Command {
     /// it to a VM or a database. A target URL mounts every disk LUN of the
     /// target, a LUN URL just that LUN; a bare portal is refused (pick a
     /// target with `rlun discover`). A write-protected LUN, or every LUN with
-    /// --read-only, is a read-only file (EROFS on write).
+    /// --read-only, is a read-only file (EROFS on write). A directory that
+    /// is already a mount point is refused (exit 8): unmount it first.
     ///
     /// rlun stays in the foreground until SIGINT/SIGTERM or `rlun umount`,
     /// then writes back cached data, logs out and unmounts; --daemon detaches
@@ -632,7 +642,8 @@ pub enum DigestChoice {
     None,
     /// Require CRC32C (login fails if the target refuses).
     Crc32c,
-    /// Offer CRC32C, accept None.
+    /// Offer CRC32C, accept None (also spelled `prefer`, as before).
+    #[value(name = "prefer-crc32c", alias = "prefer")]
     Prefer,
 }
 

@@ -112,7 +112,8 @@ DESCRIPTION
     data_digest = "none" | "crc32c" | "prefer-crc32c"
         What to offer for HeaderDigest and DataDigest (RFC 7143 section
         13.1): "none" offers None, "crc32c" insists on CRC32C, and
-        "prefer-crc32c" offers CRC32C,None. Default: "none".
+        "prefer-crc32c" offers CRC32C,None ("prefer", the short form
+        --header-digest also takes, means the same). Default: "none".
 
 [targets.<name>]
     A named target, usable in place of a URL: `rlun mount store /mnt/x`.

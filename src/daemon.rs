@@ -21,10 +21,14 @@
 //! - **Pid files** ([`PidFile`], [`state_file`]): one per thing served
 //!   (a mount point, later a socket or a device), under `/run/rlun/` for
 //!   root, so `rlun umount` (later `rlun detach`) can find the process and
-//!   wait for it. When the process ends it leaves its exit status next to
-//!   the pid file ([`PidFile::finish`], [`read_exit_status`]), so the
-//!   command that stopped it can fail when written data did not reach the
-//!   target.
+//!   wait for it. A command that stops such a process and waits for it
+//!   first says so in a `.wait` file next to the pid file ([`Waiter`]);
+//!   when the process ends it leaves its exit status next to the pid file
+//!   ([`PidFile::finish`], [`read_exit_status`]) only for such a waiter, so
+//!   the command that stopped it can fail when written data did not reach
+//!   the target. Nothing stays behind when no one waits (a SIGTERM from
+//!   systemd or `kill`), and statuses or waiter files left by processes
+//!   that are gone are swept when the next pid file is written.
 //! - **Signals** ([`Signals`]): SIGINT and SIGTERM ask to stop (the first
 //!   one: stop cleanly; a second one: cut off what still hangs on), SIGHUP
 //!   is ignored.
@@ -483,6 +487,59 @@ fn exit_file(pid_file: &Path) -> PathBuf {
     pid_file.with_extension("exit")
 }
 
+/// Where a command waiting for the process of the pid file `pid_file`
+/// ([`Waiter`]) leaves its own pid.
+fn wait_file(pid_file: &Path) -> PathBuf {
+    pid_file.with_extension("wait")
+}
+
+/// The pid in a small state file (a pid file, a `.wait` file or the first
+/// word of an exit status).
+fn pid_in(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Whether a live process waits for the exit status of the process of
+/// `pid_file`.
+fn has_live_waiter(pid_file: &Path) -> bool {
+    pid_in(&wait_file(pid_file)).is_some_and(crate::cmd::mount::process_alive)
+}
+
+/// A command (`rlun umount`, `rlun detach`) that is about to stop the
+/// process of a pid file and wants its exit status: while this lives, that
+/// process leaves its exit status for [`read_exit_status`]. Create it
+/// before stopping the process; removed on drop.
+pub struct Waiter(PathBuf);
+
+impl Waiter {
+    /// Say that this process waits for the process of `pid_file`. `None`
+    /// (with a debug log) when the file cannot be written: the exit status
+    /// is then not left, and the wait ends as [`Stopped::Clean`].
+    pub fn register(pid_file: &Path) -> Option<Waiter> {
+        let path = wait_file(pid_file);
+        match std::fs::write(&path, format!("{}\n", std::process::id())) {
+            Ok(()) => Some(Waiter(path)),
+            Err(e) => {
+                debug!(path = %path.display(), error = %e, "cannot say that we wait for the exit status");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if pid_in(&self.0) == Some(std::process::id()) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
 /// The pid file of this process, removed on drop.
 pub struct PidFile(PathBuf);
 
@@ -506,16 +563,22 @@ impl PidFile {
         }
     }
 
-    /// Leave the exit status next to the pid file for whoever waits for
-    /// this process (`rlun umount`), then remove the pid file.
+    /// Leave the exit status next to the pid file for the command that
+    /// waits for this process ([`Waiter`]: `rlun umount`, `rlun detach`),
+    /// then remove the pid file. Without a live waiter nothing is left.
     pub fn finish(self, result: &Result<(), CliError>) {
         let (code, message) = match result {
             Ok(()) => (exit::OK, String::new()),
             Err(e) => (e.exit_code(), one_line(&crate::session::error_chain(e))),
         };
         let text = format!("{} {code} {message}\n", std::process::id());
-        if let Err(e) = std::fs::write(exit_file(&self.0), text) {
+        let exit = exit_file(&self.0);
+        // Written before the waiter is looked for, so that a waiter that
+        // registers meanwhile finds it; taken back when no one waits.
+        if let Err(e) = std::fs::write(&exit, text) {
             debug!(error = %e, "cannot leave the exit status");
+        } else if !has_live_waiter(&self.0) {
+            let _ = std::fs::remove_file(&exit);
         }
         drop(self);
     }
@@ -591,34 +654,33 @@ pub fn read_exit_status(pid_file: &Path, pid: u32) -> Option<(i32, String)> {
 const EXIT_STATUS_KEPT: Duration = Duration::from_secs(3600);
 
 /// Remove pid files of rlun processes that died without cleaning up
-/// (SIGKILL), and exit statuses nobody collected within
-/// [`EXIT_STATUS_KEPT`].
+/// (SIGKILL), `.wait` files of waiters that are gone, and exit statuses
+/// nobody collects: their process is gone and no live waiter wants them,
+/// or they are older than [`EXIT_STATUS_KEPT`].
 pub fn sweep_stale_pid_files(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
+    let gone = |pid: Option<u32>| pid.is_none_or(|p| !Path::new(&format!("/proc/{p}")).exists());
     for e in entries.flatten() {
         let path = e.path();
-        if path.extension().is_some_and(|x| x == "exit") {
-            let old = e
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > EXIT_STATUS_KEPT);
-            if old {
+        match path.extension().and_then(|x| x.to_str()) {
+            Some("exit") => {
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > EXIT_STATUS_KEPT);
+                let unwanted = gone(pid_in(&path)) && !has_live_waiter(&path.with_extension("pid"));
+                if old || unwanted {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+            Some("pid") | Some("wait") if gone(pid_in(&path)) => {
                 let _ = std::fs::remove_file(&path);
             }
-            continue;
-        }
-        if path.extension().is_none_or(|x| x != "pid") {
-            continue;
-        }
-        let pid = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok());
-        if pid.is_none_or(|p| !Path::new(&format!("/proc/{p}")).exists()) {
-            let _ = std::fs::remove_file(&path);
+            _ => {}
         }
     }
 }
@@ -694,6 +756,7 @@ mod tests {
         let path = dir.path().join("m.pid");
         let pid_file = PidFile::create(path.clone()).expect("pid file");
         let me = std::process::id();
+        let waiter = Waiter::register(&path).expect("wait file");
 
         pid_file.finish(&Err(CliError::Other("data lost\nreally".into())));
 
@@ -704,6 +767,41 @@ mod tests {
             Some((exit::FAILURE, "data lost really".to_string()))
         );
         assert_eq!(read_exit_status(&path, me), None, "consumed");
+        drop(waiter);
+        assert!(!wait_file(&path).exists(), "wait file removed");
+    }
+
+    #[test]
+    fn without_a_waiter_no_exit_status_is_left_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.pid");
+        let pid_file = PidFile::create(path.clone()).expect("pid file");
+
+        pid_file.finish(&Err(CliError::Other("data lost".into())));
+
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+
+    #[test]
+    fn statuses_and_waits_of_processes_that_are_gone_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name);
+        let me = std::process::id();
+        // Writer gone, nobody waits: swept. Writer gone, a live waiter:
+        // kept for it. A waiter that is gone: swept.
+        std::fs::write(p("orphan.exit"), "4294967295 0 \n").unwrap();
+        std::fs::write(p("wanted.exit"), "4294967295 1 lost\n").unwrap();
+        std::fs::write(p("wanted.wait"), format!("{me}\n")).unwrap();
+        std::fs::write(p("gone.wait"), "4294967295\n").unwrap();
+
+        sweep_stale_pid_files(dir.path());
+
+        assert!(!p("orphan.exit").exists() && !p("gone.wait").exists());
+        assert!(p("wanted.exit").exists() && p("wanted.wait").exists());
     }
 
     #[test]

@@ -854,3 +854,40 @@ fn cp_into_a_full_filesystem_fails_and_leaves_only_what_was_copied() {
         "{err}"
     );
 }
+
+/// A tiny stand-in for a web server: every connection's first bytes get an
+/// HTTP 400 answer, then the connection is closed. Deliberately not iSCSI.
+fn http_server() -> SocketAddr {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 512];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+                  Content-Length: 11\r\nConnection: close\r\n\r\nBad Request",
+            );
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_web_server_on_the_port_is_named_as_not_an_iscsi_target_with_its_first_bytes() {
+    let addr = http_server();
+    const EXIT_PROTOCOL: i32 = 7;
+
+    let discover = run_rlun(["discover", &addr.to_string()], &[]);
+    let info = run_rlun(["info", &format!("iscsi://{addr}/{IQN}/1")], &[]);
+
+    for out in [&discover, &info] {
+        let line = assert_failure(out, EXIT_PROTOCOL, &["\"HTTP/1.1 400 Bad Request"]);
+        assert!(
+            line.starts_with(&format!("rlun: {addr} does not look like an iSCSI target")),
+            "says first what is wrong: {line}"
+        );
+    }
+}

@@ -250,3 +250,28 @@ fn chap_secrets_never_appear_in_output_even_with_vvv() {
         assert_no_secret(out, &all_secrets);
     }
 }
+
+#[test]
+fn ls_of_a_portal_lists_the_open_targets_and_names_the_chap_one_with_auth_exit_code() {
+    const OPEN: &str = "iqn.2026-11.org.example:open";
+    let mut tgtd = one_way_target();
+    tgtd.add_target(OPEN)
+        .lun_null(1)
+        .create()
+        .expect("open target");
+
+    let out = run_rlun(["ls", &tgtd.portal()], &[]);
+
+    // One `rlun: ` line naming the target and why (assert_failure checks).
+    assert_failure(&out, EXIT_AUTH, &["1 of 2 targets", IQN, "authentication"]);
+    assert!(
+        common::cli::stdout(&out).contains(&tgtd.url(OPEN, 1)),
+        "the open target's LUN is listed:\n{}",
+        both(&out)
+    );
+    assert!(
+        !common::cli::stdout(&out).contains(IQN),
+        "nothing of the CHAP target on stdout:\n{}",
+        both(&out)
+    );
+}

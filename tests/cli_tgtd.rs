@@ -954,3 +954,59 @@ fn small_max_recv_segment_splits_reads_into_many_data_in_pdus() {
     assert_success(&out, "cp with 512-byte Data-In segments");
     assert_same_bytes(&read(&copy), &read(&img), "LUN read in 512-byte PDUs");
 }
+
+#[test]
+fn discover_on_a_portal_that_closes_the_connection_after_login_hints_at_no_targets() {
+    let tgtd = Tgtd::start().expect("start tgtd");
+
+    let out = run_rlun(["discover", &tgtd.portal()], &[]);
+
+    // tgtd closes the connection, or resets it when our login is unread.
+    let line = common::cli::assert_failure(&out, 3, &["no targets", "ACL"]);
+    assert!(
+        line.contains("connection closed") || line.contains("reset"),
+        "{line}"
+    );
+}
+
+#[test]
+fn prefer_and_prefer_crc32c_are_accepted_on_the_command_line_in_urls_and_in_the_config() {
+    let dir = tempdir();
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    let iqn = "iqn.2026-11.org.example:prefer";
+    tgtd.add_target(iqn)
+        .lun_null(1)
+        .digests(true, true)
+        .create()
+        .expect("target");
+    let url = tgtd.url(iqn, 1);
+    let config = dir.path().join("rlun.toml");
+    fs::write(
+        &config,
+        "[defaults]\nheader_digest = \"prefer\"\ndata_digest = \"prefer-crc32c\"\n",
+    )
+    .expect("config");
+    let config = config.to_string_lossy().into_owned();
+
+    let short = info_json(
+        &url,
+        &["--header-digest", "prefer", "--data-digest", "prefer"],
+    );
+    let long = info_json(
+        &url,
+        &[
+            "--header-digest",
+            "prefer-crc32c",
+            "--data-digest",
+            "prefer-crc32c",
+        ],
+    );
+    let in_url = info_json(&format!("{url}?header_digest=prefer"), &[]);
+    let in_config = info_json(&url, &["--config", &config]);
+
+    for (what, v) in [("short", &short), ("long", &long), ("config", &in_config)] {
+        assert_eq!(v["session"]["header_digest"], "Crc32c", "{what}: {v:#}");
+        assert_eq!(v["session"]["data_digest"], "Crc32c", "{what}: {v:#}");
+    }
+    assert_eq!(in_url["session"]["header_digest"], "Crc32c", "{in_url:#}");
+}

@@ -355,3 +355,39 @@ fn systemd_hears_ready_only_once_the_mount_works_and_stopping_on_sigterm() {
     assert_eq!(stopping, format!("STOPPING=1\nSTATUS=unmounting {mp_s}"));
     assert_eq!(status.and_then(|s| s.code()), Some(0));
 }
+
+#[test]
+fn a_sigterm_with_no_one_waiting_leaves_no_state_files_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _backing) = tgtd_with_file(dir.path(), 4 * MIB, 26);
+    let sock = dir.path().join("nbd.sock");
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let pid_file = rlun::daemon::state_file(&sock);
+    let mut child = spawn_rlun(
+        ["serve", url.as_str(), "--socket", &sock.to_string_lossy()],
+        &[],
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || sock.exists()
+            && pid_file.exists()),
+        "serving with a pid file"
+    );
+
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .output()
+        .expect("kill");
+    let mut status = None;
+    wait_until(Duration::from_secs(30), || {
+        status = child.try_wait().expect("try_wait");
+        status.is_some()
+    });
+
+    assert_eq!(status.and_then(|s| s.code()), Some(0));
+    let left: Vec<PathBuf> = ["pid", "exit", "wait"]
+        .iter()
+        .map(|x| pid_file.with_extension(x))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

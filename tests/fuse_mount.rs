@@ -978,3 +978,37 @@ fn writeback_cache_sends_large_writes_and_fsync_and_close_put_them_on_the_backin
         "write-back sends several writes at once: {c:?}"
     );
 }
+
+#[test]
+fn mounting_on_a_mount_point_that_is_already_mounted_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _backing) = tgtd_with_file(dir.path(), 4 * MIB, 13);
+    let url = target_url(&tgtd);
+    let mp = mountpoint(dir.path(), "mnt");
+    let mp_s = mp.display().to_string();
+    let first = mount(&url, &mp, &[]);
+    let before = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let stacked = |info: &str| {
+        info.lines()
+            .filter(|l| l.contains(&format!(" {mp_s} ")))
+            .count()
+    };
+
+    let again = run_rlun(["mount", &url, &mp_s], &[]);
+
+    assert_failure(
+        &again,
+        8,
+        &["cannot mount on", "already a mount point", "rlun umount"],
+    );
+    let after = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert_eq!(stacked(&before), 1);
+    assert_eq!(stacked(&after), 1, "a second mount was stacked");
+    assert_eq!(
+        read(&first.file("lun1"))[..512],
+        pattern_bytes(13, 0, 512)[..],
+        "the first mount still serves"
+    );
+    let umount = run_rlun(["umount", &mp_s], &[]);
+    assert_success(&umount, "rlun umount of the first mount");
+}

@@ -160,11 +160,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -270,11 +270,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -390,11 +390,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -486,11 +486,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -788,11 +788,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -880,11 +880,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -974,11 +974,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)
@@ -1088,11 +1088,11 @@ _rlun() {
                     return 0
                     ;;
                 --header-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --data-digest)
-                    COMPREPLY=($(compgen -W "none crc32c prefer" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "none crc32c prefer-crc32c" -- "${cur}"))
                     return 0
                     ;;
                 --connect-timeout)

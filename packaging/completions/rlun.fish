@@ -49,10 +49,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand discover" -l chap-user -d 'CHA
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l login-timeout -d 'Give up logging in after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
@@ -71,10 +71,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand ls" -l chap-user -d 'CHAP user
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l login-timeout -d 'Give up logging in after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
@@ -93,10 +93,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -l chap-user -d 'CHAP us
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l login-timeout -d 'Give up logging in after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
@@ -118,10 +118,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l chap-user -d 'CHAP user
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l login-timeout -d 'Give up logging in after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
@@ -151,10 +151,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l chap-user -d 'CHAP u
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l login-timeout -d 'Give up logging in after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
@@ -190,10 +190,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-user -d 'CHAP u
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l login-timeout -d 'Give up logging in after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
@@ -239,10 +239,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-user -d 'CHAP u
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l login-timeout -d 'Give up logging in after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r
@@ -275,10 +275,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-user -d 'CHAP 
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l header-digest -d 'Header digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l data-digest -d 'Data digest' -r -f -a "none\t'No digest'
 crc32c\t'Require CRC32C (login fails if the target refuses)'
-prefer\t'Offer CRC32C, accept None'"
+prefer-crc32c\t'Offer CRC32C, accept None (also spelled `prefer`, as before)'"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l connect-timeout -d 'Give up connecting after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l login-timeout -d 'Give up logging in after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l replacement-timeout -d 'When the connection is lost, keep logging in again until I/O has waited this long without any command completing, then fail pending and new I/O (a login alone does not count; 0 disables reconnecting)' -r

@@ -344,6 +344,7 @@ pub async fn detach(device: &Path, timeout: Duration) -> Result<(), CliError> {
         Ok(Err(e)) => eprintln!("rlun: warning: flushing {} failed: {e}", dev.display()),
         Err(e) => eprintln!("rlun: warning: flushing {} failed: {e}", dev.display()),
     }
+    let _waiter = daemon::Waiter::register(&state);
     let status = tokio::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()

@@ -3,7 +3,10 @@
 use super::{human_size, CliError, Ctx};
 use crate::cli::ConnectOpts;
 use crate::client::{ClientError, Target};
+use crate::error::ErrorKind;
 use crate::session::discover;
+#[cfg(test)]
+use crate::session::SessionError;
 use crate::url::TargetUrl;
 
 pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliError> {
@@ -17,7 +20,12 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
                 ..url.clone()
             };
             let cfg = ctx.session_config(&portal, entry.as_deref(), opts)?;
-            discover(cfg).await?.into_iter().map(|t| t.name).collect()
+            discover(cfg)
+                .await
+                .map_err(super::discovery_failed)?
+                .into_iter()
+                .map(|t| t.name)
+                .collect()
         }
     };
     out!(
@@ -29,7 +37,8 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
         "PRODUCT",
         "RO"
     );
-    let mut failures = 0;
+    let total = targets.len();
+    let mut failures: Vec<(String, CliError)> = Vec::new();
     for name in targets {
         let turl = TargetUrl {
             target: Some(name.clone()),
@@ -40,9 +49,10 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
         let target = match Target::login(cfg).await {
             Ok(t) => t,
             Err(e) if url.target.is_none() => {
-                // One unreachable target should not hide the others.
-                eprintln!("rlun: {name}: {}", crate::session::error_chain(&e));
-                failures += 1;
+                // One target that refuses us (CHAP, ACL) or cannot be
+                // reached should not hide the others: list them, then say
+                // which could not be listed and why.
+                failures.push((name, e.into()));
                 continue;
             }
             Err(e) => return Err(e.into()),
@@ -80,10 +90,74 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
         }
         let _ = target.logout().await;
     }
-    if failures > 0 {
-        return Err(CliError::Other(format!(
-            "{failures} target(s) could not be listed"
-        )));
+    match partly_failed(total, failures) {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The error of `rlun ls PORTAL` when some of its `total` targets could not
+/// be listed: one message naming each with its cause, and their kind (so
+/// the exit code) when they all agree — a portal whose targets all want
+/// CHAP exits with the authentication code — else a plain failure.
+fn partly_failed(total: usize, failures: Vec<(String, CliError)>) -> Option<CliError> {
+    let first_kind = failures.first()?.1.kind();
+    let kind = if failures.iter().all(|(_, e)| e.kind() == first_kind) {
+        first_kind
+    } else {
+        ErrorKind::Failure
+    };
+    let what = |name: &str, e: &CliError| format!("{name}: {}", crate::session::error_chain(e));
+    let head = format!("{} of {total} targets could not be listed", failures.len());
+    let message = match failures.as_slice() {
+        [(name, e)] => format!("{head}: {}", what(name, e)),
+        many => many.iter().fold(format!("{head}:"), |mut m, (name, e)| {
+            m.push_str("\n  ");
+            m.push_str(&what(name, e));
+            m
+        }),
+    };
+    Some(CliError::Described { message, kind })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_targets_are_named_with_their_kind_when_they_agree() {
+        let auth = || {
+            CliError::Client(ClientError::Session(SessionError::Login {
+                portal: "p".into(),
+                source: crate::proto::login::LoginError::AuthenticationFailed,
+            }))
+        };
+        assert!(partly_failed(3, vec![]).is_none());
+
+        let one = partly_failed(2, vec![("iqn.a".into(), auth())]).unwrap();
+        let two = partly_failed(
+            3,
+            vec![
+                ("iqn.a".into(), auth()),
+                ("iqn.b".into(), CliError::Other("x".into())),
+            ],
+        )
+        .unwrap();
+
+        assert_eq!(one.kind(), ErrorKind::Auth);
+        let one_text = one.to_string();
+        assert!(
+            one_text.starts_with("1 of 2 targets could not be listed: iqn.a: "),
+            "{one_text}"
+        );
+        assert!(!one_text.contains('\n'), "{one_text}");
+        assert_eq!(two.kind(), ErrorKind::Failure);
+        assert_eq!(
+            two.to_string().lines().collect::<Vec<_>>()[1..],
+            [
+                "  iqn.a: ".to_string() + &crate::session::error_chain(&auth()),
+                "  iqn.b: x".into()
+            ]
+        );
+    }
 }

@@ -60,6 +60,11 @@ pub enum CliError {
     /// and exit code.
     #[error("{message}")]
     Child { message: String, code: i32 },
+    /// A message composed here, with the kind (so the exit code) of what
+    /// failed: `rlun ls PORTAL` naming the targets it could not list, a
+    /// discovery error with a hint.
+    #[error("{message}")]
+    Described { message: String, kind: ErrorKind },
     /// Standard output was closed by its reader: stop quietly.
     #[error("standard output closed")]
     BrokenPipe,
@@ -75,6 +80,36 @@ pub enum CliError {
     /// SIGINT or SIGTERM stopped the command (exit code 128 + the signal).
     #[error("interrupted by {}", .0.name())]
     Interrupted(crate::daemon::StopSignal),
+}
+
+/// A failed SendTargets discovery, with a hint when the portal closed (or
+/// reset) the connection during or right after the discovery login: tgtd
+/// does that on a portal with no targets bound to it, other targets when
+/// no ACL lets this initiator see any.
+pub(crate) fn discovery_failed(e: SessionError) -> CliError {
+    use crate::transport::TransportError;
+    // tgtd closes with a reset when our request is still unread.
+    let closed = |t: &TransportError| match t {
+        TransportError::Closed | TransportError::Truncated { .. } => true,
+        TransportError::Io(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        _ => false,
+    };
+    let hint = match &e {
+        SessionError::LoginTransport { source, .. } => closed(source),
+        SessionError::ConnectionLost(source) => closed(source),
+        _ => false,
+    };
+    if !hint {
+        return e.into();
+    }
+    CliError::Described {
+        message: format!(
+            "{}: the portal may have no targets bound to it, or no ACL that lets this \
+             initiator see one (check the target's configuration and --initiator-name)",
+            crate::session::error_chain(&e)
+        ),
+        kind: e.kind(),
+    }
 }
 
 /// Map a failed write to standard output.
@@ -110,6 +145,7 @@ impl CliError {
             | CliError::Child { .. }
             | CliError::Interrupted(_) => ErrorKind::Failure,
             CliError::StreamTooLarge { .. } => ErrorKind::Io,
+            CliError::Described { kind, .. } => *kind,
             CliError::Session(e) => e.kind(),
             CliError::Iser(e) => e.kind(),
             CliError::Client(e) => e.kind(),
@@ -332,6 +368,94 @@ pub fn human_size(bytes: u64) -> String {
 
 /// Run the parsed command line.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
+    match run_command(cli).await {
+        Err(e) => Err(explain_foreign_service(e).await),
+        ok => ok,
+    }
+}
+
+/// The login failed on an answer that is no iSCSI PDU (a framing error,
+/// or a cut-off or unexpected answer): often another service (a web
+/// server, SSH) listens on the port. Ask again on a fresh connection
+/// with a bare login request and, unless a login response comes back,
+/// say so with the first bytes of the answer — they name the service.
+async fn explain_foreign_service(e: CliError) -> CliError {
+    use crate::proto::login::LoginError;
+    use crate::transport::TransportError;
+    let session = match &e {
+        CliError::Session(s) | CliError::Client(ClientError::Session(s)) => s,
+        _ => return e,
+    };
+    let portal = match session {
+        SessionError::LoginTransport {
+            portal,
+            source: TransportError::Pdu(_) | TransportError::Truncated { .. },
+        }
+        | SessionError::Login {
+            portal,
+            source: LoginError::Protocol(_),
+        } => portal.clone(),
+        _ => return e,
+    };
+    let answer = match probe_login_answer(&portal).await {
+        Some(a) if looks_like_login_response(&a) => return e,
+        Some(a) if !a.is_empty() => format!("its answer to a login begins {}", show_bytes(&a)),
+        _ => "its answer to the login is no iSCSI login response".to_string(),
+    };
+    CliError::Described {
+        message: format!(
+            "{portal} does not look like an iSCSI target: {answer} (is the port right? iSCSI \
+             listens on 3260); the login failed with: {}",
+            crate::session::error_chain(&e)
+        ),
+        kind: e.kind(),
+    }
+}
+
+/// How long the probe of [`explain_foreign_service`] waits to connect, and
+/// then for the answer (the service answered rlun's login at once).
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Connect to `portal` (`host:port`, over TCP), send a bare 48-byte login
+/// request header, and return the first bytes of the answer (one read, at
+/// most 64 bytes; `None` when the connection fails).
+async fn probe_login_answer(portal: &str) -> Option<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(portal))
+        .await
+        .ok()?
+        .ok()?;
+    // Login request (immediate, 0x43), Transit, CSG 1 → NSG 3, no data.
+    let mut bhs = [0u8; 48];
+    bhs[0] = 0x43;
+    bhs[1] = 0x87;
+    stream.write_all(&bhs).await.ok()?;
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(PROBE_TIMEOUT, stream.read(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    Some(buf[..n].to_vec())
+}
+
+/// Whether `bytes` start like an iSCSI Login Response header (opcode 0x23).
+fn looks_like_login_response(bytes: &[u8]) -> bool {
+    bytes.first().is_some_and(|b| b & 0x3f == 0x23)
+}
+
+/// Up to 32 bytes quoted as text when printable, with escapes otherwise.
+fn show_bytes(bytes: &[u8]) -> String {
+    let shown: String = bytes
+        .iter()
+        .take(32)
+        .flat_map(|b| std::ascii::escape_default(*b))
+        .map(char::from)
+        .collect();
+    let more = if bytes.len() > 32 { "…" } else { "" };
+    format!("\"{shown}{more}\"")
+}
+
+async fn run_command(cli: Cli) -> Result<(), CliError> {
     let config = Config::load(cli.config.as_deref())?;
     let ctx = Ctx { config };
     match cli.command {
@@ -343,7 +467,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 ..url
             };
             let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
-            let targets = discover(cfg).await?;
+            let targets = discover(cfg).await.map_err(discovery_failed)?;
             if targets.is_empty() {
                 eprintln!(
                     "portal {} offers no targets to this initiator",

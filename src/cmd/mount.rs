@@ -82,7 +82,26 @@ fn check_mountpoint(mp: &Path) -> Result<PathBuf, CliError> {
             "not a directory",
         )));
     }
-    std::fs::canonicalize(mp).map_err(local)
+    let canon = std::fs::canonicalize(mp).map_err(local)?;
+    // The kernel would stack a second mount on top (as sshfs and nbdfuse
+    // let it), hiding the first, and its pid file would be taken over so
+    // `rlun umount` could no longer wait for the first rlun: refuse.
+    if let Some(m) = find_mount(&mountinfo(), &canon.to_string_lossy()) {
+        let how = if is_rlun_mount(&m) {
+            format!("rlun umount {}", canon.display())
+        } else {
+            format!("umount {}", canon.display())
+        };
+        return Err(local(std::io::Error::new(
+            std::io::ErrorKind::ResourceBusy,
+            format!(
+                "it is already a mount point ({} from {}); unmount it first (`{how}`) or pick \
+                 another directory",
+                m.fstype, m.source
+            ),
+        )));
+    }
+    Ok(canon)
 }
 
 /// `/dev/fuse` must be a character device we can open for reading and
@@ -484,6 +503,9 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     let pid = std::fs::read_to_string(&state)
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok());
+    // Say that we wait before the process can end, so that it leaves its
+    // exit status for us (and only for us).
+    let _waiter = pid.and_then(|_| daemon::Waiter::register(&state));
     run_unmount_program(&path, lazy)
         .await
         .map_err(|e| CliError::Other(format!("cannot unmount {}: {e}", path.display())))?;

@@ -172,7 +172,9 @@ pub enum DigestPref {
     None,
     /// Offer `CRC32C` only: the login fails if the target will not.
     Crc32c,
-    /// Offer `CRC32C,None`: CRC32C when the target agrees.
+    /// Offer `CRC32C,None`: CRC32C when the target agrees. Spelled
+    /// `prefer-crc32c` (canonical) or `prefer`, as on the command line.
+    #[serde(alias = "prefer")]
     PreferCrc32c,
 }
 
@@ -199,7 +201,7 @@ impl std::fmt::Display for DigestPref {
 
 /// Error for a digest name that is none of the three.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown digest '{0}'; expected none, crc32c or prefer-crc32c")]
+#[error("unknown digest '{0}'; expected none, crc32c or prefer-crc32c (or prefer)")]
 pub struct BadDigest(pub String);
 
 impl std::str::FromStr for DigestPref {
@@ -208,7 +210,7 @@ impl std::str::FromStr for DigestPref {
         match s.to_ascii_lowercase().as_str() {
             "none" => Ok(DigestPref::None),
             "crc32c" => Ok(DigestPref::Crc32c),
-            "prefer-crc32c" => Ok(DigestPref::PreferCrc32c),
+            "prefer-crc32c" | "prefer" => Ok(DigestPref::PreferCrc32c),
             _ => Err(BadDigest(s.chars().take(64).collect())),
         }
     }
