@@ -247,6 +247,12 @@ pub async fn run(
                     // The destination is full: the stream must end here.
                     let (_, more) = read_stream(r, 1, &src).await?;
                     if !more.is_empty() {
+                        // The part that fits is written whole before the
+                        // error: the chunks still in flight land first.
+                        while let Some(h) = inflight.pop_front() {
+                            h.await
+                                .map_err(|e| CliError::Other(format!("copy task failed: {e}")))??;
+                        }
                         let lun = dest_lun(&dst_arc).expect("a stream is copied to a LUN");
                         return Err(CliError::StreamTooLarge {
                             source_name: stream_name(&src),
