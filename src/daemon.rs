@@ -438,6 +438,16 @@ impl Signals {
             }
         }
     }
+
+    /// The next SIGINT, SIGTERM or SIGHUP: for a command that stops when its
+    /// terminal goes away (`cp`). Cancel-safe.
+    pub async fn recv_with_hangup(&mut self) -> StopSignal {
+        tokio::select! {
+            _ = self.int.recv() => StopSignal::Interrupt,
+            _ = self.term.recv() => StopSignal::Terminate,
+            _ = self.hup.recv() => StopSignal::Hangup,
+        }
+    }
 }
 
 /// The user running this process (owner of `/proc/self`).

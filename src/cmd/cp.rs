@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use super::{CliError, Ctx};
 use crate::cli::ConnectOpts;
 use crate::client::{ClientError, Lun, Target};
-use crate::daemon::StopSignal;
+use crate::daemon::Signals;
 
 pub struct Options {
     pub bs: u64,
@@ -108,7 +108,7 @@ pub async fn run(
     }
     // Installed before anything is written: from here on SIGINT/SIGTERM
     // stop the copy in order instead of killing rlun mid-chunk.
-    let mut stop = StopSignals::install()?;
+    let mut stop = Signals::install()?;
     let mut reader: Option<StreamReader> = None;
     let source = if is_lun_arg(ctx, src) {
         Source::Lun(Box::new(or_stop(&mut stop, ctx.open_lun(src, conn)).await?))
@@ -282,7 +282,7 @@ pub async fn run(
     };
     let result: Result<(), CliError> = tokio::select! {
         r = copy => r,
-        signal = stop.recv() => Err(CliError::Interrupted(signal)),
+        signal = stop.recv_with_hangup() => Err(CliError::Interrupted(signal)),
     };
     for h in inflight {
         h.abort();
@@ -385,40 +385,12 @@ async fn read_stream(
 /// `f`, unless SIGINT or SIGTERM comes first (a login that hangs until its
 /// timeout, a final SYNCHRONIZE CACHE waiting for a lost target).
 async fn or_stop<T>(
-    stop: &mut StopSignals,
+    stop: &mut Signals,
     f: impl std::future::Future<Output = Result<T, CliError>>,
 ) -> Result<T, CliError> {
     tokio::select! {
         r = f => r,
-        signal = stop.recv() => Err(CliError::Interrupted(signal)),
-    }
-}
-
-/// SIGINT, SIGTERM and SIGHUP, caught for the copy loop.
-struct StopSignals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl StopSignals {
-    fn install() -> Result<StopSignals, CliError> {
-        use tokio::signal::unix::{signal, SignalKind};
-        let err =
-            |e: std::io::Error| CliError::Other(format!("cannot install signal handlers: {e}"));
-        Ok(StopSignals {
-            int: signal(SignalKind::interrupt()).map_err(err)?,
-            term: signal(SignalKind::terminate()).map_err(err)?,
-            hup: signal(SignalKind::hangup()).map_err(err)?,
-        })
-    }
-
-    async fn recv(&mut self) -> StopSignal {
-        tokio::select! {
-            _ = self.int.recv() => StopSignal::Interrupt,
-            _ = self.term.recv() => StopSignal::Terminate,
-            _ = self.hup.recv() => StopSignal::Hangup,
-        }
+        signal = stop.recv_with_hangup() => Err(CliError::Interrupted(signal)),
     }
 }
 
