@@ -144,7 +144,9 @@ pub enum Command {
     /// LUN or a regular file is synced at the end; a pipe, FIFO or character
     /// device is written in order and not synced. When a copy into a regular
     /// file fails or is interrupted (SIGINT, SIGTERM, SIGHUP: exit code 130,
-    /// 143, 129), the file is cut back to the bytes copied before.
+    /// 143, 129), the file is cut back to the bytes copied before; into a
+    /// LUN, the writes already sent land, the target's cache is flushed and
+    /// rlun says how many bytes of the source the LUN holds from its start.
     Cp {
         /// Source: LUN URL or file.
         src: String,

@@ -761,6 +761,63 @@ fn assert_cp_stops_cleanly_on(signal: &str, code: i32) {
 }
 
 #[test]
+fn cp_to_a_lun_interrupted_by_sigint_flushes_what_it_wrote_and_says_how_much() {
+    // Standard input delivers 4 MiB and then stays open: the copy waits for
+    // more when the signal comes, with everything before written.
+    let dir = tempdir();
+    let (tgtd, img) = one_lun(dir.path(), 16 * MIB, 21);
+    let sent = pattern_bytes(22, 0, (4 * MIB) as usize);
+    let mut child = common::ChildGuard(
+        std::process::Command::new(rlun_bin())
+            .args(["cp", "--no-progress", "--bs", "64k", "-", &tgtd.url(IQN, 1)])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start rlun cp"),
+    );
+    let mut stdin = child.0.stdin.take().expect("stdin pipe");
+    std::io::Write::write_all(&mut stdin, &sent).expect("feed standard input");
+    let start = std::time::Instant::now();
+    while fs::read(&img).expect("read the backing file")[..sent.len()] != sent[..] {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the 4 MiB sent did not reach the LUN within 60 s"
+        );
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!("rlun cp ended before the signal: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let out = wait_output(child, Duration::from_secs(30));
+    drop(stdin);
+
+    assert_failure(&out, 130, &["interrupted by SIGINT"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "LUN 1 holds the first 4194304 bytes of the source, flushed with SYNCHRONIZE CACHE"
+        ),
+        "no word of what the LUN holds and that it was flushed: {err}"
+    );
+    let now = fs::read(&img).expect("read the backing file");
+    assert!(
+        now[..sent.len()] == sent[..],
+        "the LUN lost part of what was sent"
+    );
+    assert!(
+        now[sent.len()..] == pattern_bytes(21, 4 * MIB, (12 * MIB) as usize)[..],
+        "the LUN changed after the bytes the copy says it wrote"
+    );
+}
+
+#[test]
 fn cp_interrupted_by_sigint_while_logging_in_exits_130_at_once() {
     // Accepts connections (in the backlog) and never answers the login.
     let silent = TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -210,7 +210,7 @@ pub async fn run(
     let start = std::time::Instant::now();
     let src = Arc::new(source);
     let dst_arc = Arc::new(dest);
-    let mut inflight: VecDeque<JoinHandle<Result<Option<Bytes>, CliError>>> = VecDeque::new();
+    let mut inflight: InFlight = VecDeque::new();
     let mut offset = 0u64;
     // Bytes of the source that reached the destination, in order.
     let mut done = 0u64;
@@ -237,9 +237,10 @@ pub async fn run(
                 };
                 let (s, d, fua) = (src.clone(), dst_arc.clone(), o.fua);
                 let at = offset;
-                inflight.push_back(tokio::spawn(async move {
-                    copy_chunk(&s, &d, at, len, data, fua).await
-                }));
+                inflight.push_back((
+                    len,
+                    tokio::spawn(async move { copy_chunk(&s, &d, at, len, data, fua).await }),
+                ));
                 offset += len;
             }
             if offset == size {
@@ -249,9 +250,10 @@ pub async fn run(
                     if !more.is_empty() {
                         // The part that fits is written whole before the
                         // error: the chunks still in flight land first.
-                        while let Some(h) = inflight.pop_front() {
+                        while let Some((len, h)) = inflight.pop_front() {
                             h.await
                                 .map_err(|e| CliError::Other(format!("copy task failed: {e}")))??;
+                            done += len;
                         }
                         let lun = dest_lun(&dst_arc).expect("a stream is copied to a LUN");
                         return Err(CliError::StreamTooLarge {
@@ -262,7 +264,7 @@ pub async fn run(
                     }
                 }
             }
-            let Some(h) = inflight.pop_front() else {
+            let Some((_, h)) = inflight.pop_front() else {
                 break;
             };
             let out = h
@@ -284,7 +286,10 @@ pub async fn run(
         r = copy => r,
         signal = stop.recv_with_hangup() => Err(CliError::Interrupted(signal)),
     };
-    for h in inflight {
+    if let (Err(e), Dest::Lun(b)) = (&result, &*dst_arc) {
+        settle_lun_after_failure(&mut stop, &b.1, &mut inflight, &mut done, e).await;
+    }
+    for (_, h) in inflight {
         h.abort();
     }
     bar.finish_and_clear();
@@ -347,6 +352,51 @@ pub async fn run(
         "copy complete"
     );
     Ok(())
+}
+
+/// Each chunk in flight, in source order, with its length; a chunk copied
+/// to a stream hands its data back for writing in order.
+type InFlight = VecDeque<(u64, JoinHandle<Result<Option<Bytes>, CliError>>)>;
+
+/// A copy to a LUN stopped (a signal, a failed read or write): the writes
+/// already sent are let land and the target's write cache is flushed, so
+/// that the prefix the message names is on the target's stable storage
+/// rather than in its volatile cache. `done` grows by the chunks that land
+/// in order. A second signal gives up at once; a lost target ends it after
+/// the session's own timeouts.
+async fn settle_lun_after_failure(
+    stop: &mut Signals,
+    lun: &Lun,
+    inflight: &mut InFlight,
+    done: &mut u64,
+    cause: &CliError,
+) {
+    let settled = or_stop(stop, async {
+        let mut in_order = true;
+        while let Some((len, h)) = inflight.pop_front() {
+            let landed = matches!(h.await, Ok(Ok(_)));
+            in_order &= landed;
+            if in_order {
+                *done += len;
+            }
+        }
+        lun.sync().await.map_err(CliError::from)
+    })
+    .await;
+    let lun_no = lun.number();
+    let bytes = *done;
+    match settled {
+        Ok(()) => tracing::warn!(
+            lun = lun_no,
+            bytes,
+            "copy stopped ({cause}); LUN {lun_no} holds the first {bytes} bytes of the source, flushed with SYNCHRONIZE CACHE; blocks after them may be partly written"
+        ),
+        Err(e) => tracing::warn!(
+            lun = lun_no,
+            bytes,
+            "copy stopped ({cause}); the first {bytes} bytes of the source reached LUN {lun_no}, but flushing the target's cache failed: {e}"
+        ),
+    }
 }
 
 fn source_lun(s: &Source) -> Option<&Lun> {
