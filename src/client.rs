@@ -44,7 +44,12 @@ pub enum ClientError {
     #[error("LUN {0} does not exist on this target")]
     LunNotFound(u64),
     #[error("LUN {lun} is not a disk (peripheral device type {device_type})")]
-    NotADisk { lun: u64, device_type: String },
+    NotADisk {
+        lun: u64,
+        device_type: String,
+        /// INQUIRY's vendor identification, for listings.
+        vendor: String,
+    },
     #[error("LUN {0} is write protected (read-only)")]
     ReadOnly(u64),
     #[error(
@@ -169,6 +174,7 @@ impl Target {
             return Err(ClientError::NotADisk {
                 lun: number,
                 device_type: lun.inquiry.device_type.name().to_string(),
+                vendor: lun.inquiry.vendor.clone(),
             });
         }
         lun.refresh_capacity().await?;

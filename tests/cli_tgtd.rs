@@ -145,7 +145,18 @@ fn ls_shows_lun_numbers_sizes_block_sizes_and_read_only_flag() {
 
     let out = run_rlun(["ls", &format!("iscsi://{}/{iqn}", tgtd.portal())], &[]);
 
-    let rows = ls_rows(&assert_success(&out, "rlun ls"));
+    let text = assert_success(&out, "rlun ls");
+    // LUN 0, tgtd's controller: no size or block size, but its vendor
+    // (tgtd's default "IET") and kind, like any other LUN.
+    let lun0: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("0 "))
+        .unwrap_or_else(|| panic!("no LUN 0 row: {text}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(lun0[1..4], ["-", "-", "IET"], "LUN 0 row: {text}");
+    assert_eq!(lun0[4..6], ["storage", "array"], "LUN 0 row: {text}");
+    let rows = ls_rows(&text);
     let row = |lun: u32, size: &str, block: u32, ro: &str| LsRow {
         lun,
         size: size.to_string(),

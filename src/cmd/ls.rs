@@ -71,7 +71,11 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
                     if lun.write_protected() { "yes" } else { "no" },
                     lurl
                 ),
-                Err(ClientError::NotADisk { device_type, .. }) => {
+                Err(ClientError::NotADisk {
+                    device_type,
+                    vendor,
+                    ..
+                }) => {
                     // Keep the columns aligned: "storage array controller" is long.
                     let kind: String = device_type.chars().take(16).collect();
                     out!(
@@ -79,7 +83,7 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
                         n,
                         "-",
                         "-",
-                        "-",
+                        if vendor.is_empty() { "-" } else { &vendor },
                         kind,
                         "-",
                         lurl
