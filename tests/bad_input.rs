@@ -700,6 +700,15 @@ fn cp_hung_up_on_exits_129_and_leaves_only_what_was_copied() {
     assert_cp_stops_cleanly_on("HUP", 129);
 }
 
+/// `kill -SIGNAL` the child (a name such as `INT`, as `kill` takes it).
+fn send_signal(child: &common::ChildGuard, signal: &str) {
+    let killed = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success(), "kill -{signal} failed");
+}
+
 /// `rlun cp --no-progress ARGS… DST` in the background, stdout and stderr
 /// piped for `wait_output`.
 fn spawn_cp(args: &[&str], dst: &Path) -> common::ChildGuard {
@@ -741,11 +750,7 @@ fn assert_cp_stops_cleanly_on(signal: &str, code: i32) {
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    let killed = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(killed.success());
+    send_signal(&child, signal);
     let out = wait_output(child, Duration::from_secs(30));
 
     assert_failure(&out, code, &[&format!("interrupted by SIG{signal}")]);
@@ -790,11 +795,7 @@ fn cp_to_a_lun_interrupted_by_sigint_flushes_what_it_wrote_and_says_how_much() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let killed = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(killed.success());
+    send_signal(&child, "INT");
     let out = wait_output(child, Duration::from_secs(30));
     drop(stdin);
 
@@ -832,11 +833,7 @@ fn cp_interrupted_by_sigint_while_logging_in_exits_130_at_once() {
         "rlun cp ended early"
     );
 
-    let killed = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(killed.success());
+    send_signal(&child, "INT");
     // Far less than the 120 s login timeout.
     let out = wait_output(child, Duration::from_secs(20));
 
