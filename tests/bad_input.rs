@@ -700,6 +700,25 @@ fn cp_hung_up_on_exits_129_and_leaves_only_what_was_copied() {
     assert_cp_stops_cleanly_on("HUP", 129);
 }
 
+/// Poll `done` until it holds (at most 60 s), failing if the copy ends first.
+fn wait_while_copying(
+    child: &mut common::ChildGuard,
+    failed: &str,
+    mut done: impl FnMut() -> bool,
+) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the copy {failed} within 60 s"
+        );
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!("rlun cp ended before the signal: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `kill -SIGNAL` the child (a name such as `INT`, as `kill` takes it).
 fn send_signal(child: &common::ChildGuard, signal: &str) {
     let killed = std::process::Command::new("kill")
@@ -734,21 +753,10 @@ fn assert_cp_stops_cleanly_on(signal: &str, code: i32) {
     tgtd.add_target(IQN).lun_null(1).create().expect("target");
     let dst = dir.path().join("backup.img");
     let mut child = spawn_cp(&["--bs", "64k", &tgtd.url(IQN, 1)], &dst);
-    let start = std::time::Instant::now();
     // Wait until some data has landed in the (sparse, LUN-sized) file.
-    while fs::metadata(&dst)
-        .map(|m| m.blocks() < 4096)
-        .unwrap_or(true)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the copy wrote nothing within 60 s"
-        );
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            panic!("rlun cp ended before the signal: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_while_copying(&mut child, "wrote nothing", || {
+        fs::metadata(&dst).is_ok_and(|m| m.blocks() >= 4096)
+    });
 
     send_signal(&child, signal);
     let out = wait_output(child, Duration::from_secs(30));
@@ -783,17 +791,9 @@ fn cp_to_a_lun_interrupted_by_sigint_flushes_what_it_wrote_and_says_how_much() {
     );
     let mut stdin = child.0.stdin.take().expect("stdin pipe");
     std::io::Write::write_all(&mut stdin, &sent).expect("feed standard input");
-    let start = std::time::Instant::now();
-    while fs::read(&img).expect("read the backing file")[..sent.len()] != sent[..] {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the 4 MiB sent did not reach the LUN within 60 s"
-        );
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            panic!("rlun cp ended before the signal: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_while_copying(&mut child, "did not write the 4 MiB sent", || {
+        fs::read(&img).expect("read the backing file")[..sent.len()] == sent[..]
+    });
 
     send_signal(&child, "INT");
     let out = wait_output(child, Duration::from_secs(30));
