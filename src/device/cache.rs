@@ -382,6 +382,16 @@ impl Cache {
         }
     }
 
+    /// Pin page `idx` if it is resident (clean or dirty), never allocating.
+    pub(crate) fn pin_present(self: &Arc<Self>, idx: u64) -> Option<Pinned> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        st.clean
+            .get(&idx)
+            .or_else(|| st.dirty.get(&idx))
+            .map(|p| self.pin(p))
+    }
+
     /// For read-ahead: allocate page `idx` only when absent, already marked
     /// as being fetched through `loading`.
     pub(crate) fn claim(self: &Arc<Self>, idx: u64, loading: &watch::Sender<FetchState>) -> Claim {
