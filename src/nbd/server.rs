@@ -356,9 +356,18 @@ impl<B: LunBackend> Server<B> {
         let mut shutdown = self.shutdown.clone();
         let result = loop {
             while tasks.try_join_next().is_some() {}
-            let r = tokio::select! {
-                r = read_request(&mut rd, &mut buf) => r,
-                _ = shutdown.wait_for(|s| *s) => break Ok(()),
+            if *shutdown.borrow() {
+                break Ok(());
+            }
+            // A request already in the buffer (a client pipelining many
+            // per write) needs no select with the shutdown signal.
+            let r = match buffered_request(&mut buf) {
+                Ok(Some(req)) => Ok(Some(req)),
+                Err(e) => Err(e),
+                Ok(None) => tokio::select! {
+                    r = read_request(&mut rd, &mut buf) => r,
+                    _ = shutdown.wait_for(|s| *s) => break Ok(()),
+                },
             };
             let req = match r {
                 Ok(Some(req)) => req,
@@ -389,9 +398,12 @@ impl<B: LunBackend> Server<B> {
                 }
                 _ => 0,
             };
-            let permits = tokio::select! {
-                p = acquire(&requests, &bytes, cost) => p,
-                _ = shutdown.wait_for(|s| *s) => break Ok(()),
+            let permits = match try_acquire(&requests, &bytes, cost) {
+                Some(p) => p,
+                None => tokio::select! {
+                    p = acquire(&requests, &bytes, cost) => p,
+                    _ = shutdown.wait_for(|s| *s) => break Ok(()),
+                },
             };
             if let Err(code) = check {
                 // Skip a refused WRITE's payload without keeping it.
@@ -697,6 +709,21 @@ struct Reply {
     permits: Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>,
 }
 
+/// [`acquire`] when both permits are free right now.
+fn try_acquire(
+    requests: &Arc<Semaphore>,
+    bytes: &Arc<Semaphore>,
+    cost: usize,
+) -> Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)> {
+    let r = requests.clone().try_acquire_owned().ok()?;
+    let b = if cost > 0 {
+        Some(bytes.clone().try_acquire_many_owned(cost as u32).ok()?)
+    } else {
+        None
+    };
+    Some((r, b))
+}
+
 async fn acquire(
     requests: &Arc<Semaphore>,
     bytes: &Arc<Semaphore>,
@@ -837,19 +864,26 @@ async fn write_batch_staged<W: AsyncWrite + Unpin>(
     w.flush().await
 }
 
+/// The next request header if `buf` holds one whole.
+fn buffered_request(buf: &mut BytesMut) -> Result<Option<Request>, ConnError> {
+    match proto::parse_request(buf) {
+        Ok(Some(r)) => {
+            buf.advance(proto::REQUEST_LEN);
+            Ok(Some(r))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err(ConnError::Protocol(e.to_string())),
+    }
+}
+
 /// Read one request header; `None` on a clean EOF between requests.
 async fn read_request<R: AsyncRead + Unpin>(
     rd: &mut R,
     buf: &mut BytesMut,
 ) -> Result<Option<Request>, ConnError> {
     loop {
-        match proto::parse_request(buf) {
-            Ok(Some(r)) => {
-                buf.advance(proto::REQUEST_LEN);
-                return Ok(Some(r));
-            }
-            Ok(None) => {}
-            Err(e) => return Err(ConnError::Protocol(e.to_string())),
+        if let Some(r) = buffered_request(buf)? {
+            return Ok(Some(r));
         }
         // Read in 64 KiB gulps (headers and the payloads behind them), not
         // in the few bytes a nearly full buffer has left.
