@@ -9,11 +9,16 @@
 #   hot        fio 4 KiB random reads at QD 32 over the first BENCH_HOT_MIB MiB
 #              (a region the cache holds), rlun with its cache (warmed by
 #              one pass) vs rlun with --cache none vs qemu-nbd
+#   hot-lean   the hot case, rlun cached vs --cache none, with a leaner fio
+#              client (FIO_LEAN: two jobs, no per-I/O clock reads, batched
+#              submissions), for when fio's own cost per request is the limit
 # Prints MiB/s or IOPS per server and the ratios, and for each case the
 # serving process's context switches and CPU seconds per GiB moved (from
-# /proc, all its threads), which are less noisy than the rates on a busy
-# machine. "hot/uncached" is the hot-cache figure: rlun's cached
-# re-reads over the same reads through `rlun serve --cache none`.
+# /proc, all its threads), tgtd's and the client's CPU seconds per GiB, and
+# how busy server, tgtd and client were (% of one core), which are less
+# noisy than the rates on a busy machine and show what limits each case.
+# "hot/uncached" is the hot-cache figure: rlun's cached re-reads
+# over the same reads through `rlun serve --cache none`.
 #
 # Environment:
 #   BENCH_SECONDS=10           seconds of each fio run
