@@ -629,7 +629,8 @@ mod tests {
         for i in 0..4 {
             drop(cache.pin_or_alloc(i).unwrap());
         }
-        let order = |c: &Arc<Cache>| -> Vec<u64> { c.lock().clean.iter().map(|(k, _)| *k).collect() };
+        let order =
+            |c: &Arc<Cache>| -> Vec<u64> { c.lock().clean.iter().map(|(k, _)| *k).collect() };
         assert_eq!(order(&cache), vec![3, 2, 1, 0], "MRU first");
         drop(cache.pin_present(2)); // newer half: stays where it is
         assert_eq!(order(&cache), vec![3, 2, 1, 0]);
