@@ -9,11 +9,16 @@
 #   hot        fio 4 KiB random reads at QD 32 over the first BENCH_HOT_MIB MiB
 #              (a region the cache holds), rlun with its cache (warmed by
 #              one pass) vs rlun with --cache none vs qemu-nbd
+#   hot-lean   the hot case, rlun cached vs --cache none, with a leaner fio
+#              client (FIO_LEAN: two jobs, no per-I/O clock reads, batched
+#              submissions), for when fio's own cost per request is the limit
 # Prints MiB/s or IOPS per server and the ratios, and for each case the
 # serving process's context switches and CPU seconds per GiB moved (from
-# /proc, all its threads), which are less noisy than the rates on a busy
-# machine. "hot/uncached" is the issue's hot-cache figure: rlun's cached
-# re-reads over the same reads through `rlun serve --cache none`.
+# /proc, all its threads), tgtd's and the client's CPU seconds per GiB, and
+# how busy server, tgtd and client were (% of one core), which are less
+# noisy than the rates on a busy machine and show what limits each case.
+# "hot/uncached" is the issue's hot-cache figure: rlun's cached re-reads
+# over the same reads through `rlun serve --cache none`.
 #
 # Environment:
 #   BENCH_SECONDS=10           seconds of each fio run
@@ -106,8 +111,8 @@ ratio() {
     python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b else 'n/a')" "$1" "$2"
 }
 
-# What a server process has spent so far: "<context switches> <CPU ticks>",
-# the switches summed over its threads, the CPU time (user + system, all
+# What a process has spent so far: "<context switches> <CPU ticks>", the
+# switches summed over its threads, the CPU time (user + system, all
 # threads) from /proc/PID/stat.
 proc_cost() { # pid
     local cs=0 t v n
@@ -118,36 +123,56 @@ proc_cost() { # pid
     done
     echo "$cs $(awk '{print $14 + $15}' /proc/"$1"/stat)"
 }
-# The server's cost of one case per GiB moved, kept in $work/cost.NAME as
-# "<context switches per GiB> <CPU seconds per GiB>" (the last round's).
-cost_per_gib() { # name pid before-cost after-cost bytes
+# Run a client command, its CPU time (user + system, with its children)
+# and wall time written to $work/client as "<CPU s> <wall s>".
+timed() { # command args...
+    python3 -c '
+import resource, subprocess, sys, time
+t = time.monotonic()
+rc = subprocess.run(sys.argv[2:]).returncode
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{u.ru_utime + u.ru_stime} {time.monotonic() - t}")
+sys.exit(rc)
+' "$work/client" "$@"
+}
+# The cost of one case per GiB moved, kept in $work/cost.NAME as
+# "<server context switches/GiB> <server CPU s/GiB> <tgtd CPU s/GiB>
+# <client CPU s/GiB> <server %core> <tgtd %core> <client %core>" (the last
+# round's). "%core" is CPU time over wall time: near 100 (or more for a
+# multi-threaded process) means that process is the limit.
+cost_per_gib() { # name server-pid server-before server-after tgtd-before tgtd-after bytes
     python3 -c "
 import os, sys
 cs0, t0 = map(int, sys.argv[3].split()); cs1, t1 = map(int, sys.argv[4].split())
-gib = int(sys.argv[5]) / 2**30
+g0, g1 = int(sys.argv[5].split()[1]), int(sys.argv[6].split()[1])
+gib = int(sys.argv[7]) / 2**30
 hz = os.sysconf('SC_CLK_TCK')
-print(f'{(cs1 - cs0) / gib:.0f} {(t1 - t0) / hz / gib:.2f}')
-" "$1" "$2" "$3" "$4" "$5" >"$work/cost.$1"
+ccpu, wall = map(float, open(sys.argv[8]).read().split())
+s, g = (t1 - t0) / hz, (g1 - g0) / hz
+print(f'{(cs1 - cs0) / gib:.0f} {s / gib:.2f} {g / gib:.2f} {ccpu / gib:.2f}'
+      f' {100 * s / wall:.0f} {100 * g / wall:.0f} {100 * ccpu / wall:.0f}')
+" "$@" "$work/client" >"$work/cost.$1"
 }
 
 nbdcopy_mib_s() { # name server-pid uri -> MiB/s
-    local t0 t1 c0
-    c0=$(proc_cost "$2")
-    t0=$(date +%s.%N)
-    timeout 600 nbdcopy "$3" null: || die "nbdcopy from $3 failed"
-    t1=$(date +%s.%N)
-    cost_per_gib "$1" "$2" "$c0" "$(proc_cost "$2")" "$size"
-    python3 -c "import sys; print(f'{$size / ($t1 - $t0) / 2**20:.1f}')"
+    local c0 g0
+    c0=$(proc_cost "$2") g0=$(proc_cost "$tgtd_pid")
+    timed timeout 600 nbdcopy "$3" null: || die "nbdcopy from $3 failed"
+    cost_per_gib "$1" "$2" "$c0" "$(proc_cost "$2")" "$g0" "$(proc_cost "$tgtd_pid")" "$size"
+    python3 -c "import sys; print(f'{$size / float(open(sys.argv[1]).read().split()[1]) / 2**20:.1f}')" \
+        "$work/client"
 }
 
-fio_iops() { # name server-pid uri size-bytes -> IOPS
-    local c0
-    c0=$(proc_cost "$2")
-    timeout $((SECS + 120)) fio --name=randread --ioengine=nbd --uri="$3" --rw=randread --bs=4k \
+# fio's nbd engine, 4 KiB random reads at QD 32 per job; extra fio options
+# after the size (e.g. --numjobs=2: one connection per job).
+fio_iops() { # name server-pid uri size-bytes [fio options...] -> IOPS (all jobs)
+    local c0 g0
+    c0=$(proc_cost "$2") g0=$(proc_cost "$tgtd_pid")
+    timed timeout $((SECS + 120)) fio --name=randread --ioengine=nbd --uri="$3" --rw=randread --bs=4k \
         --iodepth=32 --runtime="$SECS" --time_based --size="$4" --norandommap \
-        --group_reporting --output-format=json --output="$work/fio.json" >"$work/fio.log" 2>&1 ||
+        --group_reporting --output-format=json --output="$work/fio.json" "${@:5}" >"$work/fio.log" 2>&1 ||
         die "fio on $3 failed: $(cat "$work/fio.log")"
-    cost_per_gib "$1" "$2" "$c0" "$(proc_cost "$2")" \
+    cost_per_gib "$1" "$2" "$c0" "$(proc_cost "$2")" "$g0" "$(proc_cost "$tgtd_pid")" \
         "$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['jobs'][0]['read']['io_bytes'])" "$work/fio.json")"
     python3 -c "import json, sys; print(round(json.load(open(sys.argv[1]))['jobs'][0]['read']['iops']))" \
         "$work/fio.json"
@@ -163,9 +188,17 @@ run_case() { # name command args... (the command gets the name first)
         r[$name]=$(best "${r[$name]}" "$v")
     done
 }
-cost() { # name field(1: switches, 2: CPU s) -> per GiB
+cost() { # name field (see cost_per_gib) -> value
     awk -v f="$2" '{print $f}' "$work/cost.$1"
 }
+busy() { # name -> "server/tgtd/client" % of a core
+    awk '{print $5 "/" $6 "/" $7}' "$work/cost.$1"
+}
+
+# fio options of the lean client of the hot-lean rows: two jobs (two
+# connections, one per core), no per-I/O clock reads, submissions batched.
+FIO_LEAN=(--numjobs=2 --gtod_reduce=1 --iodepth_batch_submit=16 --iodepth_batch_complete_min=1
+    --iodepth_batch_complete_max=32)
 
 echo "LUN: $((size / 1048576)) MiB file on $(dirname "$lun_file"), tgtd on 127.0.0.1:$port; $(uptime)" >&2
 run_case copy_rlun nbdcopy_mib_s "$rlun_pid" "$rlun_uri"
@@ -181,24 +214,38 @@ timeout 300 fio --name=warm --ioengine=nbd --uri="$rlun_uri" --rw=read --bs=4k -
 run_case hot_rlun fio_iops "$rlun_pid" "$rlun_uri" "$hot"
 run_case hot_nocache fio_iops "$rlun_nc_pid" "$rlun_nc_uri" "$hot"
 run_case hot_qemu fio_iops "$qemu_pid" "$qemu_uri" "$hot"
+run_case lean_rlun fio_iops "$rlun_pid" "$rlun_uri" "$hot" "${FIO_LEAN[@]}"
+run_case lean_nocache fio_iops "$rlun_nc_pid" "$rlun_nc_uri" "$hot" "${FIO_LEAN[@]}"
 
-row() { printf '%-40s %12s %12s %8s\n' "$@"; }
+row() { printf '%-44s %14s %14s %8s\n' "$@"; }
+# Per case: the servers' context switches and CPU per GiB, tgtd's and the
+# client's CPU per GiB, and how busy each process was (CPU time over wall
+# time, % of one core): whichever is near 100 is the limit.
+details() { # name-a name-b
+    row "  server context switches per GiB" "$(cost "$1" 1)" "$(cost "$2" 1)" \
+        "$(ratio "$(cost "$1" 1)" "$(cost "$2" 1)")"
+    row "  server CPU seconds per GiB" "$(cost "$1" 2)" "$(cost "$2" 2)" \
+        "$(ratio "$(cost "$1" 2)" "$(cost "$2" 2)")"
+    row "  tgtd CPU seconds per GiB" "$(cost "$1" 3)" "$(cost "$2" 3)" ""
+    row "  client CPU seconds per GiB" "$(cost "$1" 4)" "$(cost "$2" 4)" ""
+    row "  % of a core: server/tgtd/client" "$(busy "$1")" "$(busy "$2")" ""
+}
 row case "rlun serve" "qemu-nbd" ratio
 row "nbdcopy whole LUN (MiB/s)" "${r[copy_rlun]}" "${r[copy_qemu]}" "$(ratio "${r[copy_rlun]}" "${r[copy_qemu]}")"
-row "  server context switches per GiB" "$(cost copy_rlun 1)" "$(cost copy_qemu 1)" \
-    "$(ratio "$(cost copy_rlun 1)" "$(cost copy_qemu 1)")"
-row "  server CPU seconds per GiB" "$(cost copy_rlun 2)" "$(cost copy_qemu 2)" \
-    "$(ratio "$(cost copy_rlun 2)" "$(cost copy_qemu 2)")"
+details copy_rlun copy_qemu
 row "fio nbd 4k randread QD32 (IOPS)" "${r[rand_rlun]}" "${r[rand_qemu]}" "$(ratio "${r[rand_rlun]}" "${r[rand_qemu]}")"
-row "  server context switches per GiB" "$(cost rand_rlun 1)" "$(cost rand_qemu 1)" \
-    "$(ratio "$(cost rand_rlun 1)" "$(cost rand_qemu 1)")"
-row "  server CPU seconds per GiB" "$(cost rand_rlun 2)" "$(cost rand_qemu 2)" \
-    "$(ratio "$(cost rand_rlun 2)" "$(cost rand_qemu 2)")"
+details rand_rlun rand_qemu
 row "hot ${HOT_MIB} MiB randread QD32 (IOPS)" "${r[hot_rlun]}" "${r[hot_qemu]}" "$(ratio "${r[hot_rlun]}" "${r[hot_qemu]}")"
+details hot_rlun hot_qemu
+echo
+row case "rlun serve" "--cache none" ratio
 # The issue's hot-cache goal (>= 10): rlun's re-reads of the hot region
 # from its cache over the same reads by an rlun without cache.
-row "  hot/uncached: rlun vs rlun --cache none" "${r[hot_rlun]}" "${r[hot_nocache]}" \
-    "$(ratio "${r[hot_rlun]}" "${r[hot_nocache]}")"
-row "  server CPU seconds per GiB" "$(cost hot_rlun 2)" "$(cost hot_nocache 2)" \
-    "$(ratio "$(cost hot_rlun 2)" "$(cost hot_nocache 2)")"
+row "hot/uncached (IOPS)" "${r[hot_rlun]}" "${r[hot_nocache]}" "$(ratio "${r[hot_rlun]}" "${r[hot_nocache]}")"
+details hot_rlun hot_nocache
+# The same with a leaner client (FIO_LEAN): what the cache gives when
+# fio's own cost per request limits it less.
+row "hot/uncached, lean fio client (IOPS)" "${r[lean_rlun]}" "${r[lean_nocache]}" \
+    "$(ratio "${r[lean_rlun]}" "${r[lean_nocache]}")"
+details lean_rlun lean_nocache
 echo "rlun serve options: ${RLUN_SERVE_ARGS:-(defaults)}; $(uptime)" >&2

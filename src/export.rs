@@ -66,7 +66,7 @@ use thiserror::Error;
 use tracing::{debug, info, trace, warn};
 
 use crate::client::{ClientError, Lun, Target};
-use crate::device::{DeviceConfig, DeviceError, LunDevice};
+use crate::device::{DeviceConfig, DeviceError, LunDevice, PendingRead, ReadNow};
 use crate::scsi::sense::errno;
 use crate::session::error_chain;
 
@@ -187,6 +187,21 @@ pub struct Extent {
     pub hole: bool,
     /// Reads as zeros (a hole on an LBPRZ LUN).
     pub zero: bool,
+}
+
+/// What [`Export::read_now`] could do without waiting.
+pub enum ExportRead<B: LunBackend> {
+    Done(Result<Bytes, ExportError>),
+    Wait(PendingExportRead<B>),
+}
+
+/// A read [`Export::read_now`] started; finish it with
+/// [`Export::read_wait`] (or drop it: it holds nothing to give back).
+pub struct PendingExportRead<B: LunBackend> {
+    dev: Arc<LunDevice<B>>,
+    read: PendingRead,
+    offset: u64,
+    len: usize,
 }
 
 /// One LUN as an export.
@@ -338,6 +353,51 @@ impl<B: LunBackend> Export<B> {
             debug!(lun = self.number, offset, len, error = %error_chain(&e), "read failed");
             self.error(e)
         })
+    }
+
+    /// [`Export::read`] without waiting when it can complete at once (an
+    /// error found up front, a read at or past the end, a cache hit): its
+    /// result; else what to finish with [`Export::read_wait`]. Front ends
+    /// that answer many small requests use it to serve cache hits without
+    /// a future or task of their own.
+    pub fn read_now(&self, offset: u64, len: usize) -> ExportRead<B> {
+        if let Err(e) = self.check_live() {
+            return ExportRead::Done(Err(e));
+        }
+        let dev = self.device();
+        let end = dev.size();
+        if offset >= end {
+            return ExportRead::Done(Ok(Bytes::new()));
+        }
+        let len = (len as u64).min(end - offset) as usize;
+        trace!(lun = self.number, offset, len, "read");
+        match dev.read_now(offset, len) {
+            ReadNow::Done(r) => ExportRead::Done(r.map_err(|e| self.read_error(offset, len, e))),
+            ReadNow::Wait(w) => ExportRead::Wait(PendingExportRead {
+                dev,
+                read: w,
+                offset,
+                len,
+            }),
+        }
+    }
+
+    /// Finish a read [`Export::read_now`] could not complete at once.
+    pub async fn read_wait(&self, p: PendingExportRead<B>) -> Result<Bytes, ExportError> {
+        let PendingExportRead {
+            dev,
+            read,
+            offset,
+            len,
+        } = p;
+        dev.read_wait(read)
+            .await
+            .map_err(|e| self.read_error(offset, len, e))
+    }
+
+    fn read_error(&self, offset: u64, len: usize, e: DeviceError) -> ExportError {
+        debug!(lun = self.number, offset, len, error = %error_chain(&e), "read failed");
+        self.error(e)
     }
 
     /// Write `data` at `offset`; returns the bytes written: all of them, or

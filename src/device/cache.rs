@@ -7,7 +7,9 @@
 //! it can never overwrite newer data written while the READ was in flight.
 //!
 //! Resident pages live in exactly one of two places: `clean` (an
-//! [`LruCache`], the only place eviction looks) or `dirty` (a `BTreeMap` in
+//! [`LruCache`], the only place eviction looks; a hit moves a page to the
+//! MRU end only once it is in the older half of the list, see `lookup`)
+//! or `dirty` (a `BTreeMap` in
 //! LBA order, which is what the flusher walks to build large contiguous
 //! WRITEs). Every page costs `page_size` + [`PAGE_OVERHEAD`] bytes against
 //! the shared [`CacheBudget`](super::CacheBudget) from the moment it is
@@ -73,6 +75,35 @@ pub(crate) fn for_each_run(mask: u128, mut f: impl FnMut(u64, u64)) {
     }
 }
 
+/// Put `page` at the MRU end of `clean`, stamped with the tick.
+fn push_clean(st: &mut State, page: Arc<Page>) {
+    page.stamp.store(st.tick, Ordering::Relaxed);
+    st.tick += 1;
+    st.clean.push(page.idx, page);
+}
+
+/// Resident page `idx` (clean or dirty) for a reader. A clean page goes
+/// back to the MRU end only when it has fallen into the older half of the
+/// LRU list (more pages went to the MRU end since it last did than half
+/// the list): every hit still keeps a page far from eviction, but a hot
+/// set re-read at random does not relink list nodes — scattered cache
+/// lines — on every hit.
+fn lookup(st: &mut State, idx: u64) -> Option<&Arc<Page>> {
+    let age = match st.clean.peek(&idx) {
+        Some(p) => st.tick - p.stamp.load(Ordering::Relaxed),
+        None => return st.dirty.get(&idx),
+    };
+    if age.saturating_mul(2) > st.clean.len() as u64 {
+        st.clean.promote(&idx);
+        let tick = st.tick;
+        st.tick += 1;
+        if let Some(p) = st.clean.peek(&idx) {
+            p.stamp.store(tick, Ordering::Relaxed);
+        }
+    }
+    st.clean.peek(&idx)
+}
+
 /// Mutable state of one page (behind the page's mutex).
 #[derive(Debug)]
 pub(crate) struct PageState {
@@ -105,6 +136,9 @@ impl PageState {
 pub(crate) struct Page {
     pub idx: u64,
     pins: AtomicU32,
+    /// `State::tick` when the page last went to the MRU end of `clean`
+    /// (changed only under the state lock).
+    stamp: AtomicU64,
     st: Mutex<PageState>,
 }
 
@@ -153,6 +187,8 @@ struct State {
     dirty: BTreeMap<u64, Arc<Page>>,
     /// This cache's share of the budget's charge.
     charged: u64,
+    /// Pages put at the MRU end of `clean` so far (see [`Cache::lookup`]).
+    tick: u64,
 }
 
 /// See the module docs.
@@ -202,6 +238,7 @@ impl Cache {
                 clean: LruCache::unbounded(),
                 dirty: BTreeMap::new(),
                 charged: 0,
+                tick: 0,
             }),
             budget,
             page_size,
@@ -300,6 +337,7 @@ impl Cache {
         let page = Arc::new(Page {
             idx,
             pins: AtomicU32::new(0),
+            stamp: AtomicU64::new(0),
             st: Mutex::new(PageState {
                 buf,
                 valid: 0,
@@ -311,7 +349,7 @@ impl Cache {
                 in_dirty: false,
             }),
         });
-        st.clean.push(idx, page.clone());
+        push_clean(st, page.clone());
         st.charged += self.page_cost;
         self.charged.store(st.charged, Ordering::Relaxed);
         page
@@ -365,8 +403,7 @@ impl Cache {
         loop {
             {
                 let mut st = self.lock();
-                let st = &mut *st;
-                if let Some(p) = st.clean.get(&idx).or_else(|| st.dirty.get(&idx)) {
+                if let Some(p) = lookup(&mut st, idx) {
                     return Some(self.pin(p));
                 }
             }
@@ -380,6 +417,12 @@ impl Cache {
                 Err(false) => return None,
             }
         }
+    }
+
+    /// Pin page `idx` if it is resident (clean or dirty), never allocating.
+    pub(crate) fn pin_present(self: &Arc<Self>, idx: u64) -> Option<Pinned> {
+        let mut st = self.lock();
+        lookup(&mut st, idx).map(|p| self.pin(p))
     }
 
     /// For read-ahead: allocate page `idx` only when absent, already marked
@@ -459,7 +502,7 @@ impl Cache {
                 let mut s = page.lock();
                 if s.in_dirty && s.dirty == 0 && s.wb == 0 {
                     st.dirty.remove(&page.idx);
-                    st.clean.push(page.idx, page.page.clone());
+                    push_clean(&mut st, page.page.clone());
                     s.in_dirty = false;
                     s.dirty_since = None;
                     moved = true;
@@ -578,6 +621,27 @@ mod tests {
         assert_eq!(kept, vec![0, 2, 3]);
         assert_eq!(cache.evictions.load(Ordering::Relaxed), 1);
         assert_eq!(cache.charged(), 3 * (4096 + PAGE_OVERHEAD));
+    }
+
+    #[test]
+    fn a_hit_relinks_a_page_only_from_the_older_half_of_the_lru_list() {
+        let cache = Cache::new(4096, budget(4 * (4096 + PAGE_OVERHEAD)));
+        for i in 0..4 {
+            drop(cache.pin_or_alloc(i).unwrap());
+        }
+        let order =
+            |c: &Arc<Cache>| -> Vec<u64> { c.lock().clean.iter().map(|(k, _)| *k).collect() };
+        assert_eq!(order(&cache), vec![3, 2, 1, 0], "MRU first");
+        drop(cache.pin_present(2)); // newer half: stays where it is
+        assert_eq!(order(&cache), vec![3, 2, 1, 0]);
+        drop(cache.pin_present(1)); // older half: to the MRU end
+        assert_eq!(order(&cache), vec![1, 3, 2, 0]);
+        drop(cache.pin_or_alloc(0)); // the LRU page: to the MRU end
+        assert_eq!(order(&cache), vec![0, 1, 3, 2]);
+        drop(cache.pin_or_alloc(4).unwrap());
+        let kept: Vec<u64> = cache.present(0, 5).iter().map(|p| p.idx).collect();
+        assert_eq!(kept, vec![0, 1, 3, 4], "the least recently used page went");
+        assert!(cache.pin_present(2).is_none());
     }
 
     #[test]

@@ -132,6 +132,66 @@ use cache::{bits, for_each_run, Cache, Claim, FetchState, Pinned};
 use rangelock::RangeLock;
 use readahead::{Advice, Streams, Ticket};
 
+/// What [`LunDevice::read_now`] could do without waiting.
+#[derive(Debug)]
+pub enum ReadNow {
+    /// The read's result.
+    Done(Result<Bytes, DeviceError>),
+    /// It must wait (for the target, a fetch, memory): finish it with
+    /// [`LunDevice::read_wait`].
+    Wait(PendingRead),
+}
+
+/// A read [`LunDevice::read_now`] started but could not complete; holds
+/// nothing that needs returning, so it may simply be dropped.
+#[derive(Debug)]
+pub struct PendingRead {
+    offset: u64,
+    len: usize,
+    /// The stream table's advice, when read_now already asked for it.
+    advice: Option<Advice>,
+}
+
+/// Reply buffers of cached reads are carved from a per-thread arena of
+/// this size: one allocation serves many small reads (a 4 KiB hit would
+/// otherwise cost a malloc and a free of its own). A slice keeps its arena
+/// block alive until dropped, so the block is kept small.
+const ARENA: usize = 64 << 10;
+
+thread_local! {
+    static ARENA_BUF: std::cell::RefCell<bytes::BytesMut> =
+        std::cell::RefCell::new(bytes::BytesMut::new());
+}
+
+/// An empty buffer with room for `len` bytes: the thread's arena when
+/// `len` is small (give it back with [`arena_put`]), else its own.
+fn arena_take(len: usize) -> bytes::BytesMut {
+    if len > ARENA / 4 {
+        return bytes::BytesMut::with_capacity(len);
+    }
+    let mut b = ARENA_BUF.with(|a| std::mem::take(&mut *a.borrow_mut()));
+    if b.capacity() < len {
+        // Reuses the old block when no reply holds a slice of it any more.
+        b.reserve(ARENA);
+    }
+    b
+}
+
+/// Split the filled part off `buf` as the reply; the room left goes back
+/// to the thread's arena (unless it holds more already).
+fn arena_put(mut buf: bytes::BytesMut) -> Bytes {
+    let data = buf.split().freeze();
+    if buf.capacity() > 0 {
+        ARENA_BUF.with(|a| {
+            let mut a = a.borrow_mut();
+            if a.capacity() < buf.capacity() {
+                *a = buf;
+            }
+        });
+    }
+    data
+}
+
 /// A bypass-sized read in flight on its stream; returns its ticket on drop.
 struct InFlight<'a>(&'a Mutex<Streams>, Ticket);
 
@@ -649,10 +709,57 @@ impl<B: BlockBackend> LunDevice<B> {
 
     /// Read `len` bytes at `offset`.
     pub async fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, DeviceError> {
-        self.check(Op::Read, offset, len as u64)?;
-        if len == 0 {
-            return Ok(Bytes::new());
+        match self.read_now(offset, len) {
+            ReadNow::Done(r) => r,
+            ReadNow::Wait(w) => self.read_wait(w).await,
         }
+    }
+
+    /// Start a read of `len` bytes at `offset` without waiting: its result
+    /// when it needs no waiting — an error found up front, an empty read,
+    /// or a read every page of which is resident and valid (a cache hit,
+    /// copied out right here) — else a [`PendingRead`] to finish with
+    /// [`LunDevice::read_wait`]. A hit this way costs no future, task or
+    /// page-list allocation; what it returns, and the read-ahead and
+    /// counters it drives, are exactly those of [`LunDevice::read_at`].
+    pub fn read_now(&self, offset: u64, len: usize) -> ReadNow {
+        if let Err(e) = self.check(Op::Read, offset, len as u64) {
+            return ReadNow::Done(Err(e));
+        }
+        if len == 0 {
+            return ReadNow::Done(Ok(Bytes::new()));
+        }
+        let mut w = PendingRead {
+            offset,
+            len,
+            advice: None,
+        };
+        // Large reads take a stream ticket (returned when they end) and
+        // may bypass the cache: they go the waiting way whole.
+        if self.mode() == CacheMode::None
+            || (self.inner.cfg.bypass_min > 0 && len as u64 >= self.inner.cfg.bypass_min)
+        {
+            return ReadNow::Wait(w);
+        }
+        let advice = self.inner.advise(offset, len as u64);
+        debug_assert!(advice.ticket.is_none() && !advice.bypass);
+        if let Some((a, b)) = advice.ahead {
+            self.inner.readahead(a, b);
+        }
+        w.advice = Some(advice);
+        match self.inner.read_hit(offset, len) {
+            Some(data) => ReadNow::Done(Ok(data)),
+            None => ReadNow::Wait(w),
+        }
+    }
+
+    /// Finish a read [`LunDevice::read_now`] could not complete at once.
+    pub async fn read_wait(&self, w: PendingRead) -> Result<Bytes, DeviceError> {
+        let PendingRead {
+            offset,
+            len,
+            advice,
+        } = w;
         let ctx = |source| DeviceError::Io {
             op: Op::Read,
             offset,
@@ -661,6 +768,11 @@ impl<B: BlockBackend> LunDevice<B> {
         };
         if self.mode() == CacheMode::None {
             return self.inner.read_direct(offset, len).await.map_err(ctx);
+        }
+        // Advised (and its read-ahead started) by read_now already: the
+        // stream table must see each read once.
+        if advice.is_some() {
+            return self.inner.read_cached(offset, len).await.map_err(ctx);
         }
         let advice = self.inner.advise(offset, len as u64);
         // Counted as in flight on its stream until it completes or is dropped.
@@ -1084,10 +1196,51 @@ impl<B: BlockBackend> Inner<B> {
         Ok(())
     }
 
+    /// A read all of whose pages are resident with valid data for the
+    /// range: copied out under each page's lock, counted as `fill` counts a
+    /// hit. `None` as soon as a page is absent or not valid for its part;
+    /// then only the read-ahead hits of the pages already copied are
+    /// counted (their flag cleared, so `fill` does not count them again).
+    fn read_hit(&self, offset: u64, len: usize) -> Option<Bytes> {
+        let g = self.geo;
+        let end = offset + len as u64;
+        let mut out = arena_take(len);
+        let mut idx = offset / g.page;
+        let mut pages = 0;
+        while idx * g.page < end {
+            let pstart = idx * g.page;
+            let a = offset.max(pstart);
+            let b = end.min(pstart + g.page);
+            let mask = bits((a - pstart) / g.bs, (b - pstart).div_ceil(g.bs));
+            let hit = self.cache.pin_present(idx).is_some_and(|p| {
+                let mut s = p.lock();
+                if s.valid & mask != mask {
+                    return false;
+                }
+                out.extend_from_slice(&s.buf[(a - pstart) as usize..(b - pstart) as usize]);
+                if s.readahead {
+                    s.readahead = false;
+                    add(&self.c.readahead_hits, 1);
+                }
+                true
+            });
+            if !hit {
+                out.clear();
+                arena_put(out);
+                return None;
+            }
+            pages += 1;
+            idx += 1;
+        }
+        add(&self.c.hits, pages);
+        crate::stats::add_cache_copied(len as u64);
+        Some(arena_put(out))
+    }
+
     async fn read_cached(self: &Arc<Self>, offset: u64, len: usize) -> BResult<Bytes> {
-        // Allocated only when a page is copied into it; zeroed only when
-        // pages arrive out of order (a later page valid before an earlier one).
-        let mut out = Vec::new();
+        // From the thread's arena when small; zeroed only when pages
+        // arrive out of order (a later page valid before an earlier one).
+        let mut out = arena_take(len);
         let ps = self.geo.page;
         let last = (offset + len as u64 - 1) / ps;
         let first = offset / ps;
@@ -1098,11 +1251,12 @@ impl<B: BlockBackend> Inner<B> {
                 .await?;
             let whole = idx == first && pins.len() as u64 == last - first + 1;
             if let Some(b) = self.fill(&pins, offset, len, &mut out, whole).await? {
+                arena_put(out);
                 return Ok(b);
             }
             idx += pins.len() as u64;
         }
-        Ok(Bytes::from(out))
+        Ok(arena_put(out))
     }
 
     /// Copy the part of the reply (`len` bytes at `offset`, in `out`) that
@@ -1115,7 +1269,7 @@ impl<B: BlockBackend> Inner<B> {
         pins: &[Pinned],
         offset: u64,
         len: usize,
-        out: &mut Vec<u8>,
+        out: &mut bytes::BytesMut,
         whole: bool,
     ) -> BResult<Option<Bytes>> {
         let g = self.geo;
@@ -1141,7 +1295,7 @@ impl<B: BlockBackend> Inner<B> {
                     let at = (a - offset) as usize;
                     if out.len() == at {
                         // In order (all of a hit): appended, never zeroed first.
-                        out.reserve_exact(len - at);
+                        out.reserve(len - at);
                         out.extend_from_slice(src);
                     } else {
                         if out.len() < len {

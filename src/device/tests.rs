@@ -233,6 +233,58 @@ async fn cached_rereads_send_no_commands() {
 }
 
 #[tokio::test]
+async fn read_now_answers_hits_at_once_with_the_newest_data_and_leaves_misses_to_read_wait() {
+    let data = pattern(8, 1 << 20);
+    let d = device(
+        MemBackend::from_data(512, data.clone()),
+        DeviceConfig {
+            writeback_delay: Duration::from_secs(3600),
+            ..cfg(CacheMode::WriteBack)
+        },
+    );
+    // Nothing resident: read_now sends nothing and hands the read on.
+    let w = match d.read_now(64 * KIB, 4096) {
+        ReadNow::Wait(w) => w,
+        ReadNow::Done(r) => panic!("a miss completed at once: {r:?}"),
+    };
+    assert_eq!(d.backend().counts().reads, 0);
+    assert_eq!(
+        d.read_wait(w).await.unwrap()[..],
+        data[64 * KIB as usize..][..4096]
+    );
+    // Dirty, unflushed bytes inside a resident page: a hit that returns them.
+    d.write_at(64 * KIB + 100, Bytes::from_static(b"newer"))
+        .await
+        .unwrap();
+    let mut want = data[64 * KIB as usize..][..4096].to_vec();
+    want[100..105].copy_from_slice(b"newer");
+    let (reads, hits) = (d.backend().counts().reads, d.stats().hits);
+    for _ in 0..3 {
+        match d.read_now(64 * KIB, 4096) {
+            ReadNow::Done(r) => assert!(r.unwrap()[..] == want[..]),
+            ReadNow::Wait(_) => panic!("a resident page was not a hit"),
+        }
+    }
+    assert_eq!(d.stats().hits, hits + 3, "one hit per page read");
+    assert_eq!(d.backend().counts().reads, reads, "hits send no command");
+    // Partly resident: handed on, and the whole read is right.
+    let w = match d.read_now(60 * KIB, 8192) {
+        ReadNow::Wait(w) => w,
+        ReadNow::Done(_) => panic!("a read with an absent page completed at once"),
+    };
+    let got = d.read_wait(w).await.unwrap();
+    assert!(got[..4096] == data[60 * KIB as usize..][..4096]);
+    assert!(got[4096..] == want[..]);
+    // Errors up front and empty reads complete at once too.
+    assert!(matches!(
+        d.read_now(1 << 20, 1),
+        ReadNow::Done(Err(DeviceError::OutOfRange { .. }))
+    ));
+    assert!(matches!(d.read_now(0, 0), ReadNow::Done(Ok(b)) if b.is_empty()));
+    assert!(d.backend().bytes_at(64 * KIB + 100, 5) != b"newer"[..]);
+}
+
+#[tokio::test]
 async fn sequential_reads_are_read_ahead_and_random_reads_are_not() {
     let size = 64 << 20;
     let d = device(

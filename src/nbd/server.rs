@@ -7,11 +7,14 @@
 //! The handshake runs [`Handshake`] over the socket (upgrading it to TLS on
 //! `NBD_OPT_STARTTLS`). In the transmission phase the connection's task
 //! reads request headers (and WRITE payloads) and runs each request's
-//! command on the export's [`LunDevice`]: polled once in the connection
-//! task, a request that completes at once (a cache hit, a refusal) hands
-//! its encoded reply to the writer task straight away; one that waits for
-//! the target continues in a task of its own. Replies go out in completion
-//! order while many requests are in flight.
+//! command on the export's [`LunDevice`]. A READ starts with
+//! [`Export::read_now`]: a cache hit is copied out and its encoded reply
+//! handed to the writer task right there, with no future, task or page
+//! list allocated (and its data carved from a per-thread arena). Any other
+//! request, and a READ that must wait, becomes a future polled once in the
+//! connection task — if it completes at once (a refusal) its reply goes
+//! out straight away — and otherwise continues in a task of its own.
+//! Replies go out in completion order while many requests are in flight.
 //!
 //! # Memory bound
 //!
@@ -67,7 +70,7 @@ use super::proto::{
     self, cflag, err, errno_to_nbd, tflag, Command, ExportInfo, Handshake, HandshakeError,
     HandshakeEvent, Negotiated, Request, TlsMode, Transmission,
 };
-use crate::export::{Export, ExportError, ExportSet, LunBackend, ZeroMode};
+use crate::export::{Export, ExportError, ExportRead, ExportSet, LunBackend, ZeroMode};
 
 /// Largest READ or WRITE payload advertised (`NBD_INFO_BLOCK_SIZE`
 /// maximum): the spec's 32 MiB that every client may send.
@@ -353,9 +356,18 @@ impl<B: LunBackend> Server<B> {
         let mut shutdown = self.shutdown.clone();
         let result = loop {
             while tasks.try_join_next().is_some() {}
-            let r = tokio::select! {
-                r = read_request(&mut rd, &mut buf) => r,
-                _ = shutdown.wait_for(|s| *s) => break Ok(()),
+            if *shutdown.borrow() {
+                break Ok(());
+            }
+            // A request already in the buffer (a client pipelining many
+            // per write) needs no select with the shutdown signal.
+            let r = match buffered_request(&mut buf) {
+                Ok(Some(req)) => Ok(Some(req)),
+                Err(e) => Err(e),
+                Ok(None) => tokio::select! {
+                    r = read_request(&mut rd, &mut buf) => r,
+                    _ = shutdown.wait_for(|s| *s) => break Ok(()),
+                },
             };
             let req = match r {
                 Ok(Some(req)) => req,
@@ -386,9 +398,12 @@ impl<B: LunBackend> Server<B> {
                 }
                 _ => 0,
             };
-            let permits = tokio::select! {
-                p = acquire(&requests, &bytes, cost) => p,
-                _ = shutdown.wait_for(|s| *s) => break Ok(()),
+            let permits = match try_acquire(&requests, &bytes, cost) {
+                Some(p) => p,
+                None => tokio::select! {
+                    p = acquire(&requests, &bytes, cost) => p,
+                    _ = shutdown.wait_for(|s| *s) => break Ok(()),
+                },
             };
             if let Err(code) = check {
                 // Skip a refused WRITE's payload without keeping it.
@@ -425,9 +440,33 @@ impl<B: LunBackend> Server<B> {
             } else {
                 Bytes::new()
             };
+            // A READ that can complete at once (a cache hit) is answered
+            // right here, without a future or task.
+            let pending = if req.command == Command::Read {
+                let export = &self.exports.exports()[tx.negotiated.export];
+                match export.read_now(req.offset, req.length as usize) {
+                    ExportRead::Done(r) => {
+                        let mut reply = read_reply(tx.negotiated.structured, &req, r);
+                        reply.permits = Some(permits);
+                        let _ = reply_tx.send(reply);
+                        continue;
+                    }
+                    ExportRead::Wait(p) => Some(p),
+                }
+            } else {
+                None
+            };
             let server = self.clone();
             let tx = tx.clone();
-            let mut run = Box::pin(async move { server.execute(&tx, req, data).await });
+            let mut run: std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>> =
+                match pending {
+                    Some(p) => Box::pin(async move {
+                        let export = &server.exports.exports()[tx.negotiated.export];
+                        let r = export.read_wait(p).await;
+                        read_reply(tx.negotiated.structured, &req, r)
+                    }),
+                    None => Box::pin(async move { server.execute(&tx, req, data).await }),
+                };
             // Polled once here: a request that completes at once (a cache
             // hit) is answered without a task of its own; one that waits
             // for the target continues in a task, so requests overlap.
@@ -466,7 +505,10 @@ impl<B: LunBackend> Server<B> {
         let mut head = BytesMut::with_capacity(32);
         let done = |r: Result<(), ExportError>| r.map(|_| Bytes::new()).map_err(failure);
         let result: Result<Bytes, (u32, String)> = match req.command {
-            Command::Read => export.read(off, req.length as usize).await.map_err(failure),
+            Command::Read => {
+                let r = export.read(off, req.length as usize).await;
+                return read_reply(structured, &req, r);
+            }
             Command::Write => done(export.write(off, data, fua).await.map(|_| ())),
             Command::Flush => done(export.flush().await),
             Command::Trim => done(trim(export, off, len, fua).await),
@@ -523,26 +565,6 @@ impl<B: LunBackend> Server<B> {
             Command::Disc | Command::Unknown(_) => Err((err::EINVAL, "unexpected command".into())),
         };
         match result {
-            Ok(data) if req.command == Command::Read => {
-                if !structured {
-                    proto::put_simple_reply(&mut head, req.cookie, 0);
-                } else if data.is_empty() {
-                    proto::put_none_chunk(&mut head, req.cookie);
-                } else {
-                    proto::put_offset_data_head(
-                        &mut head,
-                        req.cookie,
-                        true,
-                        off,
-                        data.len() as u32,
-                    );
-                }
-                Reply {
-                    head,
-                    data,
-                    permits: None,
-                }
-            }
             Ok(_) => {
                 proto::put_simple_reply(&mut head, req.cookie, 0);
                 Reply {
@@ -561,6 +583,41 @@ impl<B: LunBackend> Server<B> {
                 }
             }
         }
+    }
+}
+
+/// The reply to a READ: its data (simple reply, or one `OFFSET_DATA`
+/// chunk — `NONE` when empty — with structured replies), or its error.
+fn read_reply(structured: bool, req: &Request, r: Result<Bytes, ExportError>) -> Reply {
+    let mut head = BytesMut::with_capacity(32);
+    let data = match r {
+        Ok(data) => {
+            if !structured {
+                proto::put_simple_reply(&mut head, req.cookie, 0);
+            } else if data.is_empty() {
+                proto::put_none_chunk(&mut head, req.cookie);
+            } else {
+                proto::put_offset_data_head(
+                    &mut head,
+                    req.cookie,
+                    true,
+                    req.offset,
+                    data.len() as u32,
+                );
+            }
+            data
+        }
+        Err(e) => {
+            let (code, message) = failure(e);
+            debug!(cookie = req.cookie, off = req.offset, len = req.length, code, %message, "read failed");
+            proto::put_error_reply(&mut head, structured, req.cookie, code, &message);
+            Bytes::new()
+        }
+    };
+    Reply {
+        head,
+        data,
+        permits: None,
     }
 }
 
@@ -650,6 +707,21 @@ struct Reply {
     head: BytesMut,
     data: Bytes,
     permits: Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>,
+}
+
+/// [`acquire`] when both permits are free right now.
+fn try_acquire(
+    requests: &Arc<Semaphore>,
+    bytes: &Arc<Semaphore>,
+    cost: usize,
+) -> Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)> {
+    let r = requests.clone().try_acquire_owned().ok()?;
+    let b = if cost > 0 {
+        Some(bytes.clone().try_acquire_many_owned(cost as u32).ok()?)
+    } else {
+        None
+    };
+    Some((r, b))
 }
 
 async fn acquire(
@@ -792,19 +864,26 @@ async fn write_batch_staged<W: AsyncWrite + Unpin>(
     w.flush().await
 }
 
+/// The next request header if `buf` holds one whole.
+fn buffered_request(buf: &mut BytesMut) -> Result<Option<Request>, ConnError> {
+    match proto::parse_request(buf) {
+        Ok(Some(r)) => {
+            buf.advance(proto::REQUEST_LEN);
+            Ok(Some(r))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err(ConnError::Protocol(e.to_string())),
+    }
+}
+
 /// Read one request header; `None` on a clean EOF between requests.
 async fn read_request<R: AsyncRead + Unpin>(
     rd: &mut R,
     buf: &mut BytesMut,
 ) -> Result<Option<Request>, ConnError> {
     loop {
-        match proto::parse_request(buf) {
-            Ok(Some(r)) => {
-                buf.advance(proto::REQUEST_LEN);
-                return Ok(Some(r));
-            }
-            Ok(None) => {}
-            Err(e) => return Err(ConnError::Protocol(e.to_string())),
+        if let Some(r) = buffered_request(buf)? {
+            return Ok(Some(r));
         }
         // Read in 64 KiB gulps (headers and the payloads behind them), not
         // in the few bytes a nearly full buffer has left.
