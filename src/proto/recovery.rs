@@ -53,7 +53,7 @@
 //! [`Recovery::poll_output`] (answers for callers, connection orders and
 //! notices to log).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -350,7 +350,7 @@ pub struct Recovery {
     next_id: u64,
     cmds: IdMap<RequestId, CmdRecord>,
     by_task: IdMap<TaskId, RequestId>,
-    deadlines: BTreeSet<(Instant, RequestId)>,
+    deadlines: Deadlines,
     others: IdMap<TaskId, Other>,
     tmfs: IdMap<TaskId, OwnTmf>,
     /// Someone wants the session closed: the caller to answer (`None` when
@@ -391,7 +391,7 @@ impl Recovery {
             next_id: 0,
             cmds: IdMap::default(),
             by_task: IdMap::default(),
-            deadlines: BTreeSet::new(),
+            deadlines: Deadlines::default(),
             others: IdMap::default(),
             tmfs: IdMap::default(),
             closing: None,
@@ -674,7 +674,7 @@ impl Recovery {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.conn {
             Conn::Live(core) => {
-                let cmd = self.deadlines.first().map(|(t, _)| *t);
+                let cmd = self.deadlines.first(&self.cmds);
                 let tmf = self
                     .tmfs
                     .values()
@@ -795,11 +795,13 @@ impl Recovery {
         } else {
             now + self.cfg.command_timeout
         };
-        if let Some(old) = cmd.deadline.replace(deadline) {
-            self.deadlines.remove(&(old, id));
-        }
+        // A replaced deadline's entry goes stale in the queue.
+        let replaced = cmd.deadline.replace(deadline).is_some();
         cmd.task = Some(task);
-        self.deadlines.insert((deadline, id));
+        self.deadlines.push(deadline, id, &self.cmds);
+        if replaced {
+            self.deadlines.prune(&self.cmds);
+        }
         self.by_task.insert(task, id);
     }
 
@@ -911,8 +913,10 @@ impl Recovery {
             return;
         };
         cmd.task = None;
-        if let Some(d) = cmd.deadline.take() {
-            self.deadlines.remove(&(d, id));
+        let had_deadline = cmd.deadline.take().is_some();
+        let timeouts = cmd.timeouts;
+        if had_deadline {
+            self.deadlines.prune(&self.cmds);
         }
         // Aborted after its deadline, or never sent because the target
         // kept the command window closed that long: retried the same way.
@@ -920,8 +924,8 @@ impl Recovery {
             result,
             Err(TaskError::Aborted | TaskError::WindowClosed { .. })
         );
-        if timed_out && cmd.timeouts > 0 {
-            if cmd.timeouts > self.cfg.max_timeout_retries {
+        if timed_out && timeouts > 0 {
+            if timeouts > self.cfg.max_timeout_retries {
                 self.cmds.remove(&id);
                 self.outputs.push_back(Output::Command {
                     id,
@@ -1033,11 +1037,7 @@ impl Recovery {
 
     /// Abort commands past their deadline.
     fn check_deadlines(&mut self, now: Instant) {
-        while let Some(&(deadline, id)) = self.deadlines.first() {
-            if deadline > now {
-                break;
-            }
-            self.deadlines.remove(&(deadline, id));
+        while let Some((_, id)) = self.deadlines.pop_due(now, &self.cmds) {
             let Conn::Live(core) = &mut self.conn else {
                 return;
             };
@@ -1069,7 +1069,7 @@ impl Recovery {
                         self.cfg.command_timeout
                     };
                 cmd.deadline = Some(next);
-                self.deadlines.insert((next, id));
+                self.deadlines.push(next, id, &self.cmds);
                 continue;
             }
             cmd.timeouts += 1;
@@ -1282,6 +1282,78 @@ impl Recovery {
                 .push_back(Output::Logout { id, result: Ok(()) });
         }
         self.outputs.push_back(Output::Finished);
+    }
+}
+
+/// The kept commands' deadlines, earliest first: a queue of `(deadline,
+/// command)` entries instead of an ordered set, so that a command costs a
+/// push when it is submitted and nothing when it completes. An entry is
+/// current while its command still has that deadline
+/// ([`CmdRecord::deadline`]); a completed command or a replaced deadline
+/// leaves a stale entry behind, dropped when it reaches the front (the
+/// front is always kept current) or when stale entries outnumber the
+/// commands. Deadlines are pushed in time order (each is `now` plus a
+/// fixed period; the queued-command recheck, shorter, is rare and takes
+/// the slow, sorted insert).
+#[derive(Debug, Default)]
+struct Deadlines {
+    q: VecDeque<(Instant, RequestId)>,
+}
+
+impl Deadlines {
+    fn is_current(cmds: &IdMap<RequestId, CmdRecord>, t: Instant, id: RequestId) -> bool {
+        cmds.get(&id).and_then(|c| c.deadline) == Some(t)
+    }
+
+    /// Watch command `id`, which has just been given deadline `t`.
+    fn push(&mut self, t: Instant, id: RequestId, cmds: &IdMap<RequestId, CmdRecord>) {
+        if self.q.back().is_none_or(|&(last, _)| last <= t) {
+            self.q.push_back((t, id));
+        } else {
+            let at = self.q.partition_point(|&(d, _)| d <= t);
+            self.q.insert(at, (t, id));
+        }
+        // Stale entries behind a long-lived front: drop them all at once,
+        // so the queue stays within a small multiple of the kept commands.
+        if self.q.len() > 2 * cmds.len() + 64 {
+            self.q.retain(|&(t, id)| Self::is_current(cmds, t, id));
+        }
+    }
+
+    /// Drop stale entries from the front (after a deadline went away).
+    fn prune(&mut self, cmds: &IdMap<RequestId, CmdRecord>) {
+        while let Some(&(t, id)) = self.q.front() {
+            if Self::is_current(cmds, t, id) {
+                break;
+            }
+            self.q.pop_front();
+        }
+    }
+
+    /// The earliest current deadline.
+    fn first(&self, cmds: &IdMap<RequestId, CmdRecord>) -> Option<Instant> {
+        // The front is current after every change; the filter only guards.
+        self.q
+            .iter()
+            .find(|&&(t, id)| Self::is_current(cmds, t, id))
+            .map(|&(t, _)| t)
+    }
+
+    /// Take the earliest current entry if it is due at `now`.
+    fn pop_due(
+        &mut self,
+        now: Instant,
+        cmds: &IdMap<RequestId, CmdRecord>,
+    ) -> Option<(Instant, RequestId)> {
+        self.prune(cmds);
+        match self.q.front() {
+            Some(&(t, _)) if t <= now => self.q.pop_front(),
+            _ => None,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.q.clear();
     }
 }
 

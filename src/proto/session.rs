@@ -67,7 +67,6 @@
 
 use std::collections::VecDeque;
 
-use super::idmap::IdMap;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -559,6 +558,129 @@ struct Task {
     kind: TaskKind,
 }
 
+/// The tasks on the wire, by Initiator Task Tag: a direct-mapped table
+/// (task `itt` lives in slot `itt % len`), so finding the task a PDU names
+/// is an index and a compare, and a command costs no hashing or
+/// allocation. ITTs still count up and come round only after 2^32 tasks,
+/// so a late answer for a finished task names an ITT that is in no slot
+/// (the slot holds a newer task with another ITT, or nothing) and is
+/// rejected, never delivered to the newer task. [`Session::alloc_itt`]
+/// skips an ITT whose slot is taken (by a long-lived task) and the table
+/// doubles before it is half full.
+#[derive(Debug, Default)]
+struct TaskTable {
+    slots: Vec<Option<Task>>,
+    len: usize,
+}
+
+impl TaskTable {
+    const MIN_SLOTS: usize = 64;
+
+    fn slot(&self, itt: u32) -> usize {
+        itt as usize & (self.slots.len() - 1)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when a task with `itt` could be inserted now (its slot is
+    /// free); makes room first when the table is half full.
+    fn is_free(&mut self, itt: u32) -> bool {
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let i = self.slot(itt);
+        self.slots[i].is_none()
+    }
+
+    /// Double the table (at least), until every task has a slot of its own.
+    fn grow(&mut self) {
+        let tasks: Vec<Task> = std::mem::take(&mut self.slots)
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut n = (self.len * 4).max(Self::MIN_SLOTS).next_power_of_two();
+        loop {
+            let mut taken = vec![false; n];
+            let clash = tasks
+                .iter()
+                .any(|t| std::mem::replace(&mut taken[t.itt as usize & (n - 1)], true));
+            if !clash {
+                break;
+            }
+            n *= 2;
+        }
+        self.slots.resize_with(n, || None);
+        for t in tasks {
+            let i = self.slot(t.itt);
+            self.slots[i] = Some(t);
+        }
+    }
+
+    fn contains_key(&self, itt: &u32) -> bool {
+        self.get(itt).is_some()
+    }
+
+    fn get(&self, itt: &u32) -> Option<&Task> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        self.slots[self.slot(*itt)]
+            .as_ref()
+            .filter(|t| t.itt == *itt)
+    }
+
+    fn get_mut(&mut self, itt: &u32) -> Option<&mut Task> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let i = self.slot(*itt);
+        self.slots[i].as_mut().filter(|t| t.itt == *itt)
+    }
+
+    /// Insert a task whose slot [`TaskTable::is_free`] found free.
+    fn insert(&mut self, task: Task) {
+        if self.slots.is_empty() {
+            self.grow();
+        }
+        let i = self.slot(task.itt);
+        debug_assert!(self.slots[i].is_none(), "ITT slot taken");
+        if self.slots[i].replace(task).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, itt: &u32) -> Option<Task> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let i = self.slot(*itt);
+        if self.slots[i].as_ref().is_some_and(|t| t.itt == *itt) {
+            self.len -= 1;
+            self.slots[i].take()
+        } else {
+            None
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Task> {
+        self.slots.iter().flatten()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &u32> {
+        self.slots.iter().flatten().map(|t| &t.itt)
+    }
+
+    fn find_id(&self, id: TaskId) -> Option<u32> {
+        self.slots
+            .iter()
+            .flatten()
+            .find(|t| t.id == id)
+            .map(|t| t.itt)
+    }
+}
+
 /// A request waiting for the command window (or queue depth) to open.
 #[derive(Debug)]
 enum Queued {
@@ -576,8 +698,7 @@ pub struct Session {
     exp_stat_sn: u32,
     next_itt: u32,
     next_task: u64,
-    tasks: IdMap<u32, Task>,
-    by_id: IdMap<TaskId, u32>,
+    tasks: TaskTable,
     /// Non-immediate requests waiting for the window.
     waiting: VecDeque<Queued>,
     /// SCSI commands in flight (counted against `queue_depth`).
@@ -622,8 +743,7 @@ impl Session {
             exp_stat_sn: numbers.exp_stat_sn,
             next_itt: 1,
             next_task: 1,
-            tasks: IdMap::default(),
-            by_id: IdMap::default(),
+            tasks: TaskTable::default(),
             waiting: VecDeque::new(),
             commands_in_flight: 0,
             transmit: VecDeque::new(),
@@ -680,7 +800,7 @@ impl Session {
         loop {
             let itt = self.next_itt;
             self.next_itt = self.next_itt.wrapping_add(1);
-            if itt != RESERVED_TAG && !self.tasks.contains_key(&itt) {
+            if itt != RESERVED_TAG && self.tasks.is_free(itt) {
                 return itt;
             }
         }
@@ -775,14 +895,15 @@ impl Session {
             });
             return id;
         }
-        let Some(&ref_itt) = self.by_id.get(&target) else {
+        // A scan (ABORT TASK is rare) rather than a second map per command.
+        let Some(ref_itt) = self.tasks.find_id(target) else {
             self.events.push_back(Event::TaskMgmt {
                 id,
                 result: Ok(TmfOutcome::TaskDoesNotExist),
             });
             return id;
         };
-        let (lun, ref_cmd_sn) = match &self.tasks[&ref_itt] {
+        let (lun, ref_cmd_sn) = match self.tasks.get(&ref_itt).expect("found above") {
             Task {
                 kind: TaskKind::Command(c),
                 cmd_sn,
@@ -864,13 +985,11 @@ impl Session {
     }
 
     fn insert(&mut self, task: Task) {
-        self.by_id.insert(task.id, task.itt);
-        self.tasks.insert(task.itt, task);
+        self.tasks.insert(task);
     }
 
     fn remove(&mut self, itt: u32) -> Option<Task> {
         let t = self.tasks.remove(&itt)?;
-        self.by_id.remove(&t.id);
         if matches!(t.kind, TaskKind::Command(_)) {
             self.commands_in_flight -= 1;
         }
