@@ -2063,6 +2063,119 @@ mod tests {
     }
 
     #[test]
+    fn deadlines_fire_on_time_under_load_and_completed_commands_leave_nothing_behind() {
+        let mut h = Harness::new();
+        let stuck = h.cmd(0xa1, 0.0);
+        let stuck_itt = Harness::itt_of(&h.sent(), 0xa1);
+        // A window that stays open however many commands go by.
+        let mut answered = 1u32;
+        let mut answer = |h: &mut Harness, itt: u32, secs: f64| {
+            answered += 1;
+            let stat_sn = h.next_stat_sn();
+            h.pdu(
+                Bhs::ScsiResponse(ScsiResponse {
+                    bidi_overflow: false,
+                    bidi_underflow: false,
+                    residual: Residual::default(),
+                    response: 0,
+                    status: GOOD,
+                    itt,
+                    snack_tag: 0,
+                    stat_sn,
+                    exp_cmd_sn: answered,
+                    max_cmd_sn: answered + 64,
+                    exp_data_sn: 0,
+                    bidi_read_residual_count: 0,
+                }),
+                Bytes::new(),
+                secs,
+            );
+        };
+        // 4,800 commands come and go around the stuck one, in bursts of 16
+        // answered newest first (the deadline queue sees completions out of
+        // order), over 29 s.
+        for burst in 0..300 {
+            let secs = f64::from(burst) * 0.097;
+            let ids: Vec<RequestId> = (0..16).map(|_| h.cmd(0x28, secs)).collect();
+            let itts: Vec<u32> = h
+                .sent()
+                .iter()
+                .map(|s| match s {
+                    Sent::Cmd(0x28, itt) => *itt,
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect();
+            assert_eq!(itts.len(), 16);
+            for &itt in itts.iter().rev() {
+                answer(&mut h, itt, secs + 0.001);
+            }
+            let done: Vec<RequestId> = command_results(&h.outputs())
+                .into_iter()
+                .map(|(id, r)| {
+                    assert_eq!(r, Ok(GOOD));
+                    id
+                })
+                .collect();
+            assert_eq!(done.len(), 16);
+            assert!(ids.iter().all(|id| done.contains(id)));
+            assert_eq!(
+                h.r.poll_timeout(),
+                Some(h.at(30.0)),
+                "the stuck command's deadline stays the next one"
+            );
+            assert_eq!(h.r.pending_commands(), 1);
+            assert!(
+                h.r.deadlines.q.len() <= 2 * h.r.pending_commands() + 64 + 16,
+                "{} deadline entries kept for one command",
+                h.r.deadlines.q.len()
+            );
+        }
+        h.run_until(29.99);
+        assert!(!notices(&h.outputs())
+            .iter()
+            .any(|n| matches!(n, Notice::CommandTimedOut { .. })));
+        h.run_until(30.0);
+        assert!(notices(&h.outputs()).contains(&Notice::CommandTimedOut {
+            opcode: 0xa1,
+            timeout: Duration::from_secs(30)
+        }));
+        let sent = h.sent();
+        let [Sent::Tmf(tmf::ABORT_TASK, abort, referenced)] = sent[..] else {
+            panic!("{sent:?}")
+        };
+        assert_eq!(referenced, stuck_itt);
+        // Aborted, re-issued, answered: nothing is left to watch anywhere.
+        h.tmf_answer(abort, 0, 30.5);
+        let again = Harness::itt_of(&h.sent(), 0xa1);
+        answer(&mut h, again, 31.0);
+        assert_eq!(command_results(&h.outputs()), vec![(stuck, Ok(GOOD))]);
+        assert_eq!(h.r.pending_commands(), 0);
+        assert_eq!(h.r.core().map(Session::outstanding), Some(0));
+        assert_eq!(h.r.poll_timeout(), None);
+    }
+
+    #[test]
+    fn commands_on_a_lost_connection_free_their_deadlines_and_get_fresh_ones_after() {
+        let mut h = Harness::new();
+        let a = h.cmd(0xa1, 0.0);
+        h.sent();
+        h.lose(1.0);
+        h.outputs();
+        assert!(
+            h.r.deadlines.q.is_empty(),
+            "deadlines go with the connection"
+        );
+        h.run_until(1.0 + T2W.as_secs_f64());
+        h.connected(3.0);
+        let itt = Harness::itt_of(&h.sent(), 0xa1);
+        assert_eq!(h.r.poll_timeout(), Some(h.at(33.0)), "a fresh deadline");
+        h.answer(itt, GOOD, 4.0);
+        assert_eq!(command_results(&h.outputs()), vec![(a, Ok(GOOD))]);
+        assert_eq!(h.r.poll_timeout(), None);
+        assert_eq!(h.r.core().map(Session::outstanding), Some(0));
+    }
+
+    #[test]
     fn command_that_times_out_four_times_fails_as_aborted() {
         let mut h = Harness::new();
         let id = h.cmd(0xa1, 0.0);

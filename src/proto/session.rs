@@ -2018,6 +2018,114 @@ pub(crate) mod tests {
         assert!(s.poll_event().is_none(), "the read must not complete");
     }
 
+    /// Submit a read, answer it GOOD, and return its ITT; `sn` is the
+    /// StatSN the answer carries (bumped).
+    fn run_one(s: &mut Session, sn: &mut u32) -> u32 {
+        let id = s.submit(read(0));
+        let itt = itt_of(&drain(s)[0]);
+        s.handle_pdu(response(itt, *sn, *sn + 1, *sn + 1000, 0), Instant::now())
+            .unwrap();
+        *sn += 1;
+        match s.poll_event() {
+            Some(Event::Command {
+                id: got,
+                result: Ok(r),
+            }) if got == id => assert_eq!(r.status, 0),
+            other => panic!("expected the command's GOOD, got {other:?}"),
+        }
+        itt
+    }
+
+    #[test]
+    fn late_answer_for_a_finished_itt_is_rejected_not_given_to_the_task_in_its_slot() {
+        let mut s = session(params(), 10_000);
+        let mut sn = 1;
+        let old = run_one(&mut s, &mut sn);
+        // Walk the ITTs round the table until a new command sits in the
+        // slot the finished one used (ITTs count up; the table is a power
+        // of two long, so one lap later lands on the same slot).
+        let mut newer = None;
+        for _ in 0..4096 {
+            let id = s.submit(read(0));
+            let itt = itt_of(&drain(&mut s)[0]);
+            if itt & 63 == old & 63 {
+                newer = Some((id, itt));
+                break;
+            }
+            s.handle_pdu(response(itt, sn, sn + 1, sn + 1000, 0), Instant::now())
+                .unwrap();
+            sn += 1;
+            assert!(
+                matches!(s.poll_event(), Some(Event::Command { id: got, result: Ok(_) }) if got == id)
+            );
+        }
+        let (id, itt) = newer.expect("an ITT in the finished command's slot");
+        assert_ne!(itt, old, "ITTs are not reused");
+        // The target answers the old ITT again: a protocol error naming it,
+        // and the command now in that slot is untouched.
+        let err = s
+            .handle_pdu(response(old, sn, sn + 1, sn + 1000, 0), Instant::now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProtocolError::UnknownTask {
+                what: "SCSI Response",
+                itt: old
+            }
+        );
+        assert!(
+            s.poll_event().is_none(),
+            "nothing delivered for a stale ITT"
+        );
+        assert_eq!(s.outstanding(), 1);
+        s.handle_pdu(response(itt, sn, sn + 1, sn + 1000, 0), Instant::now())
+            .unwrap();
+        assert!(
+            matches!(s.poll_event(), Some(Event::Command { id: got, result: Ok(_) }) if got == id)
+        );
+        assert_eq!(s.outstanding(), 0);
+    }
+
+    #[test]
+    fn long_lived_task_keeps_its_slot_while_thousands_of_commands_pass_it() {
+        let p = FeatureParams {
+            queue_depth: 1024,
+            ..params()
+        };
+        let mut s = session(p, 100_000);
+        let mut sn = 1;
+        let long = s.submit(read(0));
+        let long_itt = itt_of(&drain(&mut s)[0]);
+        // Many commands in flight at once, so the table has to grow around
+        // the long-lived task, then many one at a time past its slot.
+        let ids: Vec<TaskId> = (0..300).map(|_| s.submit(read(0))).collect();
+        let itts: Vec<u32> = drain(&mut s).iter().map(itt_of).collect();
+        assert_eq!(itts.len(), 300);
+        assert!(!itts.contains(&long_itt));
+        for (id, itt) in ids.iter().zip(&itts).rev() {
+            s.handle_pdu(response(*itt, sn, sn + 1, sn + 1000, 0), Instant::now())
+                .unwrap();
+            sn += 1;
+            assert!(
+                matches!(s.poll_event(), Some(Event::Command { id: got, result: Ok(_) }) if got == *id)
+            );
+        }
+        for _ in 0..3000 {
+            assert_ne!(run_one(&mut s, &mut sn), long_itt);
+        }
+        assert_eq!(s.outstanding(), 1, "only the long-lived task is left");
+        // ABORT TASK still finds it (by its TaskId) and names its ITT.
+        s.abort_task(long);
+        let tmf = drain(&mut s);
+        match &tmf[0].bhs {
+            Bhs::TaskMgmtRequest(t) => assert_eq!(t.referenced_task_tag, long_itt),
+            other => panic!("expected ABORT TASK, got {other:?}"),
+        }
+        s.handle_pdu(response(long_itt, sn, sn + 1, sn + 1000, 0), Instant::now())
+            .unwrap();
+        assert!(matches!(s.poll_event(), Some(Event::Command { id, result: Ok(_) }) if id == long));
+    }
+
     #[test]
     fn data_in_for_unknown_task_is_a_protocol_error() {
         let mut s = session(params(), 10);
