@@ -1648,6 +1648,43 @@ mod tests {
     }
 
     #[test]
+    fn header_with_ahs_and_digest_encodes_and_decodes_in_both_head_forms() {
+        let bhs = Bhs::NopIn(NopIn {
+            lun: [0; 8],
+            itt: 7,
+            ttt: RESERVED_TAG,
+            stat_sn: 1,
+            exp_cmd_sn: 1,
+            max_cmd_sn: 1,
+        });
+        for digests in [
+            Digests::default(),
+            Digests {
+                header: true,
+                data: true,
+            },
+        ] {
+            let digest = if digests.header { 4 } else { 0 };
+            // Without AHS the head is inline; with one it is on the heap.
+            let plain = Pdu::with_data(bhs.clone(), Bytes::from_static(b"abc"));
+            let f = plain.encode(digests);
+            assert!(matches!(f.head, FrameHead::Inline { .. }));
+            assert_eq!(f.head.len(), BHS_LEN + digest);
+            roundtrip(plain, digests);
+            let with_ahs = Pdu {
+                bhs: bhs.clone(),
+                ahs: Bytes::from_static(&[1, 2, 3, 4, 5, 6, 7, 8]),
+                data: Bytes::from_static(b"abc"),
+            };
+            let f = with_ahs.encode(digests);
+            assert!(matches!(f.head, FrameHead::Heap(_)));
+            assert_eq!(f.head.len(), BHS_LEN + 8 + digest);
+            assert_eq!(&f.head[BHS_LEN..BHS_LEN + 8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+            roundtrip(with_ahs, digests);
+        }
+    }
+
+    #[test]
     fn corrupted_header_digest_is_detected() {
         let pdu = Pdu::new(Bhs::NopIn(NopIn {
             lun: [0; 8],
