@@ -1086,12 +1086,10 @@ impl Pdu {
         debug_assert!(self.ahs.len().is_multiple_of(4) && self.ahs.len() <= 1020);
         debug_assert!(self.data.len() <= MAX_DATA_SEGMENT as usize);
         let bhs = self.bhs.encode(self.ahs.len(), self.data.len() as u32);
-        let mut head = Vec::with_capacity(BHS_LEN + self.ahs.len() + 4);
-        head.extend_from_slice(&bhs);
-        head.extend_from_slice(&self.ahs);
+        let mut head = FrameHead::new(&bhs, &self.ahs);
         if digests.header {
             let crc = crc32c(&head);
-            head.extend_from_slice(&crc.to_le_bytes());
+            head.push_digest(crc.to_le_bytes());
         }
         let mut tail = [0u8; 7];
         let pad = pad_len(self.data.len());
@@ -1114,11 +1112,63 @@ impl Pdu {
     }
 }
 
+/// The header part of a [`WireFrame`]: BHS, AHS and header digest. A
+/// frame without AHS (every PDU rlun sends but a command with an extended
+/// CDB) keeps it inline, so encoding a command allocates nothing; it reads
+/// as a byte slice.
+#[derive(Debug, Clone)]
+pub enum FrameHead {
+    /// BHS and, with header digests, the digest: `len` bytes of `buf`.
+    Inline { buf: [u8; BHS_LEN + 4], len: u8 },
+    /// With an AHS.
+    Heap(Vec<u8>),
+}
+
+impl FrameHead {
+    fn new(bhs: &[u8; BHS_LEN], ahs: &[u8]) -> FrameHead {
+        if ahs.is_empty() {
+            let mut buf = [0u8; BHS_LEN + 4];
+            buf[..BHS_LEN].copy_from_slice(bhs);
+            FrameHead::Inline {
+                buf,
+                len: BHS_LEN as u8,
+            }
+        } else {
+            let mut v = Vec::with_capacity(BHS_LEN + ahs.len() + 4);
+            v.extend_from_slice(bhs);
+            v.extend_from_slice(ahs);
+            FrameHead::Heap(v)
+        }
+    }
+
+    fn push_digest(&mut self, crc: [u8; 4]) {
+        match self {
+            FrameHead::Inline { buf, len } => {
+                let at = usize::from(*len);
+                buf[at..at + 4].copy_from_slice(&crc);
+                *len += 4;
+            }
+            FrameHead::Heap(v) => v.extend_from_slice(&crc),
+        }
+    }
+}
+
+impl std::ops::Deref for FrameHead {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            FrameHead::Inline { buf, len } => &buf[..usize::from(*len)],
+            FrameHead::Heap(v) => v,
+        }
+    }
+}
+
 /// An encoded PDU, in three parts for one vectored write.
 #[derive(Debug, Clone)]
 pub struct WireFrame {
     /// BHS, AHS and header digest.
-    pub head: Vec<u8>,
+    pub head: FrameHead,
     /// The data segment (shared, not copied).
     pub data: Bytes,
     tail: [u8; 7],
@@ -1594,6 +1644,43 @@ mod tests {
                     digests,
                 );
             }
+        }
+    }
+
+    #[test]
+    fn header_with_ahs_and_digest_encodes_and_decodes_in_both_head_forms() {
+        let bhs = Bhs::NopIn(NopIn {
+            lun: [0; 8],
+            itt: 7,
+            ttt: RESERVED_TAG,
+            stat_sn: 1,
+            exp_cmd_sn: 1,
+            max_cmd_sn: 1,
+        });
+        for digests in [
+            Digests::default(),
+            Digests {
+                header: true,
+                data: true,
+            },
+        ] {
+            let digest = if digests.header { 4 } else { 0 };
+            // Without AHS the head is inline; with one it is on the heap.
+            let plain = Pdu::with_data(bhs.clone(), Bytes::from_static(b"abc"));
+            let f = plain.encode(digests);
+            assert!(matches!(f.head, FrameHead::Inline { .. }));
+            assert_eq!(f.head.len(), BHS_LEN + digest);
+            roundtrip(plain, digests);
+            let with_ahs = Pdu {
+                bhs: bhs.clone(),
+                ahs: Bytes::from_static(&[1, 2, 3, 4, 5, 6, 7, 8]),
+                data: Bytes::from_static(b"abc"),
+            };
+            let f = with_ahs.encode(digests);
+            assert!(matches!(f.head, FrameHead::Heap(_)));
+            assert_eq!(f.head.len(), BHS_LEN + 8 + digest);
+            assert_eq!(&f.head[BHS_LEN..BHS_LEN + 8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+            roundtrip(with_ahs, digests);
         }
     }
 

@@ -53,7 +53,7 @@
 //! [`Recovery::poll_output`] (answers for callers, connection orders and
 //! notices to log).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -350,7 +350,7 @@ pub struct Recovery {
     next_id: u64,
     cmds: IdMap<RequestId, CmdRecord>,
     by_task: IdMap<TaskId, RequestId>,
-    deadlines: BTreeSet<(Instant, RequestId)>,
+    deadlines: Deadlines,
     others: IdMap<TaskId, Other>,
     tmfs: IdMap<TaskId, OwnTmf>,
     /// Someone wants the session closed: the caller to answer (`None` when
@@ -391,7 +391,7 @@ impl Recovery {
             next_id: 0,
             cmds: IdMap::default(),
             by_task: IdMap::default(),
-            deadlines: BTreeSet::new(),
+            deadlines: Deadlines::default(),
             others: IdMap::default(),
             tmfs: IdMap::default(),
             closing: None,
@@ -674,7 +674,7 @@ impl Recovery {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.conn {
             Conn::Live(core) => {
-                let cmd = self.deadlines.first().map(|(t, _)| *t);
+                let cmd = self.deadlines.first(&self.cmds);
                 let tmf = self
                     .tmfs
                     .values()
@@ -795,11 +795,13 @@ impl Recovery {
         } else {
             now + self.cfg.command_timeout
         };
-        if let Some(old) = cmd.deadline.replace(deadline) {
-            self.deadlines.remove(&(old, id));
-        }
+        // A replaced deadline's entry goes stale in the queue.
+        let replaced = cmd.deadline.replace(deadline).is_some();
         cmd.task = Some(task);
-        self.deadlines.insert((deadline, id));
+        self.deadlines.push(deadline, id, &self.cmds);
+        if replaced {
+            self.deadlines.prune(&self.cmds);
+        }
         self.by_task.insert(task, id);
     }
 
@@ -911,8 +913,10 @@ impl Recovery {
             return;
         };
         cmd.task = None;
-        if let Some(d) = cmd.deadline.take() {
-            self.deadlines.remove(&(d, id));
+        let had_deadline = cmd.deadline.take().is_some();
+        let timeouts = cmd.timeouts;
+        if had_deadline {
+            self.deadlines.prune(&self.cmds);
         }
         // Aborted after its deadline, or never sent because the target
         // kept the command window closed that long: retried the same way.
@@ -920,8 +924,8 @@ impl Recovery {
             result,
             Err(TaskError::Aborted | TaskError::WindowClosed { .. })
         );
-        if timed_out && cmd.timeouts > 0 {
-            if cmd.timeouts > self.cfg.max_timeout_retries {
+        if timed_out && timeouts > 0 {
+            if timeouts > self.cfg.max_timeout_retries {
                 self.cmds.remove(&id);
                 self.outputs.push_back(Output::Command {
                     id,
@@ -1033,11 +1037,7 @@ impl Recovery {
 
     /// Abort commands past their deadline.
     fn check_deadlines(&mut self, now: Instant) {
-        while let Some(&(deadline, id)) = self.deadlines.first() {
-            if deadline > now {
-                break;
-            }
-            self.deadlines.remove(&(deadline, id));
+        while let Some((_, id)) = self.deadlines.pop_due(now, &self.cmds) {
             let Conn::Live(core) = &mut self.conn else {
                 return;
             };
@@ -1069,7 +1069,7 @@ impl Recovery {
                         self.cfg.command_timeout
                     };
                 cmd.deadline = Some(next);
-                self.deadlines.insert((next, id));
+                self.deadlines.push(next, id, &self.cmds);
                 continue;
             }
             cmd.timeouts += 1;
@@ -1282,6 +1282,78 @@ impl Recovery {
                 .push_back(Output::Logout { id, result: Ok(()) });
         }
         self.outputs.push_back(Output::Finished);
+    }
+}
+
+/// The kept commands' deadlines, earliest first: a queue of `(deadline,
+/// command)` entries instead of an ordered set, so that a command costs a
+/// push when it is submitted and nothing when it completes. An entry is
+/// current while its command still has that deadline
+/// ([`CmdRecord::deadline`]); a completed command or a replaced deadline
+/// leaves a stale entry behind, dropped when it reaches the front (the
+/// front is always kept current) or when stale entries outnumber the
+/// commands. Deadlines are pushed in time order (each is `now` plus a
+/// fixed period; the queued-command recheck, shorter, is rare and takes
+/// the slow, sorted insert).
+#[derive(Debug, Default)]
+struct Deadlines {
+    q: VecDeque<(Instant, RequestId)>,
+}
+
+impl Deadlines {
+    fn is_current(cmds: &IdMap<RequestId, CmdRecord>, t: Instant, id: RequestId) -> bool {
+        cmds.get(&id).and_then(|c| c.deadline) == Some(t)
+    }
+
+    /// Watch command `id`, which has just been given deadline `t`.
+    fn push(&mut self, t: Instant, id: RequestId, cmds: &IdMap<RequestId, CmdRecord>) {
+        if self.q.back().is_none_or(|&(last, _)| last <= t) {
+            self.q.push_back((t, id));
+        } else {
+            let at = self.q.partition_point(|&(d, _)| d <= t);
+            self.q.insert(at, (t, id));
+        }
+        // Stale entries behind a long-lived front: drop them all at once,
+        // so the queue stays within a small multiple of the kept commands.
+        if self.q.len() > 2 * cmds.len() + 64 {
+            self.q.retain(|&(t, id)| Self::is_current(cmds, t, id));
+        }
+    }
+
+    /// Drop stale entries from the front (after a deadline went away).
+    fn prune(&mut self, cmds: &IdMap<RequestId, CmdRecord>) {
+        while let Some(&(t, id)) = self.q.front() {
+            if Self::is_current(cmds, t, id) {
+                break;
+            }
+            self.q.pop_front();
+        }
+    }
+
+    /// The earliest current deadline.
+    fn first(&self, cmds: &IdMap<RequestId, CmdRecord>) -> Option<Instant> {
+        // The front is current after every change; the filter only guards.
+        self.q
+            .iter()
+            .find(|&&(t, id)| Self::is_current(cmds, t, id))
+            .map(|&(t, _)| t)
+    }
+
+    /// Take the earliest current entry if it is due at `now`.
+    fn pop_due(
+        &mut self,
+        now: Instant,
+        cmds: &IdMap<RequestId, CmdRecord>,
+    ) -> Option<(Instant, RequestId)> {
+        self.prune(cmds);
+        match self.q.front() {
+            Some(&(t, _)) if t <= now => self.q.pop_front(),
+            _ => None,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.q.clear();
     }
 }
 
@@ -1988,6 +2060,119 @@ mod tests {
         assert_eq!(h.r.poll_timeout(), Some(h.at(60.5)), "a fresh deadline");
         h.answer(again, GOOD, 31.0);
         assert_eq!(command_results(&h.outputs()), vec![(id, Ok(GOOD))]);
+    }
+
+    #[test]
+    fn deadlines_fire_on_time_under_load_and_completed_commands_leave_nothing_behind() {
+        let mut h = Harness::new();
+        let stuck = h.cmd(0xa1, 0.0);
+        let stuck_itt = Harness::itt_of(&h.sent(), 0xa1);
+        // A window that stays open however many commands go by.
+        let mut answered = 1u32;
+        let mut answer = |h: &mut Harness, itt: u32, secs: f64| {
+            answered += 1;
+            let stat_sn = h.next_stat_sn();
+            h.pdu(
+                Bhs::ScsiResponse(ScsiResponse {
+                    bidi_overflow: false,
+                    bidi_underflow: false,
+                    residual: Residual::default(),
+                    response: 0,
+                    status: GOOD,
+                    itt,
+                    snack_tag: 0,
+                    stat_sn,
+                    exp_cmd_sn: answered,
+                    max_cmd_sn: answered + 64,
+                    exp_data_sn: 0,
+                    bidi_read_residual_count: 0,
+                }),
+                Bytes::new(),
+                secs,
+            );
+        };
+        // 4,800 commands come and go around the stuck one, in bursts of 16
+        // answered newest first (the deadline queue sees completions out of
+        // order), over 29 s.
+        for burst in 0..300 {
+            let secs = f64::from(burst) * 0.097;
+            let ids: Vec<RequestId> = (0..16).map(|_| h.cmd(0x28, secs)).collect();
+            let itts: Vec<u32> = h
+                .sent()
+                .iter()
+                .map(|s| match s {
+                    Sent::Cmd(0x28, itt) => *itt,
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect();
+            assert_eq!(itts.len(), 16);
+            for &itt in itts.iter().rev() {
+                answer(&mut h, itt, secs + 0.001);
+            }
+            let done: Vec<RequestId> = command_results(&h.outputs())
+                .into_iter()
+                .map(|(id, r)| {
+                    assert_eq!(r, Ok(GOOD));
+                    id
+                })
+                .collect();
+            assert_eq!(done.len(), 16);
+            assert!(ids.iter().all(|id| done.contains(id)));
+            assert_eq!(
+                h.r.poll_timeout(),
+                Some(h.at(30.0)),
+                "the stuck command's deadline stays the next one"
+            );
+            assert_eq!(h.r.pending_commands(), 1);
+            assert!(
+                h.r.deadlines.q.len() <= 2 * h.r.pending_commands() + 64 + 16,
+                "{} deadline entries kept for one command",
+                h.r.deadlines.q.len()
+            );
+        }
+        h.run_until(29.99);
+        assert!(!notices(&h.outputs())
+            .iter()
+            .any(|n| matches!(n, Notice::CommandTimedOut { .. })));
+        h.run_until(30.0);
+        assert!(notices(&h.outputs()).contains(&Notice::CommandTimedOut {
+            opcode: 0xa1,
+            timeout: Duration::from_secs(30)
+        }));
+        let sent = h.sent();
+        let [Sent::Tmf(tmf::ABORT_TASK, abort, referenced)] = sent[..] else {
+            panic!("{sent:?}")
+        };
+        assert_eq!(referenced, stuck_itt);
+        // Aborted, re-issued, answered: nothing is left to watch anywhere.
+        h.tmf_answer(abort, 0, 30.5);
+        let again = Harness::itt_of(&h.sent(), 0xa1);
+        answer(&mut h, again, 31.0);
+        assert_eq!(command_results(&h.outputs()), vec![(stuck, Ok(GOOD))]);
+        assert_eq!(h.r.pending_commands(), 0);
+        assert_eq!(h.r.core().map(Session::outstanding), Some(0));
+        assert_eq!(h.r.poll_timeout(), None);
+    }
+
+    #[test]
+    fn commands_on_a_lost_connection_free_their_deadlines_and_get_fresh_ones_after() {
+        let mut h = Harness::new();
+        let a = h.cmd(0xa1, 0.0);
+        h.sent();
+        h.lose(1.0);
+        h.outputs();
+        assert!(
+            h.r.deadlines.q.is_empty(),
+            "deadlines go with the connection"
+        );
+        h.run_until(1.0 + T2W.as_secs_f64());
+        h.connected(3.0);
+        let itt = Harness::itt_of(&h.sent(), 0xa1);
+        assert_eq!(h.r.poll_timeout(), Some(h.at(33.0)), "a fresh deadline");
+        h.answer(itt, GOOD, 4.0);
+        assert_eq!(command_results(&h.outputs()), vec![(a, Ok(GOOD))]);
+        assert_eq!(h.r.poll_timeout(), None);
+        assert_eq!(h.r.core().map(Session::outstanding), Some(0));
     }
 
     #[test]

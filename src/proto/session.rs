@@ -67,7 +67,6 @@
 
 use std::collections::VecDeque;
 
-use super::idmap::IdMap;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -559,6 +558,129 @@ struct Task {
     kind: TaskKind,
 }
 
+/// The tasks on the wire, by Initiator Task Tag: a direct-mapped table
+/// (task `itt` lives in slot `itt % len`), so finding the task a PDU names
+/// is an index and a compare, and a command costs no hashing or
+/// allocation. ITTs still count up and come round only after 2^32 tasks,
+/// so a late answer for a finished task names an ITT that is in no slot
+/// (the slot holds a newer task with another ITT, or nothing) and is
+/// rejected, never delivered to the newer task. [`Session::alloc_itt`]
+/// skips an ITT whose slot is taken (by a long-lived task) and the table
+/// doubles before it is half full.
+#[derive(Debug, Default)]
+struct TaskTable {
+    slots: Vec<Option<Task>>,
+    len: usize,
+}
+
+impl TaskTable {
+    const MIN_SLOTS: usize = 64;
+
+    fn slot(&self, itt: u32) -> usize {
+        itt as usize & (self.slots.len() - 1)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when a task with `itt` could be inserted now (its slot is
+    /// free); makes room first when the table is half full.
+    fn is_free(&mut self, itt: u32) -> bool {
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let i = self.slot(itt);
+        self.slots[i].is_none()
+    }
+
+    /// Double the table (at least), until every task has a slot of its own.
+    fn grow(&mut self) {
+        let tasks: Vec<Task> = std::mem::take(&mut self.slots)
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut n = (self.len * 4).max(Self::MIN_SLOTS).next_power_of_two();
+        loop {
+            let mut taken = vec![false; n];
+            let clash = tasks
+                .iter()
+                .any(|t| std::mem::replace(&mut taken[t.itt as usize & (n - 1)], true));
+            if !clash {
+                break;
+            }
+            n *= 2;
+        }
+        self.slots.resize_with(n, || None);
+        for t in tasks {
+            let i = self.slot(t.itt);
+            self.slots[i] = Some(t);
+        }
+    }
+
+    fn contains_key(&self, itt: &u32) -> bool {
+        self.get(itt).is_some()
+    }
+
+    fn get(&self, itt: &u32) -> Option<&Task> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        self.slots[self.slot(*itt)]
+            .as_ref()
+            .filter(|t| t.itt == *itt)
+    }
+
+    fn get_mut(&mut self, itt: &u32) -> Option<&mut Task> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let i = self.slot(*itt);
+        self.slots[i].as_mut().filter(|t| t.itt == *itt)
+    }
+
+    /// Insert a task whose slot [`TaskTable::is_free`] found free.
+    fn insert(&mut self, task: Task) {
+        if self.slots.is_empty() {
+            self.grow();
+        }
+        let i = self.slot(task.itt);
+        debug_assert!(self.slots[i].is_none(), "ITT slot taken");
+        if self.slots[i].replace(task).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, itt: &u32) -> Option<Task> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let i = self.slot(*itt);
+        if self.slots[i].as_ref().is_some_and(|t| t.itt == *itt) {
+            self.len -= 1;
+            self.slots[i].take()
+        } else {
+            None
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Task> {
+        self.slots.iter().flatten()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &u32> {
+        self.slots.iter().flatten().map(|t| &t.itt)
+    }
+
+    fn find_id(&self, id: TaskId) -> Option<u32> {
+        self.slots
+            .iter()
+            .flatten()
+            .find(|t| t.id == id)
+            .map(|t| t.itt)
+    }
+}
+
 /// A request waiting for the command window (or queue depth) to open.
 #[derive(Debug)]
 enum Queued {
@@ -576,8 +698,7 @@ pub struct Session {
     exp_stat_sn: u32,
     next_itt: u32,
     next_task: u64,
-    tasks: IdMap<u32, Task>,
-    by_id: IdMap<TaskId, u32>,
+    tasks: TaskTable,
     /// Non-immediate requests waiting for the window.
     waiting: VecDeque<Queued>,
     /// SCSI commands in flight (counted against `queue_depth`).
@@ -622,8 +743,7 @@ impl Session {
             exp_stat_sn: numbers.exp_stat_sn,
             next_itt: 1,
             next_task: 1,
-            tasks: IdMap::default(),
-            by_id: IdMap::default(),
+            tasks: TaskTable::default(),
             waiting: VecDeque::new(),
             commands_in_flight: 0,
             transmit: VecDeque::new(),
@@ -680,7 +800,7 @@ impl Session {
         loop {
             let itt = self.next_itt;
             self.next_itt = self.next_itt.wrapping_add(1);
-            if itt != RESERVED_TAG && !self.tasks.contains_key(&itt) {
+            if itt != RESERVED_TAG && self.tasks.is_free(itt) {
                 return itt;
             }
         }
@@ -775,14 +895,15 @@ impl Session {
             });
             return id;
         }
-        let Some(&ref_itt) = self.by_id.get(&target) else {
+        // A scan (ABORT TASK is rare) rather than a second map per command.
+        let Some(ref_itt) = self.tasks.find_id(target) else {
             self.events.push_back(Event::TaskMgmt {
                 id,
                 result: Ok(TmfOutcome::TaskDoesNotExist),
             });
             return id;
         };
-        let (lun, ref_cmd_sn) = match &self.tasks[&ref_itt] {
+        let (lun, ref_cmd_sn) = match self.tasks.get(&ref_itt).expect("found above") {
             Task {
                 kind: TaskKind::Command(c),
                 cmd_sn,
@@ -864,13 +985,11 @@ impl Session {
     }
 
     fn insert(&mut self, task: Task) {
-        self.by_id.insert(task.id, task.itt);
-        self.tasks.insert(task.itt, task);
+        self.tasks.insert(task);
     }
 
     fn remove(&mut self, itt: u32) -> Option<Task> {
         let t = self.tasks.remove(&itt)?;
-        self.by_id.remove(&t.id);
         if matches!(t.kind, TaskKind::Command(_)) {
             self.commands_in_flight -= 1;
         }
@@ -1897,6 +2016,114 @@ pub(crate) mod tests {
             }
         );
         assert!(s.poll_event().is_none(), "the read must not complete");
+    }
+
+    /// Submit a read, answer it GOOD, and return its ITT; `sn` is the
+    /// StatSN the answer carries (bumped).
+    fn run_one(s: &mut Session, sn: &mut u32) -> u32 {
+        let id = s.submit(read(0));
+        let itt = itt_of(&drain(s)[0]);
+        s.handle_pdu(response(itt, *sn, *sn + 1, *sn + 1000, 0), Instant::now())
+            .unwrap();
+        *sn += 1;
+        match s.poll_event() {
+            Some(Event::Command {
+                id: got,
+                result: Ok(r),
+            }) if got == id => assert_eq!(r.status, 0),
+            other => panic!("expected the command's GOOD, got {other:?}"),
+        }
+        itt
+    }
+
+    #[test]
+    fn late_answer_for_a_finished_itt_is_rejected_not_given_to_the_task_in_its_slot() {
+        let mut s = session(params(), 10_000);
+        let mut sn = 1;
+        let old = run_one(&mut s, &mut sn);
+        // Walk the ITTs round the table until a new command sits in the
+        // slot the finished one used (ITTs count up; the table is a power
+        // of two long, so one lap later lands on the same slot).
+        let mut newer = None;
+        for _ in 0..4096 {
+            let id = s.submit(read(0));
+            let itt = itt_of(&drain(&mut s)[0]);
+            if itt & 63 == old & 63 {
+                newer = Some((id, itt));
+                break;
+            }
+            s.handle_pdu(response(itt, sn, sn + 1, sn + 1000, 0), Instant::now())
+                .unwrap();
+            sn += 1;
+            assert!(
+                matches!(s.poll_event(), Some(Event::Command { id: got, result: Ok(_) }) if got == id)
+            );
+        }
+        let (id, itt) = newer.expect("an ITT in the finished command's slot");
+        assert_ne!(itt, old, "ITTs are not reused");
+        // The target answers the old ITT again: a protocol error naming it,
+        // and the command now in that slot is untouched.
+        let err = s
+            .handle_pdu(response(old, sn, sn + 1, sn + 1000, 0), Instant::now())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProtocolError::UnknownTask {
+                what: "SCSI Response",
+                itt: old
+            }
+        );
+        assert!(
+            s.poll_event().is_none(),
+            "nothing delivered for a stale ITT"
+        );
+        assert_eq!(s.outstanding(), 1);
+        s.handle_pdu(response(itt, sn, sn + 1, sn + 1000, 0), Instant::now())
+            .unwrap();
+        assert!(
+            matches!(s.poll_event(), Some(Event::Command { id: got, result: Ok(_) }) if got == id)
+        );
+        assert_eq!(s.outstanding(), 0);
+    }
+
+    #[test]
+    fn long_lived_task_keeps_its_slot_while_thousands_of_commands_pass_it() {
+        let p = FeatureParams {
+            queue_depth: 1024,
+            ..params()
+        };
+        let mut s = session(p, 100_000);
+        let mut sn = 1;
+        let long = s.submit(read(0));
+        let long_itt = itt_of(&drain(&mut s)[0]);
+        // Many commands in flight at once, so the table has to grow around
+        // the long-lived task, then many one at a time past its slot.
+        let ids: Vec<TaskId> = (0..300).map(|_| s.submit(read(0))).collect();
+        let itts: Vec<u32> = drain(&mut s).iter().map(itt_of).collect();
+        assert_eq!(itts.len(), 300);
+        assert!(!itts.contains(&long_itt));
+        for (id, itt) in ids.iter().zip(&itts).rev() {
+            s.handle_pdu(response(*itt, sn, sn + 1, sn + 1000, 0), Instant::now())
+                .unwrap();
+            sn += 1;
+            assert!(
+                matches!(s.poll_event(), Some(Event::Command { id: got, result: Ok(_) }) if got == *id)
+            );
+        }
+        for _ in 0..3000 {
+            assert_ne!(run_one(&mut s, &mut sn), long_itt);
+        }
+        assert_eq!(s.outstanding(), 1, "only the long-lived task is left");
+        // ABORT TASK still finds it (by its TaskId) and names its ITT.
+        s.abort_task(long);
+        let tmf = drain(&mut s);
+        match &tmf[0].bhs {
+            Bhs::TaskMgmtRequest(t) => assert_eq!(t.referenced_task_tag, long_itt),
+            other => panic!("expected ABORT TASK, got {other:?}"),
+        }
+        s.handle_pdu(response(long_itt, sn, sn + 1, sn + 1000, 0), Instant::now())
+            .unwrap();
+        assert!(matches!(s.poll_event(), Some(Event::Command { id, result: Ok(_) }) if id == long));
     }
 
     #[test]
