@@ -38,6 +38,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod cmd;
 pub mod config;
 pub mod daemon;

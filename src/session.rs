@@ -37,6 +37,7 @@ use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, trace, warn};
 
+use crate::clock;
 use crate::proto::digest::DigestType;
 use crate::proto::login::{ChapSettings, Login, LoginConfig, LoginError, LoginResult, LoginStep};
 use crate::proto::negotiate::{
@@ -612,12 +613,13 @@ impl<T: Transport> Driver<T> {
                 Some(l) => (Some(&mut l.reader), Some(&mut l.write_error)),
                 None => (None, None),
             };
-            let mut processed = false;
+            // The clock reading of a turn that handled PDUs.
+            let mut processed = None;
             tokio::select! {
                 biased;
                 pdu = read_pdu(reader, &mut self.machine) => {
-                    processed = true;
-                    let now = Instant::now();
+                    let now = clock::now();
+                    processed = Some(now);
                     let mut next = pdu.map(Some);
                     let mut payload = 0;
                     // Handle what arrived with it, up to a bound, before
@@ -653,7 +655,7 @@ impl<T: Transport> Driver<T> {
                 req = rx.recv(), if self.requests_open => match req {
                     Some(req) => {
                         // One clock read for the whole batch.
-                        let now = Instant::now();
+                        let now = clock::now();
                         self.request(req, now);
                         while let Ok(req) = rx.try_recv() {
                             self.request(req, now);
@@ -687,9 +689,9 @@ impl<T: Transport> Driver<T> {
                         }
                     }
                 }
-                _ = self.timer.fired() => self.machine.handle_timeout(Instant::now()),
+                _ = self.timer.fired() => self.machine.handle_timeout(clock::now()),
             }
-            if processed {
+            if let Some(now) = processed {
                 // Hand out completions and queue what the core wants sent,
                 // then let the callers and the writer run before reading
                 // more: on a one-thread runtime a target streaming Data-In
@@ -705,6 +707,16 @@ impl<T: Transport> Driver<T> {
                     YieldToPeers(false).await;
                 } else {
                     tokio::task::yield_now().await;
+                }
+                // What the callers just woken asked for meanwhile, under
+                // this turn's clock reading rather than one more of its
+                // own: a command's deadline then counts from the turn
+                // that woke its caller, at most one pass of the other
+                // tasks earlier than its submission.
+                if self.requests_open {
+                    while let Ok(req) = rx.try_recv() {
+                        self.request(req, now);
+                    }
                 }
             }
         }

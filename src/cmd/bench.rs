@@ -1,6 +1,11 @@
 //! `rlun bench`: IOPS, throughput, latency percentiles and CPU time of one
 //! access pattern on one LUN. `benches/compare.sh` runs it beside libiscsi's
 //! `iscsi-perf` on the same LUN and prints the ratios.
+//!
+//! Latency: an I/O counts from the end of the one before it in the same
+//! worker to the driver turn that handled its response (see
+//! [`crate::clock`]): no clock read of its own per I/O, which under
+//! software emulation is a system call.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,6 +17,7 @@ use tracing::info;
 use super::{CliError, Ctx};
 use crate::cli::{CacheOpts, ConnectOpts, OnOff, Pattern};
 use crate::client::Lun;
+use crate::clock;
 use crate::device::LunDevice;
 use crate::iobuf::IoBuf;
 use crate::stats::DataPathStats;
@@ -187,8 +193,12 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
                 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
             );
             let mut lat: Vec<u32> = Vec::with_capacity(1 << 16);
-            // One clock read per I/O: its end is the next one's start.
-            let mut now = Instant::now();
+            // An I/O's end is the next one's start. The end is the time
+            // of the driver turn that completed it (`clock::recent`, no
+            // system call; the turn read the clock when the response
+            // arrived); only when no turn read the clock since the start —
+            // a cache hit, no network round trip — does this read it.
+            let mut now = clock::now();
             while now < deadline {
                 let slot = if pattern.is_random() {
                     rng.next() % slots
@@ -207,7 +217,8 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
                         d.read_at(lba * bs_block, payload.len()).await?;
                     }
                 }
-                now = Instant::now();
+                let turn = clock::recent();
+                now = if turn > t { turn } else { clock::now() };
                 lat.push((now - t).as_micros().min(u32::MAX as u128) as u32);
             }
             Ok::<_, IoError>(lat)

@@ -4,10 +4,13 @@ selection, reading results, the summary and the exit status.
     python3 -m unittest discover -s tests/lab -p 'test_*.py'
 """
 
+import json
+import sys
 import tempfile
 import unittest
 from pathlib import Path
 
+import compare_rounds as cr
 import lab
 
 
@@ -136,6 +139,90 @@ class Results(unittest.TestCase):
         table = lab.compare_table(doc)
         self.assertIn("the same fio job", table)
         self.assertRegex(table, r"randread 4k qd32\s+500\s+2\.0\s+1000\s+4\.1\s+0\.50\s+0\.70")
+
+
+class CompareRounds(unittest.TestCase):
+    def test_median_of_odd_and_even_counts_and_of_nothing(self):
+        self.assertEqual(cr.median([3.0, 1.0, 2.0]), 2.0)
+        self.assertEqual(cr.median([4.0, 1.0, 3.0, 2.0]), 2.5)
+        self.assertIsNone(cr.median([]))
+
+    def test_summary_leaves_failed_rounds_out_and_keeps_their_errors(self):
+        s = cr.summarize([{"iops": 100.0}, {"error": "login failed"}, {"iops": 300.0}, {"iops": 120.0}],
+                         ("iops",))
+        self.assertEqual(s["iops"], 120.0)
+        self.assertEqual((s["iops_min"], s["iops_max"]), (100.0, 300.0))
+        self.assertEqual((s["ok"], s["rounds"]), (3, 4))
+        self.assertEqual(s["errors"], ["login failed"])
+
+    def _write_round(self, work, r, name, bs, rlun_iser, rlun_tcp, perf, fio_iops):
+        d = Path(work) / f"r{r}"
+        for tr, (iops, cpu) in (("iser", rlun_iser), ("tcp", rlun_tcp)):
+            write(d / f"rlun-{tr}-{name}.json", json.dumps(
+                {"iops": iops, "mb_per_s": iops * bs / 1e6, "cpu_s_per_gib": cpu, "copied_bytes": 0}))
+        iops, window = perf
+        write(d / f"perf-{name}.json", json.dumps(
+            {"rc": 0, "stdout": f"iops average 1 (0 MB/s)\niops average {iops} (1 MB/s)\n",
+             "stderr": "", "cpu_seconds": 99.0, "cpu_seconds_window": window}))
+        rt = 5000
+        write(d / f"fio-iser-{name}.json", json.dumps({"jobs": [{
+            "usr_cpu": 10.0, "sys_cpu": 30.0,
+            "read": {"iops": fio_iops, "bw_bytes": fio_iops * bs, "runtime": rt,
+                     "io_bytes": int(fio_iops * bs * rt / 1000)}}]}))
+
+    def test_rows_and_ratios_come_from_medians_over_alternating_rounds(self):
+        with tempfile.TemporaryDirectory() as w:
+            # One noisy round (2) per contender must not decide the ratio.
+            for r, (ri, li) in enumerate(((100, 110), (30, 200), (120, 100)), start=1):
+                self._write_round(w, r, "read128k", 131072, (ri, 10.0 * r), (90, 30.0), (li, 1.0), 80)
+                self._write_round(w, r, "randread4k", 4096, (500, 100.0), (400, 200.0), (450, 2.0), 300)
+            rows = cr.iser_rows(Path(w), 3, 5.0)
+            ratios = cr.iser_ratios(rows)
+            table = cr.iser_table(rows, ratios, 5.0, 3)
+        row = next(r for r in rows if r["case"] == "seq read 128k qd32" and r["who"] == cr.RLUN_ISER)
+        self.assertEqual((row["iops"], row["iops_min"], row["iops_max"]), (100, 30, 120))
+        self.assertEqual(row["cpu_s_per_gib"], 20.0)
+        lib = next(r for r in rows if r["case"] == "seq read 128k qd32" and r["who"] == cr.LIBISCSI)
+        self.assertEqual(lib["iops"], 110.0, "the last 'iops average' of each run, median over rounds")
+        # CPU of the I/O window (1 s) per GiB moved in 5 s at 110 IOPS of 128 KiB.
+        self.assertAlmostEqual(lib["cpu_s_per_gib"], 1.0 / (110 * 131072 * 5 / (1 << 30)))
+        fio = next(r for r in rows if r["case"] == "randread 4k qd32" and r["who"] == cr.KERNEL)
+        self.assertAlmostEqual(fio["cpu_s_per_gib"], 0.4 * 5 / (300 * 4096 * 5 / (1 << 30)), places=6)
+        q = ratios["seq read 128k qd32"]
+        self.assertAlmostEqual(q["rlun_iser_over_libiscsi_iops"], 100 / 110)
+        self.assertAlmostEqual(q["rlun_iser_over_rlun_tcp_cpu_per_gib"], 20.0 / 30.0)
+        self.assertRegex("\n".join(table), r"seq read 128k qd32\s+rlun bench iSER\s+100\s+30-120\s+")
+        self.assertIn("rlun-iSER/libiscsi-iSER throughput 0.91 (goal >= 1)", "\n".join(table))
+        self.assertIn("3/3", table[2])
+
+    def test_a_contender_failing_every_round_has_no_median_and_no_ratio(self):
+        with tempfile.TemporaryDirectory() as w:
+            self._write_round(w, 1, "read128k", 131072, (100, 10.0), (90, 30.0), (110, 1.0), 80)
+            self._write_round(w, 1, "randread4k", 4096, (500, 100.0), (400, 200.0), (450, 2.0), 300)
+            write(Path(w) / "r1" / "perf-read128k.json", json.dumps(
+                {"rc": 1, "stdout": "", "stderr": "Failed to register memory\n", "cpu_seconds": 0.1,
+                 "cpu_seconds_window": 0.1}))
+            rows = cr.iser_rows(Path(w), 1, 5.0)
+            ratios = cr.iser_ratios(rows)
+            table = "\n".join(cr.iser_table(rows, ratios, 5.0, 1))
+        self.assertIsNone(ratios["seq read 128k qd32"]["rlun_iser_over_libiscsi_iops"])
+        self.assertIn("(Failed to register memory)", table)
+        self.assertIn("throughput - (goal >= 1)", table)
+
+    def test_cpu_window_leaves_out_what_ran_before_the_window(self):
+        samples = [(0.0, 0.0), (1.0, 3.0), (2.0, 3.5), (3.0, 4.0)]
+        self.assertEqual(cr.cpu_at(samples, 1.5), 3.0)
+        self.assertEqual(cr.cpu_at(samples, -1.0), 0.0)
+        with tempfile.TemporaryDirectory() as w:
+            out = Path(w) / "o.json"
+            rc = cr.cpu_window_main(str(out), "0.5", sys.executable, "-c",
+                                    "import time\nt=time.process_time()\n"
+                                    "while time.process_time()-t<0.8: pass\nprint('iops average 7')")
+            doc = json.loads(out.read_text())
+        self.assertEqual(rc, 0)
+        self.assertIn("iops average 7", doc["stdout"])
+        self.assertGreaterEqual(doc["cpu_seconds"], 0.8)
+        self.assertLess(doc["cpu_seconds_window"], doc["cpu_seconds"])
 
 
 if __name__ == "__main__":

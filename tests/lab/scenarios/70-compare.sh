@@ -103,14 +103,29 @@ PY
 # disk, each with the initiator's CPU seconds per GiB. Writes
 # $LAB_OUT/compare-iser.json (with a "table" the runner prints).
 #
-# CPU: rlun bench counts its own process (user + system); iscsi-perf is
-# measured with getrusage of the child; fio's usr+sys CPU of its job stands
-# for the kernel initiator, which misses ib_iser work done in softirq and
-# kernel threads (so the kernel row is a lower bound). Soft-RoCE (rdma_rxe)
-# does the "NIC" work in the kernel, partly in the initiator's context:
-# compare the rows with each other, never with hardware figures.
+# Rounds: the four contenders run one after the other, round after round
+# (LAB_COMPARE_ROUNDS, default 3, of LAB_COMPARE_ROUND_SECONDS, default 5,
+# each), so that a load shift on the host spreads over all of them; the
+# table gives each one's median (min-max) and the ratios come from medians
+# (compare_rounds.py). Every contender gets the same LUN, queue depth, block
+# size and duration, and none a warm-up: each run starts a fresh process
+# (login included) and measures its own I/O phase. The kernel's ib_iser
+# session is logged in once before the first round and stays (idle) while
+# the others run.
+#
+# CPU: rlun bench counts its own process (user + system) over its timed
+# loop; iscsi-perf's CPU is getrusage of the child minus a /proc sample
+# taken SECS before it exited (its start-up left out, as rlun's is);
+# fio's usr+sys CPU of its job stands for the kernel initiator, which misses
+# ib_iser work done in softirq and kernel threads (so the kernel row is a
+# lower bound). Soft-RoCE (rdma_rxe) does the "NIC" work in the kernel,
+# partly in the initiator's context: compare the rows with each other, never
+# with hardware figures.
+COMPARE_ROUNDS_PY=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/compare_rounds.py
+
 compare_iser() {
-    local secs=$1 limit=$2 W=$LAB_WORK/iser
+    local limit=$2 W=$LAB_WORK/iser
+    local secs=${LAB_COMPARE_ROUND_SECONDS:-5} rounds=${LAB_COMPARE_ROUNDS:-3}
     mkdir -p "$W"
     need lio_iser
     modules ib_iser
@@ -122,102 +137,43 @@ compare_iser() {
     fi
     local iser="iser://$LAB_IP_T:$LIO_ISER_PORT/$LIO_BENCH_IQN/0"
     local tcp="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_BENCH_IQN/0"
-    # name pattern bs blocks(512-byte) fio-rw iscsi-perf-flag
-    local cases=("read128k read 128k 256 read -" "randread4k randread 4k 8 randread -r") c name pat bs blocks rw rnd
-    for c in "${cases[@]}"; do
-        read -r name pat bs blocks rw rnd <<<"$c"
-        capture "rlun bench $pat $bs qd32 over iSER" "$limit" "$W/rlun-iser-$name.json" \
-            "$RLUN" bench "$iser" --pattern "$pat" --bs "$bs" --qd 32 --duration "${secs}s" --json
-        capture "rlun bench $pat $bs qd32 over TCP" "$limit" "$W/rlun-tcp-$name.json" \
-            "$RLUN" bench "$tcp" --pattern "$pat" --bs "$bs" --qd 32 --duration "${secs}s" --json
-        local flag=()
-        [ "$rnd" = "-" ] || flag=("$rnd")
-        # iscsi-perf may fail over iSER for large requests (libiscsi's own
-        # memory registration, see LAB.md): the row then says so.
-        log "+ iscsi-perf over iSER $pat $bs qd32 (CPU from getrusage)"
-        timeout -k 5 "$limit" python3 - "$W/perf-$name.json" iscsi-perf -m 32 -b "$blocks" -t "$secs" \
-            "${flag[@]}" "$iser" <<'PY' || log "iscsi-perf over iSER $name failed (see $W/perf-$name.json)"
-import json, resource, subprocess, sys, time
-out, cmd = sys.argv[1], sys.argv[2:]
-t = time.monotonic()
-p = subprocess.run(cmd, capture_output=True, text=True)
-ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-json.dump({"rc": p.returncode, "stdout": p.stdout[-3000:], "stderr": p.stderr[-2000:],
-           "cpu_seconds": ru.ru_utime + ru.ru_stime, "wall_seconds": time.monotonic() - t},
-          open(out, "w"))
-sys.exit(p.returncode)
-PY
-        sed 's/^/  | /' "$W/perf-$name.json" | head -c 600
-        echo
-    done
-
     kernel_login "$LIO_BENCH_IQN" "$LIO_ISER_PORT" iser
     local dev
     dev=$(kernel_disk "$LIO_BENCH_IQN" "$LIO_ISER_PORT" 0) || fail "no kernel ib_iser disk for the bench LUN"
     assert_eq "kernel session transport" iser "$(kernel_transport "$LIO_BENCH_IQN" "$LIO_ISER_PORT")"
-    for c in "${cases[@]}"; do
-        read -r name pat bs blocks rw rnd <<<"$c"
-        capture "fio $rw $bs qd32 on the ib_iser disk /dev/$dev" "$limit" "$W/fio-iser-$name.json" \
-            fio --name="$name" --filename="/dev/$dev" --rw="$rw" --bs="$bs" --iodepth=32 \
-            --ioengine=libaio --direct=1 --runtime="$secs" --time_based --output-format=json
+    # name pattern bs blocks(512-byte) fio-rw iscsi-perf-flag
+    local cases=("read128k read 128k 256 read -" "randread4k randread 4k 8 randread -r") c name pat bs blocks rw rnd
+    local r d
+    for r in $(seq 1 "$rounds"); do
+        d=$W/r$r
+        mkdir -p "$d"
+        log "round $r of $rounds ($secs s per run)"
+        for c in "${cases[@]}"; do
+            read -r name pat bs blocks rw rnd <<<"$c"
+            capture "r$r: rlun bench $pat $bs qd32 over iSER" "$limit" "$d/rlun-iser-$name.json" \
+                "$RLUN" bench "$iser" --pattern "$pat" --bs "$bs" --qd 32 --duration "${secs}s" --json
+            local flag=()
+            [ "$rnd" = "-" ] || flag=("$rnd")
+            # iscsi-perf may fail over iSER for large requests (libiscsi's own
+            # memory registration, see LAB.md): the row then says so.
+            log "+ r$r: iscsi-perf over iSER $pat $bs qd32 (CPU of its last $secs s)"
+            timeout -k 5 "$limit" python3 "$COMPARE_ROUNDS_PY" cpu-window "$d/perf-$name.json" "$secs" \
+                iscsi-perf -m 32 -b "$blocks" -t "$secs" "${flag[@]}" "$iser" ||
+                log "iscsi-perf over iSER $name failed (see $d/perf-$name.json)"
+            grep -o '"rc": [0-9-]*\|iops average [0-9]*' "$d/perf-$name.json" | tail -n 2 | sed 's/^/  | /'
+            capture "r$r: rlun bench $pat $bs qd32 over TCP" "$limit" "$d/rlun-tcp-$name.json" \
+                "$RLUN" bench "$tcp" --pattern "$pat" --bs "$bs" --qd 32 --duration "${secs}s" --json
+            log "+ r$r: fio $rw $bs qd32 on the ib_iser disk /dev/$dev"
+            timeout -k 5 "$limit" fio --name="$name" --filename="/dev/$dev" --rw="$rw" --bs="$bs" \
+                --iodepth=32 --ioengine=libaio --direct=1 --runtime="$secs" --time_based \
+                --output-format=json >"$d/fio-iser-$name.json" ||
+                fail "fio $rw $bs on /dev/$dev failed"
+            grep -o '"iops" : [0-9.]*' "$d/fio-iser-$name.json" | head -n 1 | sed 's/^/  | /'
+        done
     done
 
-    python3 - "$W" "$LAB_OUT/compare-iser.json" "$secs" "${LAB_RLUN_SOURCE:-$RLUN}" <<'PY' || fail "could not read the iSER benchmark results"
-import json, re, sys
-work, out, secs, rlun = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-GIB = float(1 << 30)
-rows = []
-for name, bs, label in (("read128k", 131072, "seq read 128k qd32"), ("randread4k", 4096, "randread 4k qd32")):
-    for tr in ("iser", "tcp"):
-        r = json.load(open(f"{work}/rlun-{tr}-{name}.json"))
-        rows.append({"case": label, "who": f"rlun bench {'iSER' if tr == 'iser' else 'TCP'}",
-                     "iops": r["iops"], "mb_s": r["mb_per_s"], "cpu_s_per_gib": r["cpu_s_per_gib"],
-                     "copied_bytes": r.get("copied_bytes")})
-    row = {"case": label, "who": "libiscsi iscsi-perf iSER", "iops": None, "mb_s": None,
-           "cpu_s_per_gib": None, "copied_bytes": None}
-    try:
-        p = json.load(open(f"{work}/perf-{name}.json"))
-        m = re.findall(r"iops average (\d+)", p["stdout"])
-        if p["rc"] == 0 and m:
-            iops = float(m[-1])
-            gib = iops * bs * p["wall_seconds"] / GIB
-            row.update(iops=iops, mb_s=iops * bs / 1e6,
-                       cpu_s_per_gib=p["cpu_seconds"] / gib if gib else None)
-        else:
-            row["error"] = (p["stdout"] + p["stderr"]).strip().splitlines()[-1:] or ["no output"]
-    except (OSError, ValueError, KeyError) as e:
-        row["error"] = [f"no result: {e}"]
-    rows.append(row)
-    f = json.load(open(f"{work}/fio-iser-{name}.json"))["jobs"][0]
-    rd = f["read"]
-    runtime = rd["runtime"] / 1000.0
-    gib = rd["io_bytes"] / GIB
-    cpu = (f["usr_cpu"] + f["sys_cpu"]) / 100.0 * runtime
-    rows.append({"case": label, "who": "fio on kernel ib_iser", "iops": rd["iops"],
-                 "mb_s": rd["bw_bytes"] / 1e6, "cpu_s_per_gib": cpu / gib if gib else None,
-                 "copied_bytes": None})
-
-def f1(v, fmt):
-    return format(v, fmt) if isinstance(v, (int, float)) else "-"
-
-table = [f"iSER comparison: same LIO LUN (256 MiB, 512-byte blocks), same VM run, {secs} s each; "
-         "software emulation (soft-RoCE, no KVM): ratios only",
-         f"  {'case':<20} {'initiator':<26} {'IOPS':>9} {'MB/s':>9} {'CPU s/GiB':>10} {'copied':>12}"]
-for r in rows:
-    table.append(f"  {r['case']:<20} {r['who']:<26} {f1(r['iops'], '9.0f')} {f1(r['mb_s'], '9.1f')} "
-                 f"{f1(r['cpu_s_per_gib'], '10.2f')} {f1(r['copied_bytes'], '12d')}"
-                 + (f"  ({r['error'][0]})" if r.get("error") else ""))
-def get(case, who, k):
-    return next((r[k] for r in rows if r["case"] == case and r["who"] == who), None)
-for case in ("seq read 128k qd32", "randread 4k qd32"):
-    ri, rt, li = (get(case, w, "iops") for w in ("rlun bench iSER", "rlun bench TCP", "libiscsi iscsi-perf iSER"))
-    ci, ct = (get(case, w, "cpu_s_per_gib") for w in ("rlun bench iSER", "rlun bench TCP"))
-    table.append(f"  {case}: rlun-iSER/libiscsi-iSER throughput {f1(ri / li if ri and li else None, '.2f')} (goal >= 1), "
-                 f"rlun-iSER/rlun-TCP CPU per GiB {f1(ci / ct if ci and ct else None, '.2f')} (goal < 1)")
-json.dump({"what": "iSER: rlun bench (iSER, TCP), libiscsi iscsi-perf (iSER), fio on the kernel's ib_iser disk",
-           "seconds_per_run": secs, "rlun": rlun, "rows": rows, "table": table}, open(out, "w"), indent=1)
-print("\n".join(table))
-PY
+    python3 "$COMPARE_ROUNDS_PY" iser "$W" "$LAB_OUT/compare-iser.json" "$secs" "$rounds" \
+        "${LAB_RLUN_SOURCE:-$RLUN}" || fail "could not read the iSER benchmark results"
     note "iSER comparison: see compare-iser.json"
 }
 
