@@ -230,6 +230,31 @@ fn tgtd_two_luns(dir: &Path) -> (Tgtd, PathBuf, PathBuf) {
     (tgtd, f1, f2)
 }
 
+/// `rlun -v serve` of `tgtd`'s target on a socket in `dir`, write-back
+/// cache that never flushes by itself (`--writeback-delay 1h`), stats every
+/// 100 ms, plus `extra` arguments; its log file is returned with it.
+fn serve_write_back_logged(dir: &Path, tgtd: &Tgtd, extra: &[&str]) -> (Served, PathBuf) {
+    let log_path = dir.join("serve.log");
+    let socket = dir.join("nbd.sock");
+    let log = fs::File::create(&log_path).unwrap();
+    let child = Command::new(common::rlun_bin())
+        .args(["-v", "serve", &target_url(tgtd), "--socket"])
+        .arg(&socket)
+        .args(["--cache", "write-back", "--writeback-delay", "1h"])
+        .args(["--stats-interval", "100ms"])
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start rlun serve");
+    let served = Served {
+        child: Some(ChildGuard(child)),
+        socket: Some(socket),
+        tcp: None,
+    };
+    (wait_ready(served, ""), log_path)
+}
+
 fn target_url(tgtd: &Tgtd) -> String {
     format!("iscsi://{}/{IQN}", tgtd.portal())
 }
@@ -715,26 +740,7 @@ h.pwrite(b"\x77" * 1048576, 1048576)
 fn nbdcopy_streams_past_the_cache_and_still_sees_unflushed_write_back_data() {
     let dir = tempfile::tempdir().unwrap();
     let (tgtd, f1, _) = tgtd_two_luns(dir.path());
-    let log_path = dir.path().join("serve.log");
-    let socket = dir.path().join("nbd.sock");
-    let log = fs::File::create(&log_path).unwrap();
-    let child = Command::new(common::rlun_bin())
-        .args(["-v", "serve", &target_url(&tgtd), "--socket"])
-        .arg(&socket)
-        .args(["--cache", "write-back", "--writeback-delay", "1h"])
-        .args(["--stats-interval", "100ms"])
-        .stdin(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start rlun serve");
-    let mut s = wait_ready(
-        Served {
-            child: Some(ChildGuard(child)),
-            socket: Some(socket),
-            tcp: None,
-        },
-        "",
-    );
+    let (mut s, log_path) = serve_write_back_logged(dir.path(), &tgtd, &[]);
     let uri = s.uri("lun1");
     // Two pages (the export's minimum block size is 4 KiB), in write-back
     // memory only.
@@ -783,27 +789,8 @@ h.pwrite(b"newer" * 819 + b"\x00", 20 * 1048576 + 12288)
 fn pipelined_cache_hits_return_the_newest_bytes_including_unflushed_writes() {
     let dir = tempfile::tempdir().unwrap();
     let (tgtd, f1, _) = tgtd_two_luns(dir.path());
-    let log_path = dir.path().join("serve.log");
-    let socket = dir.path().join("nbd.sock");
-    let log = fs::File::create(&log_path).unwrap();
-    let child = Command::new(common::rlun_bin())
-        .args(["-v", "serve", &target_url(&tgtd), "--socket"])
-        .arg(&socket)
-        .args(["--cache", "write-back", "--writeback-delay", "1h"])
-        // Without read-ahead the warm pass reads exactly its MiB.
-        .args(["--stats-interval", "100ms", "--readahead", "off"])
-        .stdin(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start rlun serve");
-    let mut s = wait_ready(
-        Served {
-            child: Some(ChildGuard(child)),
-            socket: Some(socket),
-            tcp: None,
-        },
-        "",
-    );
+    // Without read-ahead the warm pass reads exactly its MiB.
+    let (mut s, log_path) = serve_write_back_logged(dir.path(), &tgtd, &["--readahead", "off"]);
     let uri = s.uri("lun1");
     let out = nbdsh(&format!(
         r#"
