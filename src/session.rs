@@ -501,10 +501,26 @@ fn start_driver<T: Transport>(
     SessionHandle { tx, shared }
 }
 
-/// Callers waiting for an answer, by the id the recovery machine gave
-/// their request.
+/// How a command's answer reaches its caller. It travels inside the
+/// recovery machine's record of the command ([`Recovery::handle_command`])
+/// and comes back with [`Output::Command`]: one record per command above
+/// the core, no map of waiters beside it.
+enum CmdWaiter {
+    /// One caller awaits this one command ([`SessionHandle::submit`]).
+    One(oneshot::Sender<Result<CommandResult, SessionError>>),
+}
+
+impl std::fmt::Debug for CmdWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CmdWaiter::One(_) => f.write_str("One"),
+        }
+    }
+}
+
+/// Callers waiting for the answer to a request other than a command
+/// (rare), by the id the recovery machine gave their request.
 enum Waiter {
-    Command(oneshot::Sender<Result<CommandResult, SessionError>>),
     Text(oneshot::Sender<Result<Bytes, SessionError>>),
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
     Tmf(oneshot::Sender<Result<TmfOutcome, SessionError>>),
@@ -537,7 +553,7 @@ struct Driver<T: Transport> {
     cfg: SessionConfig,
     isid: [u8; 6],
     shared: Arc<Shared>,
-    machine: Recovery,
+    machine: Recovery<CmdWaiter>,
     live: Option<Live<T>>,
     attempt: Option<Attempt<T>>,
     waiters: IdMap<RequestId, Waiter>,
@@ -743,7 +759,10 @@ impl<T: Transport> Driver<T> {
 
     fn request(&mut self, req: Request, now: Instant) {
         let (id, waiter) = match req {
-            Request::Command(c, tx) => (self.machine.handle_command(c, now), Waiter::Command(tx)),
+            Request::Command(c, tx) => {
+                self.machine.handle_command(c, CmdWaiter::One(tx), now);
+                return;
+            }
             Request::Text(data, tx) => (self.machine.handle_text(data, now), Waiter::Text(tx)),
             Request::Ping(tx) => (self.machine.handle_ping(now), Waiter::Ping(tx)),
             Request::LunReset(lun, tx) => {
@@ -775,10 +794,12 @@ impl<T: Transport> Driver<T> {
     fn deliver(&mut self) -> bool {
         while let Some(out) = self.machine.poll_output() {
             match out {
-                Output::Command { id, result } => {
+                Output::Command { result, waiter, .. } => {
                     let result = result.map_err(|f| self.failure(f));
-                    if let Some(Waiter::Command(tx)) = self.waiters.remove(&id) {
-                        let _ = tx.send(result);
+                    match waiter {
+                        CmdWaiter::One(tx) => {
+                            let _ = tx.send(result);
+                        }
                     }
                 }
                 Output::Text { id, result } => {
@@ -1014,9 +1035,9 @@ fn go_live<T: Transport>(
     (live, core, time2wait)
 }
 
-async fn read_pdu(
+async fn read_pdu<W: Send>(
     reader: Option<&mut impl PduReader>,
-    machine: &mut Recovery,
+    machine: &mut Recovery<W>,
 ) -> Result<Received, TransportError> {
     match reader {
         Some(r) => r.read_pdu(machine).await,
@@ -1026,7 +1047,7 @@ async fn read_pdu(
 
 /// Data-In payloads go straight into the read buffer of their command in
 /// the current connection's core.
-impl Placement for Recovery {
+impl<W: Send> Placement for Recovery<W> {
     fn lend(&mut self, header: &DataIn, len: u32) -> Option<Lent> {
         self.lend_read_buffer(header, len)
     }
