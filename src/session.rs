@@ -184,10 +184,7 @@ pub struct SessionInfo {
 }
 
 enum Request {
-    Command(
-        CommandRequest,
-        oneshot::Sender<Result<CommandResult, SessionError>>,
-    ),
+    Command(CommandRequest, CmdWaiter),
     Text(Bytes, oneshot::Sender<Result<Bytes, SessionError>>),
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
     LunReset([u8; 8], oneshot::Sender<Result<TmfOutcome, SessionError>>),
@@ -278,8 +275,17 @@ impl SessionHandle {
     pub fn submit(&self, req: CommandRequest) -> PendingCommand {
         let (tx, rx) = oneshot::channel();
         // If the driver is gone, `tx` is dropped and `wait` reports Closed.
-        let _ = self.tx.send(Request::Command(req, tx));
+        let _ = self.tx.send(Request::Command(req, CmdWaiter::One(tx)));
         PendingCommand { rx }
+    }
+
+    /// A completion queue on this session, for a task that keeps many
+    /// commands in flight (see [`CommandQueue`]).
+    pub fn queue(&self) -> CommandQueue {
+        CommandQueue {
+            tx: self.tx.clone(),
+            done: Arc::new(Completions::default()),
+        }
     }
 
     /// Execute a SCSI command and wait for its result.
@@ -321,6 +327,129 @@ impl SessionHandle {
             .send(Request::Logout(tx))
             .map_err(|_| SessionError::Closed)?;
         rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+}
+
+/// A command's answer as a [`CommandQueue`] hands it out: the caller's tag
+/// and the result.
+pub type Completion = (u64, Result<CommandResult, SessionError>);
+
+/// Commands submitted through a queue complete into it, and the one task
+/// that reads it is woken once per driver turn with every command that
+/// finished in that turn — not once per command through a channel of its
+/// own, as [`SessionHandle::submit`] does. For a caller that keeps many
+/// commands in flight (`rlun bench`, [`crate::client::LunQueue`]) that
+/// saves a channel allocation, a wake-up and a task switch per I/O.
+///
+/// Every command submitted gets exactly one completion with its tag:
+/// its answer, or [`SessionError::Closed`] when the session ended
+/// without one. Dropping the queue with commands in flight leaves them
+/// running harmlessly (their buffers stay with the session until the
+/// target answers); their results are dropped.
+pub struct CommandQueue {
+    tx: mpsc::UnboundedSender<Request>,
+    done: Arc<Completions>,
+}
+
+/// What a queue's commands completed into, shared by the queue and the
+/// driver; the driver wakes the reader after its turn ([`Driver::deliver`]).
+#[derive(Default)]
+struct Completions {
+    state: std::sync::Mutex<CompletionState>,
+}
+
+#[derive(Default)]
+struct CompletionState {
+    done: Vec<Completion>,
+    waker: Option<std::task::Waker>,
+}
+
+impl Completions {
+    fn push(&self, c: Completion) {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .done
+            .push(c);
+    }
+
+    fn wake(&self) {
+        let waker = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waker
+            .take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// A queue's command on its way: delivered exactly once, by the driver
+/// with its answer ([`Ticket::complete`]) or, if it is dropped unanswered
+/// (the session ended, the driver is gone), as [`SessionError::Closed`].
+struct Ticket {
+    done: Arc<Completions>,
+    tag: u64,
+    delivered: bool,
+}
+
+impl Ticket {
+    /// Deliver `result`; the caller wakes the queue's reader after the
+    /// turn. Returns the queue for that.
+    fn complete(mut self, result: Result<CommandResult, SessionError>) -> Arc<Completions> {
+        self.delivered = true;
+        self.done.push((self.tag, result));
+        self.done.clone()
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.delivered {
+            self.done.push((self.tag, Err(SessionError::Closed)));
+            self.done.wake();
+        }
+    }
+}
+
+impl CommandQueue {
+    /// Queue a SCSI command; its completion comes with `tag`.
+    pub fn submit(&self, req: CommandRequest, tag: u64) {
+        let ticket = Ticket {
+            done: self.done.clone(),
+            tag,
+            delivered: false,
+        };
+        // If the driver is gone the ticket comes back here, dropped, and
+        // completes the command as Closed.
+        let _ = self
+            .tx
+            .send(Request::Command(req, CmdWaiter::Queue(ticket)));
+    }
+
+    /// Wait until at least one command has completed, then move every
+    /// completion there is into `out` (appended).
+    pub async fn completions(&self, out: &mut Vec<Completion>) {
+        std::future::poll_fn(|cx| {
+            let mut st = self.done.state.lock().unwrap_or_else(|e| e.into_inner());
+            if st.done.is_empty() {
+                if !st.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    st.waker = Some(cx.waker().clone());
+                }
+                return std::task::Poll::Pending;
+            }
+            if out.is_empty() {
+                // Hand over the filled vector and keep the caller's empty
+                // one (with its capacity) for the next batch.
+                std::mem::swap(out, &mut st.done);
+            } else {
+                out.append(&mut st.done);
+            }
+            std::task::Poll::Ready(())
+        })
+        .await
     }
 }
 
@@ -492,6 +621,7 @@ fn start_driver<T: Transport>(
         live: Some(live),
         attempt: None,
         waiters: IdMap::default(),
+        to_wake: Vec::new(),
         // Replaced by the cause of the first loss before anyone sees it.
         last: Arc::new(SessionError::Closed),
         requests_open: true,
@@ -508,12 +638,15 @@ fn start_driver<T: Transport>(
 enum CmdWaiter {
     /// One caller awaits this one command ([`SessionHandle::submit`]).
     One(oneshot::Sender<Result<CommandResult, SessionError>>),
+    /// A [`CommandQueue`]'s command.
+    Queue(Ticket),
 }
 
 impl std::fmt::Debug for CmdWaiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CmdWaiter::One(_) => f.write_str("One"),
+            CmdWaiter::Queue(t) => write!(f, "Queue({})", t.tag),
         }
     }
 }
@@ -557,6 +690,8 @@ struct Driver<T: Transport> {
     live: Option<Live<T>>,
     attempt: Option<Attempt<T>>,
     waiters: IdMap<RequestId, Waiter>,
+    /// Queues that got completions this turn, to wake once each.
+    to_wake: Vec<Arc<Completions>>,
     /// Why the last connection (or connection attempt) failed: the cause
     /// reported to callers whose requests fail because of it.
     last: Arc<SessionError>,
@@ -760,7 +895,7 @@ impl<T: Transport> Driver<T> {
     fn request(&mut self, req: Request, now: Instant) {
         let (id, waiter) = match req {
             Request::Command(c, tx) => {
-                self.machine.handle_command(c, CmdWaiter::One(tx), now);
+                self.machine.handle_command(c, tx, now);
                 return;
             }
             Request::Text(data, tx) => (self.machine.handle_text(data, now), Waiter::Text(tx)),
@@ -790,8 +925,18 @@ impl<T: Transport> Driver<T> {
         }
     }
 
-    /// Act on everything the machine has to say; true when the session is over.
+    /// Act on everything the machine has to say; true when the session is
+    /// over. Each completion queue that got answers is woken once, after
+    /// all of them are in.
     fn deliver(&mut self) -> bool {
+        let over = self.deliver_outputs();
+        for q in self.to_wake.drain(..) {
+            q.wake();
+        }
+        over
+    }
+
+    fn deliver_outputs(&mut self) -> bool {
         while let Some(out) = self.machine.poll_output() {
             match out {
                 Output::Command { result, waiter, .. } => {
@@ -799,6 +944,12 @@ impl<T: Transport> Driver<T> {
                     match waiter {
                         CmdWaiter::One(tx) => {
                             let _ = tx.send(result);
+                        }
+                        CmdWaiter::Queue(ticket) => {
+                            let q = ticket.complete(result);
+                            if !self.to_wake.iter().any(|w| Arc::ptr_eq(w, &q)) {
+                                self.to_wake.push(q);
+                            }
                         }
                     }
                 }
