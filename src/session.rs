@@ -10,6 +10,7 @@
 //!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
 //!     ▲                   │  ▲ reads PDUs itself (PduReader)
 //!     └──oneshot result───┘  └──────────────────────────────────────── socket
+//!        or a batch per turn (CommandQueue)
 //! ```
 //!
 //! Reading in the driver task keeps the hot path (Data-In → core → caller)
