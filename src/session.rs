@@ -186,6 +186,9 @@ pub struct SessionInfo {
 
 enum Request {
     Command(CommandRequest, CmdWaiter),
+    /// A [`CommandQueue`]'s commands since its last flush; the emptied
+    /// vector goes back to the queue for the next batch.
+    Batch(Arc<Completions>, Vec<(CommandRequest, Ticket)>),
     Text(Bytes, oneshot::Sender<Result<Bytes, SessionError>>),
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
     LunReset([u8; 8], oneshot::Sender<Result<TmfOutcome, SessionError>>),
@@ -286,6 +289,7 @@ impl SessionHandle {
         CommandQueue {
             tx: self.tx.clone(),
             done: Arc::new(Completions::default()),
+            pending: Vec::new(),
         }
     }
 
@@ -342,6 +346,11 @@ pub type Completion = (u64, Result<CommandResult, SessionError>);
 /// commands in flight (`rlun bench`, [`crate::client::LunQueue`]) that
 /// saves a channel allocation, a wake-up and a task switch per I/O.
 ///
+/// Submissions are batched the same way: commands submitted go to the
+/// session together, in one message, at the next
+/// [`CommandQueue::completions`] or [`CommandQueue::flush`] (or when the
+/// queue is dropped).
+///
 /// Every command submitted gets exactly one completion with its tag:
 /// its answer, or [`SessionError::Closed`] when the session ended
 /// without one. Dropping the queue with commands in flight leaves them
@@ -350,6 +359,8 @@ pub type Completion = (u64, Result<CommandResult, SessionError>);
 pub struct CommandQueue {
     tx: mpsc::UnboundedSender<Request>,
     done: Arc<Completions>,
+    /// Submitted, not yet handed to the session.
+    pending: Vec<(CommandRequest, Ticket)>,
 }
 
 /// What a queue's commands completed into, shared by the queue and the
@@ -363,6 +374,8 @@ struct Completions {
 struct CompletionState {
     done: Vec<Completion>,
     waker: Option<std::task::Waker>,
+    /// A submission vector the driver emptied, for the next batch.
+    spare: Vec<(CommandRequest, Ticket)>,
 }
 
 impl Completions {
@@ -416,23 +429,46 @@ impl Drop for Ticket {
 }
 
 impl CommandQueue {
-    /// Queue a SCSI command; its completion comes with `tag`.
-    pub fn submit(&self, req: CommandRequest, tag: u64) {
+    /// Queue a SCSI command; its completion comes with `tag`. It goes to
+    /// the session at the next [`CommandQueue::completions`] or
+    /// [`CommandQueue::flush`].
+    pub fn submit(&mut self, req: CommandRequest, tag: u64) {
+        if self.pending.capacity() == 0 {
+            // The vector the driver emptied last time, if it is back.
+            self.pending = std::mem::take(
+                &mut self
+                    .done
+                    .state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .spare,
+            );
+        }
         let ticket = Ticket {
             done: self.done.clone(),
             tag,
             delivered: false,
         };
-        // If the driver is gone the ticket comes back here, dropped, and
-        // completes the command as Closed.
-        let _ = self
-            .tx
-            .send(Request::Command(req, CmdWaiter::Queue(ticket)));
+        self.pending.push((req, ticket));
     }
 
-    /// Wait until at least one command has completed, then move every
-    /// completion there is into `out` (appended).
-    pub async fn completions(&self, out: &mut Vec<Completion>) {
+    /// Hand the commands submitted since the last flush to the session,
+    /// in one message.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        // If the driver is gone the batch comes back here, dropped, and
+        // its tickets complete the commands as Closed.
+        let _ = self.tx.send(Request::Batch(self.done.clone(), batch));
+    }
+
+    /// Send what was submitted ([`CommandQueue::flush`]), wait until at
+    /// least one command has completed, then move every completion there
+    /// is into `out` (appended).
+    pub async fn completions(&mut self, out: &mut Vec<Completion>) {
+        self.flush();
         std::future::poll_fn(|cx| {
             let mut st = self.done.state.lock().unwrap_or_else(|e| e.into_inner());
             if st.done.is_empty() {
@@ -451,6 +487,13 @@ impl CommandQueue {
             std::task::Poll::Ready(())
         })
         .await
+    }
+}
+
+impl Drop for CommandQueue {
+    /// Commands submitted but not yet sent still go (see the type's docs).
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -897,6 +940,14 @@ impl<T: Transport> Driver<T> {
         let (id, waiter) = match req {
             Request::Command(c, tx) => {
                 self.machine.handle_command(c, tx, now);
+                return;
+            }
+            Request::Batch(queue, mut batch) => {
+                for (c, ticket) in batch.drain(..) {
+                    self.machine
+                        .handle_command(c, CmdWaiter::Queue(ticket), now);
+                }
+                queue.state.lock().unwrap_or_else(|e| e.into_inner()).spare = batch;
                 return;
             }
             Request::Text(data, tx) => (self.machine.handle_text(data, now), Waiter::Text(tx)),
