@@ -28,7 +28,7 @@ use crate::scsi::mode::ModeSense;
 use crate::scsi::vpd::{self, BlockLimits, LogicalBlockProvisioning};
 use crate::scsi::{lun_to_bytes, ParseError, ReadCapacity10, ReadCapacity16, ReportLuns};
 use crate::scsi::{ScsiError, Status};
-use crate::session::{SessionConfig, SessionError, SessionHandle};
+use crate::session::{CommandQueue, Completion, SessionConfig, SessionError, SessionHandle};
 
 /// Errors of the client layer.
 #[derive(Debug, Error)]
@@ -436,6 +436,18 @@ impl Lun {
         Ok(r.data)
     }
 
+    /// A queue for many reads and writes of this LUN in flight from one
+    /// task, completed in batches (see [`LunQueue`]).
+    pub fn queue(&self) -> LunQueue {
+        LunQueue {
+            lun: self.clone(),
+            q: self.session.queue(),
+            ops: Vec::new(),
+            free: Vec::new(),
+            batch: Vec::new(),
+        }
+    }
+
     /// WRITE `data` (a whole number of blocks) at `lba`. With `fua` the data
     /// is durable when this returns: FUA on the WRITE if the LUN reported
     /// DPOFUA, else a SYNCHRONIZE CACHE of the written range after it.
@@ -522,6 +534,180 @@ fn write_cdbs(
     let write = cdb::write(lba, blocks, block_size, fua && dpofua)?;
     let sync = (fua && !dpofua).then(|| cdb::sync_cache(lba, blocks, false));
     Ok((write, sync))
+}
+
+/// Reads and writes of one LUN kept in flight by one task: each is
+/// submitted with a tag of the caller's, and [`LunQueue::completions`]
+/// hands out every one that finished in a driver turn at once, with one
+/// wake-up of the task per turn (a [`CommandQueue`] underneath). Results
+/// are those of [`Lun::read`] and [`Lun::write`] (without FUA): a read
+/// returns exactly its blocks, a short transfer is an error. A command the
+/// retry policy of [`Lun::execute`] would retry (UNIT ATTENTION, BUSY…) is
+/// run again through it, awaited inside `completions`: rare, and it keeps
+/// the policy in one place.
+pub struct LunQueue {
+    lun: Lun,
+    q: CommandQueue,
+    /// Commands in flight, by the queue's own tag (an index here).
+    ops: Vec<Option<QueuedOp>>,
+    free: Vec<u64>,
+    batch: Vec<Completion>,
+}
+
+struct QueuedOp {
+    tag: u64,
+    lba: u64,
+    kind: QueuedKind,
+}
+
+enum QueuedKind {
+    Read { blocks: u32 },
+    Write { data: Bytes },
+}
+
+impl LunQueue {
+    /// Commands submitted and not yet handed out.
+    pub fn in_flight(&self) -> usize {
+        self.ops.len() - self.free.len()
+    }
+
+    fn submit(&mut self, req: CommandRequest, op: QueuedOp) {
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.ops[i as usize] = Some(op);
+                i
+            }
+            None => {
+                self.ops.push(Some(op));
+                self.ops.len() as u64 - 1
+            }
+        };
+        self.q.submit(req, slot);
+    }
+
+    /// READ `blocks` blocks at `lba`; completes with `tag` and the data.
+    pub fn read(&mut self, lba: u64, blocks: u32, tag: u64) -> Result<(), ClientError> {
+        self.lun.check_range(lba, blocks as u64)?;
+        let c = cdb::read(lba, blocks, self.lun.block_size)?;
+        let req = CommandRequest {
+            lun: self.lun.raw,
+            cdb: c.padded(),
+            data_out: Bytes::new(),
+            read_len: c.expected_transfer_len(),
+            attr: TaskAttr::Simple,
+        };
+        self.submit(
+            req,
+            QueuedOp {
+                tag,
+                lba,
+                kind: QueuedKind::Read { blocks },
+            },
+        );
+        Ok(())
+    }
+
+    /// WRITE `data` (whole blocks) at `lba`, without FUA; completes with
+    /// `tag` and no data.
+    pub fn write(&mut self, lba: u64, data: Bytes, tag: u64) -> Result<(), ClientError> {
+        if self.lun.write_protected {
+            return Err(ClientError::ReadOnly(self.lun.number));
+        }
+        let bs = self.lun.block_size as usize;
+        debug_assert!(data.len().is_multiple_of(bs), "write of partial blocks");
+        let blocks = (data.len() / bs) as u32;
+        self.lun.check_range(lba, blocks as u64)?;
+        let (c, _) = write_cdbs(lba, blocks, self.lun.block_size, false, self.lun.dpofua)?;
+        let req = CommandRequest {
+            lun: self.lun.raw,
+            cdb: c.padded(),
+            data_out: data.clone(),
+            read_len: 0,
+            attr: TaskAttr::Simple,
+        };
+        self.submit(
+            req,
+            QueuedOp {
+                tag,
+                lba,
+                kind: QueuedKind::Write { data },
+            },
+        );
+        Ok(())
+    }
+
+    /// Wait until at least one command has finished, then append every
+    /// finished one to `out` as (tag, result): read data, or empty for a
+    /// write. Returns at once, appending nothing, when nothing is in flight.
+    pub async fn completions(&mut self, out: &mut Vec<(u64, Result<Bytes, ClientError>)>) {
+        if self.in_flight() == 0 {
+            return;
+        }
+        self.q.completions(&mut self.batch).await;
+        let mut batch = std::mem::take(&mut self.batch);
+        for (slot, result) in batch.drain(..) {
+            let Some(op) = self.ops.get_mut(slot as usize).and_then(Option::take) else {
+                continue;
+            };
+            self.free.push(slot);
+            let r = self.finish(&op, result).await;
+            out.push((op.tag, r));
+        }
+        self.batch = batch;
+    }
+
+    /// The result of a finished command, as [`Lun::read`] or
+    /// [`Lun::write`] would have returned it.
+    async fn finish(
+        &self,
+        op: &QueuedOp,
+        result: Result<CommandResult, SessionError>,
+    ) -> Result<Bytes, ClientError> {
+        let r = result?;
+        let status = Status::from(r.status);
+        if !status.is_success() {
+            let err =
+                ScsiError::from_status_and_sense_bytes(status, r.sense.as_deref().unwrap_or(&[]));
+            if err.is_unit_attention() || err.is_retryable() {
+                // Again, under the retry policy of `execute`.
+                return match &op.kind {
+                    QueuedKind::Read { blocks } => self.lun.read(op.lba, *blocks).await,
+                    QueuedKind::Write { data } => self
+                        .lun
+                        .write(op.lba, data.clone(), false)
+                        .await
+                        .map(|()| Bytes::new()),
+                };
+            }
+            return Err(match &op.kind {
+                QueuedKind::Write { .. } if err.is_write_protected() => {
+                    ClientError::ReadOnly(self.lun.number)
+                }
+                QueuedKind::Write { .. } => ClientError::Scsi {
+                    op: "WRITE",
+                    source: err,
+                },
+                QueuedKind::Read { .. } => ClientError::Scsi {
+                    op: "READ",
+                    source: err,
+                },
+            });
+        }
+        match &op.kind {
+            QueuedKind::Read { blocks } => {
+                let expected = *blocks as usize * self.lun.block_size as usize;
+                if r.data.len() != expected {
+                    return Err(ClientError::ShortTransfer {
+                        op: "READ",
+                        got: r.data.len(),
+                        expected,
+                    });
+                }
+                Ok(r.data)
+            }
+            QueuedKind::Write { .. } => Ok(Bytes::new()),
+        }
+    }
 }
 
 /// Send one CDB and apply the retry policy; GOOD → Ok, otherwise a typed error.

@@ -10,6 +10,7 @@
 //!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
 //!     ▲                   │  ▲ reads PDUs itself (PduReader)
 //!     └──oneshot result───┘  └──────────────────────────────────────── socket
+//!        or a batch per turn (CommandQueue)
 //! ```
 //!
 //! Reading in the driver task keeps the hot path (Data-In → core → caller)
@@ -184,10 +185,10 @@ pub struct SessionInfo {
 }
 
 enum Request {
-    Command(
-        CommandRequest,
-        oneshot::Sender<Result<CommandResult, SessionError>>,
-    ),
+    Command(CommandRequest, CmdWaiter),
+    /// A [`CommandQueue`]'s commands since its last flush; the emptied
+    /// vector goes back to the queue for the next batch.
+    Batch(Arc<Completions>, Vec<(CommandRequest, Ticket)>),
     Text(Bytes, oneshot::Sender<Result<Bytes, SessionError>>),
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
     LunReset([u8; 8], oneshot::Sender<Result<TmfOutcome, SessionError>>),
@@ -278,8 +279,18 @@ impl SessionHandle {
     pub fn submit(&self, req: CommandRequest) -> PendingCommand {
         let (tx, rx) = oneshot::channel();
         // If the driver is gone, `tx` is dropped and `wait` reports Closed.
-        let _ = self.tx.send(Request::Command(req, tx));
+        let _ = self.tx.send(Request::Command(req, CmdWaiter::One(tx)));
         PendingCommand { rx }
+    }
+
+    /// A completion queue on this session, for a task that keeps many
+    /// commands in flight (see [`CommandQueue`]).
+    pub fn queue(&self) -> CommandQueue {
+        CommandQueue {
+            tx: self.tx.clone(),
+            done: Arc::new(Completions::default()),
+            pending: Vec::new(),
+        }
     }
 
     /// Execute a SCSI command and wait for its result.
@@ -321,6 +332,168 @@ impl SessionHandle {
             .send(Request::Logout(tx))
             .map_err(|_| SessionError::Closed)?;
         rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+}
+
+/// A command's answer as a [`CommandQueue`] hands it out: the caller's tag
+/// and the result.
+pub type Completion = (u64, Result<CommandResult, SessionError>);
+
+/// Commands submitted through a queue complete into it, and the one task
+/// that reads it is woken once per driver turn with every command that
+/// finished in that turn — not once per command through a channel of its
+/// own, as [`SessionHandle::submit`] does. For a caller that keeps many
+/// commands in flight (`rlun bench`, [`crate::client::LunQueue`]) that
+/// saves a channel allocation, a wake-up and a task switch per I/O.
+///
+/// Submissions are batched the same way: commands submitted go to the
+/// session together, in one message, at the next
+/// [`CommandQueue::completions`] or [`CommandQueue::flush`] (or when the
+/// queue is dropped).
+///
+/// Every command submitted gets exactly one completion with its tag:
+/// its answer, or [`SessionError::Closed`] when the session ended
+/// without one. Dropping the queue with commands in flight leaves them
+/// running harmlessly (their buffers stay with the session until the
+/// target answers); their results are dropped.
+pub struct CommandQueue {
+    tx: mpsc::UnboundedSender<Request>,
+    done: Arc<Completions>,
+    /// Submitted, not yet handed to the session.
+    pending: Vec<(CommandRequest, Ticket)>,
+}
+
+/// What a queue's commands completed into, shared by the queue and the
+/// driver; the driver wakes the reader after its turn ([`Driver::deliver`]).
+#[derive(Default)]
+struct Completions {
+    state: std::sync::Mutex<CompletionState>,
+}
+
+#[derive(Default)]
+struct CompletionState {
+    done: Vec<Completion>,
+    waker: Option<std::task::Waker>,
+    /// A submission vector the driver emptied, for the next batch.
+    spare: Vec<(CommandRequest, Ticket)>,
+}
+
+impl Completions {
+    fn push(&self, c: Completion) {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .done
+            .push(c);
+    }
+
+    fn wake(&self) {
+        let waker = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waker
+            .take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// A queue's command on its way: delivered exactly once, by the driver
+/// with its answer ([`Ticket::complete`]) or, if it is dropped unanswered
+/// (the session ended, the driver is gone), as [`SessionError::Closed`].
+struct Ticket {
+    done: Arc<Completions>,
+    tag: u64,
+    delivered: bool,
+}
+
+impl Ticket {
+    /// Deliver `result`; the caller wakes the queue's reader after the
+    /// turn. Returns the queue for that.
+    fn complete(mut self, result: Result<CommandResult, SessionError>) -> Arc<Completions> {
+        self.delivered = true;
+        self.done.push((self.tag, result));
+        self.done.clone()
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.delivered {
+            self.done.push((self.tag, Err(SessionError::Closed)));
+            self.done.wake();
+        }
+    }
+}
+
+impl CommandQueue {
+    /// Queue a SCSI command; its completion comes with `tag`. It goes to
+    /// the session at the next [`CommandQueue::completions`] or
+    /// [`CommandQueue::flush`].
+    pub fn submit(&mut self, req: CommandRequest, tag: u64) {
+        if self.pending.capacity() == 0 {
+            // The vector the driver emptied last time, if it is back.
+            self.pending = std::mem::take(
+                &mut self
+                    .done
+                    .state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .spare,
+            );
+        }
+        let ticket = Ticket {
+            done: self.done.clone(),
+            tag,
+            delivered: false,
+        };
+        self.pending.push((req, ticket));
+    }
+
+    /// Hand the commands submitted since the last flush to the session,
+    /// in one message.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        // If the driver is gone the batch comes back here, dropped, and
+        // its tickets complete the commands as Closed.
+        let _ = self.tx.send(Request::Batch(self.done.clone(), batch));
+    }
+
+    /// Send what was submitted ([`CommandQueue::flush`]), wait until at
+    /// least one command has completed, then move every completion there
+    /// is into `out` (appended).
+    pub async fn completions(&mut self, out: &mut Vec<Completion>) {
+        self.flush();
+        std::future::poll_fn(|cx| {
+            let mut st = self.done.state.lock().unwrap_or_else(|e| e.into_inner());
+            if st.done.is_empty() {
+                if !st.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    st.waker = Some(cx.waker().clone());
+                }
+                return std::task::Poll::Pending;
+            }
+            if out.is_empty() {
+                // Hand over the filled vector and keep the caller's empty
+                // one (with its capacity) for the next batch.
+                std::mem::swap(out, &mut st.done);
+            } else {
+                out.append(&mut st.done);
+            }
+            std::task::Poll::Ready(())
+        })
+        .await
+    }
+}
+
+impl Drop for CommandQueue {
+    /// Commands submitted but not yet sent still go (see the type's docs).
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -492,6 +665,7 @@ fn start_driver<T: Transport>(
         live: Some(live),
         attempt: None,
         waiters: IdMap::default(),
+        to_wake: Vec::new(),
         // Replaced by the cause of the first loss before anyone sees it.
         last: Arc::new(SessionError::Closed),
         requests_open: true,
@@ -501,10 +675,29 @@ fn start_driver<T: Transport>(
     SessionHandle { tx, shared }
 }
 
-/// Callers waiting for an answer, by the id the recovery machine gave
-/// their request.
+/// How a command's answer reaches its caller. It travels inside the
+/// recovery machine's record of the command ([`Recovery::handle_command`])
+/// and comes back with [`Output::Command`]: one record per command above
+/// the core, no map of waiters beside it.
+enum CmdWaiter {
+    /// One caller awaits this one command ([`SessionHandle::submit`]).
+    One(oneshot::Sender<Result<CommandResult, SessionError>>),
+    /// A [`CommandQueue`]'s command.
+    Queue(Ticket),
+}
+
+impl std::fmt::Debug for CmdWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CmdWaiter::One(_) => f.write_str("One"),
+            CmdWaiter::Queue(t) => write!(f, "Queue({})", t.tag),
+        }
+    }
+}
+
+/// Callers waiting for the answer to a request other than a command
+/// (rare), by the id the recovery machine gave their request.
 enum Waiter {
-    Command(oneshot::Sender<Result<CommandResult, SessionError>>),
     Text(oneshot::Sender<Result<Bytes, SessionError>>),
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
     Tmf(oneshot::Sender<Result<TmfOutcome, SessionError>>),
@@ -537,10 +730,12 @@ struct Driver<T: Transport> {
     cfg: SessionConfig,
     isid: [u8; 6],
     shared: Arc<Shared>,
-    machine: Recovery,
+    machine: Recovery<CmdWaiter>,
     live: Option<Live<T>>,
     attempt: Option<Attempt<T>>,
     waiters: IdMap<RequestId, Waiter>,
+    /// Queues that got completions this turn, to wake once each.
+    to_wake: Vec<Arc<Completions>>,
     /// Why the last connection (or connection attempt) failed: the cause
     /// reported to callers whose requests fail because of it.
     last: Arc<SessionError>,
@@ -743,7 +938,18 @@ impl<T: Transport> Driver<T> {
 
     fn request(&mut self, req: Request, now: Instant) {
         let (id, waiter) = match req {
-            Request::Command(c, tx) => (self.machine.handle_command(c, now), Waiter::Command(tx)),
+            Request::Command(c, tx) => {
+                self.machine.handle_command(c, tx, now);
+                return;
+            }
+            Request::Batch(queue, mut batch) => {
+                for (c, ticket) in batch.drain(..) {
+                    self.machine
+                        .handle_command(c, CmdWaiter::Queue(ticket), now);
+                }
+                queue.state.lock().unwrap_or_else(|e| e.into_inner()).spare = batch;
+                return;
+            }
             Request::Text(data, tx) => (self.machine.handle_text(data, now), Waiter::Text(tx)),
             Request::Ping(tx) => (self.machine.handle_ping(now), Waiter::Ping(tx)),
             Request::LunReset(lun, tx) => {
@@ -771,14 +977,32 @@ impl<T: Transport> Driver<T> {
         }
     }
 
-    /// Act on everything the machine has to say; true when the session is over.
+    /// Act on everything the machine has to say; true when the session is
+    /// over. Each completion queue that got answers is woken once, after
+    /// all of them are in.
     fn deliver(&mut self) -> bool {
+        let over = self.deliver_outputs();
+        for q in self.to_wake.drain(..) {
+            q.wake();
+        }
+        over
+    }
+
+    fn deliver_outputs(&mut self) -> bool {
         while let Some(out) = self.machine.poll_output() {
             match out {
-                Output::Command { id, result } => {
+                Output::Command { result, waiter, .. } => {
                     let result = result.map_err(|f| self.failure(f));
-                    if let Some(Waiter::Command(tx)) = self.waiters.remove(&id) {
-                        let _ = tx.send(result);
+                    match waiter {
+                        CmdWaiter::One(tx) => {
+                            let _ = tx.send(result);
+                        }
+                        CmdWaiter::Queue(ticket) => {
+                            let q = ticket.complete(result);
+                            if !self.to_wake.iter().any(|w| Arc::ptr_eq(w, &q)) {
+                                self.to_wake.push(q);
+                            }
+                        }
                     }
                 }
                 Output::Text { id, result } => {
@@ -1014,9 +1238,9 @@ fn go_live<T: Transport>(
     (live, core, time2wait)
 }
 
-async fn read_pdu(
+async fn read_pdu<W: Send>(
     reader: Option<&mut impl PduReader>,
-    machine: &mut Recovery,
+    machine: &mut Recovery<W>,
 ) -> Result<Received, TransportError> {
     match reader {
         Some(r) => r.read_pdu(machine).await,
@@ -1026,7 +1250,7 @@ async fn read_pdu(
 
 /// Data-In payloads go straight into the read buffer of their command in
 /// the current connection's core.
-impl Placement for Recovery {
+impl<W: Send> Placement for Recovery<W> {
     fn lend(&mut self, header: &DataIn, len: u32) -> Option<Lent> {
         self.lend_read_buffer(header, len)
     }

@@ -497,3 +497,124 @@ fn luns_of_one_process_share_one_cache_budget() {
         let _ = target.logout().await;
     });
 }
+
+/// `LunQueue` (batched completions) with 16 commands in flight from one
+/// task: every write and every read completes exactly once under its tag,
+/// and the data read back is what was written, block by block.
+#[test]
+fn lun_queue_completes_every_command_exactly_once_with_its_data() {
+    const SIZE: u64 = 4 * MIB;
+    const BLOCKS: u64 = 256;
+    const QD: u64 = 16;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, file) = tgtd_with_lun(dir.path(), SIZE, 11, false);
+    run(async {
+        let (target, lun) = open(&tgtd).await;
+        let bs = lun.block_size() as u64;
+        // Block i gets the pattern of seed 77 at its offset.
+        let block = |i: u64| Bytes::from(pattern_bytes(77, i * bs, bs as usize));
+        let mut q = lun.queue();
+        let mut seen = vec![0u32; BLOCKS as usize];
+        let mut next = 0u64;
+        let mut out = Vec::new();
+        // Writes: tag = block number.
+        while next < QD {
+            q.write(next, block(next), next).expect("submit write");
+            next += 1;
+        }
+        while q.in_flight() > 0 {
+            q.completions(&mut out).await;
+            assert!(!out.is_empty(), "completions returned with nothing");
+            for (tag, r) in out.drain(..) {
+                let data = r.unwrap_or_else(|e| panic!("write {tag}: {e}"));
+                assert!(data.is_empty());
+                seen[tag as usize] += 1;
+                if next < BLOCKS {
+                    q.write(next, block(next), next).expect("submit write");
+                    next += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "each write once: {seen:?}");
+        // Reads, in reverse order, tag = block number + 1000.
+        let mut seen = vec![0u32; BLOCKS as usize];
+        let mut left: Vec<u64> = (0..BLOCKS).collect();
+        for _ in 0..QD {
+            let b = left.pop().expect("block");
+            q.read(b, 1, b + 1000).expect("submit read");
+        }
+        while q.in_flight() > 0 {
+            q.completions(&mut out).await;
+            for (tag, r) in out.drain(..) {
+                let b = tag - 1000;
+                let data = r.unwrap_or_else(|e| panic!("read {b}: {e}"));
+                assert_eq!(data, block(b), "block {b} reads back as written");
+                seen[b as usize] += 1;
+                if let Some(b) = left.pop() {
+                    q.read(b, 1, b + 1000).expect("submit read");
+                }
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "each read once: {seen:?}");
+        // Nothing in flight: returns at once.
+        q.completions(&mut out).await;
+        assert!(out.is_empty());
+        // A read past the end is refused at submission.
+        assert!(q.read(lun.blocks(), 1, 0).is_err());
+        target.logout().await.expect("logout");
+    });
+    let on_disk = std::fs::read(&file).expect("read backing file");
+    let bs = 512usize;
+    for i in 0..BLOCKS as usize {
+        assert_eq!(
+            on_disk[i * bs..(i + 1) * bs],
+            pattern_bytes(77, (i * bs) as u64, bs)[..],
+            "block {i} on disk"
+        );
+    }
+}
+
+/// A queue whose commands can no longer reach a session (it logged out)
+/// completes each of them once, as closed; a queue dropped with commands
+/// in flight leaves the session working.
+#[test]
+fn lun_queue_commands_fail_as_closed_after_logout_and_a_dropped_queue_harms_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _file) = tgtd_with_lun(dir.path(), 4 * MIB, 12, false);
+    run(async {
+        let (target, lun) = open(&tgtd).await;
+        // Dropped with 32 reads in flight.
+        let mut q = lun.queue();
+        for i in 0..32 {
+            q.read(i * 8, 8, i).expect("submit");
+        }
+        drop(q);
+        let data = lun.read(0, 8).await.expect("the session still reads");
+        assert_eq!(data.len(), 4096);
+
+        let mut q = lun.queue();
+        target.logout().await.expect("logout");
+        // The driver is gone (or going): each command completes once, closed.
+        for i in 0..4 {
+            q.read(i, 1, i).expect("submit");
+        }
+        let mut out = Vec::new();
+        while q.in_flight() > 0 {
+            q.completions(&mut out).await;
+        }
+        let mut tags: Vec<u64> = out
+            .iter()
+            .map(|(tag, r)| {
+                match r {
+                    Err(rlun::client::ClientError::Session(e)) => {
+                        assert!(e.is_connection_lost(), "{tag}: {e}")
+                    }
+                    other => panic!("{tag}: expected a closed session, got {other:?}"),
+                }
+                *tag
+            })
+            .collect();
+        tags.sort();
+        assert_eq!(tags, vec![0, 1, 2, 3]);
+    });
+}

@@ -183,7 +183,66 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
     let start = Instant::now();
     let deadline = start + o.duration;
     let mut workers = Vec::new();
+    if let Io::Lun(lun) = &io {
+        // Straight to the LUN: one task keeps all `qd` I/Os in flight
+        // through a queue and is woken once per driver turn with every
+        // I/O that finished in it (see `LunQueue`), instead of a task per
+        // I/O slot woken per completion.
+        let mut q = lun.queue();
+        let payload = payload.clone();
+        let pattern = o.pattern;
+        let qd = o.qd as usize;
+        let next_seq = next_seq.clone();
+        workers.push(tokio::spawn(async move {
+            let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ 0xbf58_476d_1ce4_e5b9);
+            let mut next_lba = move || {
+                let slot = if pattern.is_random() {
+                    rng.next() % slots
+                } else {
+                    next_seq.fetch_add(1, Ordering::Relaxed) % slots
+                };
+                slot * blocks_per_io as u64
+            };
+            let mut submit = |q: &mut crate::client::LunQueue, tag: u64| {
+                let lba = next_lba();
+                if pattern.is_write() {
+                    q.write(lba, payload.clone(), tag)
+                } else {
+                    q.read(lba, blocks_per_io, tag)
+                }
+            };
+            let mut lat: Vec<u32> = Vec::with_capacity(1 << 16);
+            // When each slot's current I/O started: the end of the one
+            // before it (see the per-worker loop below for the clock).
+            let now = clock::now();
+            let mut started = vec![now; qd];
+            if now < deadline {
+                for tag in 0..qd as u64 {
+                    submit(&mut q, tag)?;
+                }
+            }
+            let mut done = Vec::with_capacity(qd);
+            while q.in_flight() > 0 {
+                q.completions(&mut done).await;
+                let turn = clock::recent();
+                for (tag, r) in done.drain(..) {
+                    r?;
+                    let t = started[tag as usize];
+                    let end = if turn > t { turn } else { clock::now() };
+                    lat.push((end - t).as_micros().min(u32::MAX as u128) as u32);
+                    if end < deadline {
+                        started[tag as usize] = end;
+                        submit(&mut q, tag)?;
+                    }
+                }
+            }
+            Ok::<_, IoError>(lat)
+        }));
+    }
     for w in 0..o.qd {
+        if matches!(io, Io::Lun(_)) {
+            break;
+        }
         let io = io.clone();
         let next_seq = next_seq.clone();
         let payload = payload.clone();

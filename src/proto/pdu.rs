@@ -1252,6 +1252,13 @@ pub fn decode_header(head: &[u8], limits: &FrameLimits) -> Result<(Bhs, Bytes), 
             expected: want,
         });
     }
+    decode_measured_header(head, limits)
+}
+
+/// [`decode_header`] of a header whose length [`header_lengths`] already
+/// checked (`head` is exactly that long): the reader measures each header
+/// once, as it arrives, and does not check it again here.
+pub fn decode_measured_header(head: &[u8], limits: &FrameLimits) -> Result<(Bhs, Bytes), PduError> {
     let ahs_end = BHS_LEN + head[4] as usize * 4;
     if limits.digests.header {
         let received = u32::from_le_bytes(head[ahs_end..ahs_end + 4].try_into().expect("4 bytes"));
@@ -1262,7 +1269,13 @@ pub fn decode_header(head: &[u8], limits: &FrameLimits) -> Result<(Bhs, Bytes), 
     }
     let bhs_bytes: &[u8; BHS_LEN] = head[..BHS_LEN].try_into().expect("checked length");
     let bhs = Bhs::decode(bhs_bytes)?;
-    Ok((bhs, Bytes::copy_from_slice(&head[BHS_LEN..ahs_end])))
+    // Nearly every PDU has no AHS: no copy (nor allocation) for it.
+    let ahs = if ahs_end == BHS_LEN {
+        Bytes::new()
+    } else {
+        Bytes::copy_from_slice(&head[BHS_LEN..ahs_end])
+    };
+    Ok((bhs, ahs))
 }
 
 /// Check a data digest received as the four wire bytes `wire`: CRC32C over

@@ -59,11 +59,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::idmap::IdMap;
+use super::idmap::{IdMap, SlotTable};
 use super::pdu::{async_event, DataIn, Pdu};
 use super::session::{
     CommandRequest, CommandResult, Event, Lent, ProtocolError, Session, TaskError, TaskId,
-    TmfOutcome, Transmit,
+    TmfOutcome, Transmit, CALLER_TASK_IDS,
 };
 use crate::scsi::Sense;
 
@@ -183,13 +183,16 @@ pub enum Failure {
     Closed,
 }
 
-/// What the driver must do or deliver.
+/// What the driver must do or deliver. `W` is what the driver handed in
+/// with each command ([`Recovery::handle_command`]) to reach its caller;
+/// it comes back with the answer.
 #[derive(Debug)]
-pub enum Output {
+pub enum Output<W = ()> {
     /// A caller's SCSI command has its final answer.
     Command {
         id: RequestId,
         result: Result<CommandResult, Failure>,
+        waiter: W,
     },
     /// A caller's text exchange finished.
     Text {
@@ -278,10 +281,13 @@ pub enum Notice {
     RepeatedLoginFailures { count: u32, cause: Loss },
 }
 
-/// A SCSI command kept until it has a final answer.
+/// A SCSI command kept until it has a final answer: the one record of it
+/// above the connection core, with whatever reaches its caller.
 #[derive(Debug)]
-struct CmdRecord {
+struct CmdRecord<W> {
     req: CommandRequest,
+    /// The driver's way back to the caller, returned with the answer.
+    waiter: W,
     /// Task in the current connection's core, if submitted there.
     task: Option<TaskId>,
     /// When it times out (only while submitted and not being aborted);
@@ -338,9 +344,10 @@ enum Conn {
     Closed,
 }
 
-/// The recovery state machine. See the module docs.
+/// The recovery state machine. See the module docs. `W` travels with each
+/// command from [`Recovery::handle_command`] to its [`Output::Command`].
 #[derive(Debug)]
-pub struct Recovery {
+pub struct Recovery<W = ()> {
     cfg: RecoveryConfig,
     conn: Conn,
     /// DefaultTime2Wait of the last login.
@@ -348,8 +355,10 @@ pub struct Recovery {
     /// Pause before the next attempt.
     delay: Duration,
     next_id: u64,
-    cmds: IdMap<RequestId, CmdRecord>,
-    by_task: IdMap<TaskId, RequestId>,
+    /// The kept commands, by request id. A command submitted to the core
+    /// runs there under task id `CALLER_TASK_IDS | id` ([`task_of`]), so
+    /// the core's completion names its record without a map between them.
+    cmds: SlotTable<CmdRecord<W>>,
     deadlines: Deadlines,
     others: IdMap<TaskId, Other>,
     tmfs: IdMap<TaskId, OwnTmf>,
@@ -373,12 +382,17 @@ pub struct Recovery {
     progress_on_conn: bool,
     /// Connections in a row that failed right after login.
     flaps: u32,
-    outputs: VecDeque<Output>,
+    outputs: VecDeque<Output<W>>,
     /// Cores let go of, waiting for the driver to drop them.
     retired: Vec<Session>,
 }
 
-impl Recovery {
+/// The core's task id for kept command `id`.
+fn task_of(id: RequestId) -> TaskId {
+    TaskId(CALLER_TASK_IDS | id.0)
+}
+
+impl<W> Recovery<W> {
     /// Start on a connection that has just completed login; `time2wait` is
     /// its negotiated DefaultTime2Wait.
     pub fn new(cfg: RecoveryConfig, mut core: Session, time2wait: Duration, now: Instant) -> Self {
@@ -389,8 +403,7 @@ impl Recovery {
             time2wait,
             delay: time2wait,
             next_id: 0,
-            cmds: IdMap::default(),
-            by_task: IdMap::default(),
+            cmds: SlotTable::default(),
             deadlines: Deadlines::default(),
             others: IdMap::default(),
             tmfs: IdMap::default(),
@@ -435,16 +448,23 @@ impl Recovery {
         }
     }
 
+    /// The next request id: ids count up, skipping one whose slot in the
+    /// command table a long-lived command holds (see [`SlotTable`]).
     fn alloc_id(&mut self) -> RequestId {
-        let id = RequestId(self.next_id);
-        self.next_id += 1;
-        id
+        loop {
+            let id = self.next_id;
+            self.next_id += 1;
+            if self.cmds.is_free(id) {
+                return RequestId(id);
+            }
+        }
     }
 
     // ---- requests from callers -------------------------------------------
 
-    /// A SCSI command; its answer comes as [`Output::Command`].
-    pub fn handle_command(&mut self, req: CommandRequest, now: Instant) -> RequestId {
+    /// A SCSI command; its answer comes as [`Output::Command`] with
+    /// `waiter`.
+    pub fn handle_command(&mut self, req: CommandRequest, waiter: W, now: Instant) -> RequestId {
         let id = self.alloc_id();
         let fail = match &self.conn {
             Conn::Closed => Some(Failure::Closed),
@@ -455,14 +475,18 @@ impl Recovery {
             _ => None,
         };
         if let Some(f) = fail {
-            self.outputs
-                .push_back(Output::Command { id, result: Err(f) });
+            self.outputs.push_back(Output::Command {
+                id,
+                result: Err(f),
+                waiter,
+            });
             return id;
         }
         self.cmds.insert(
-            id,
+            id.0,
             CmdRecord {
                 req,
+                waiter,
                 task: None,
                 deadline: None,
                 queued: false,
@@ -637,7 +661,7 @@ impl Recovery {
             self.gave_up = false;
         }
         // Re-issue what the old connection left unfinished, oldest first.
-        let mut ids: Vec<RequestId> = self.cmds.keys().copied().collect();
+        let mut ids: Vec<RequestId> = self.cmds.keys().map(RequestId).collect();
         ids.sort_unstable();
         for &id in &ids {
             self.submit(id, now);
@@ -764,7 +788,7 @@ impl Recovery {
     }
 
     /// Next answer, order or notice.
-    pub fn poll_output(&mut self) -> Option<Output> {
+    pub fn poll_output(&mut self) -> Option<Output<W>> {
         self.outputs.pop_front()
     }
 
@@ -779,10 +803,11 @@ impl Recovery {
         let Conn::Live(core) = &mut self.conn else {
             return;
         };
-        let Some(cmd) = self.cmds.get_mut(&id) else {
+        let Some(cmd) = self.cmds.get_mut(id.0) else {
             return;
         };
-        let task = core.submit(cmd.req.clone());
+        let task = task_of(id);
+        core.submit_as(task, cmd.req.clone());
         // A command the window or the queue depth holds back has not reached
         // the target: its timeout starts once it is sent, so that waiting
         // behind other commands neither aborts it (locally, unseen by the
@@ -802,7 +827,6 @@ impl Recovery {
         if replaced {
             self.deadlines.prune(&self.cmds);
         }
-        self.by_task.insert(task, id);
     }
 
     /// Things that follow from the state rather than from one event: the
@@ -906,10 +930,12 @@ impl Recovery {
         result: Result<CommandResult, TaskError>,
         now: Instant,
     ) {
-        let Some(id) = self.by_task.remove(&task) else {
+        if task.0 & CALLER_TASK_IDS == 0 {
             return;
-        };
-        let Some(cmd) = self.cmds.get_mut(&id) else {
+        }
+        let id = RequestId(task.0 & !CALLER_TASK_IDS);
+        // Only the answer for the command's current task counts.
+        let Some(cmd) = self.cmds.get_mut(id.0).filter(|c| c.task == Some(task)) else {
             return;
         };
         cmd.task = None;
@@ -926,11 +952,13 @@ impl Recovery {
         );
         if timed_out && timeouts > 0 {
             if timeouts > self.cfg.max_timeout_retries {
-                self.cmds.remove(&id);
-                self.outputs.push_back(Output::Command {
-                    id,
-                    result: result.map_err(Failure::Task),
-                });
+                if let Some(cmd) = self.cmds.remove(id.0) {
+                    self.outputs.push_back(Output::Command {
+                        id,
+                        result: result.map_err(Failure::Task),
+                        waiter: cmd.waiter,
+                    });
+                }
             } else {
                 self.outputs
                     .push_back(Output::Notice(Notice::ReissuingAborted { id }));
@@ -943,7 +971,9 @@ impl Recovery {
             self.submit(id, now);
             return;
         }
-        self.cmds.remove(&id);
+        let Some(cmd) = self.cmds.remove(id.0) else {
+            return;
+        };
         if matches!(
             result,
             Ok(_) | Err(TaskError::TargetFailure(_)) | Err(TaskError::Rejected(_))
@@ -957,6 +987,7 @@ impl Recovery {
         self.outputs.push_back(Output::Command {
             id,
             result: result.map_err(Failure::Task),
+            waiter: cmd.waiter,
         });
     }
 
@@ -1041,7 +1072,7 @@ impl Recovery {
             let Conn::Live(core) = &mut self.conn else {
                 return;
             };
-            let Some(cmd) = self.cmds.get_mut(&id) else {
+            let Some(cmd) = self.cmds.get_mut(id.0) else {
                 continue;
             };
             cmd.deadline = None;
@@ -1153,7 +1184,6 @@ impl Recovery {
             since: now,
             wake: Some(now + self.time2wait),
         });
-        self.by_task.clear();
         self.tmfs.clear();
         self.deadlines.clear();
         for cmd in self.cmds.values_mut() {
@@ -1235,19 +1265,25 @@ impl Recovery {
         let failed = self.cmds.len();
         self.outputs
             .push_back(Output::Notice(Notice::GaveUp { failed }));
-        for id in self.take_cmds() {
+        for (id, waiter) in self.take_cmds() {
             self.outputs.push_back(Output::Command {
                 id,
                 result: Err(Failure::ReplacementTimeout),
+                waiter,
             });
         }
     }
 
-    /// Forget every kept command; their ids, oldest first (callers hear
-    /// about them in submission order).
-    fn take_cmds(&mut self) -> Vec<RequestId> {
-        let mut ids: Vec<RequestId> = self.cmds.drain().map(|(id, _)| id).collect();
-        ids.sort_unstable();
+    /// Forget every kept command; their ids and waiters, oldest first
+    /// (callers hear about them in submission order).
+    fn take_cmds(&mut self) -> Vec<(RequestId, W)> {
+        let mut ids: Vec<(RequestId, W)> = self
+            .cmds
+            .drain()
+            .into_iter()
+            .map(|(id, c)| (RequestId(id), c.waiter))
+            .collect();
+        ids.sort_unstable_by_key(|(id, _)| *id);
         ids
     }
 
@@ -1266,14 +1302,14 @@ impl Recovery {
             return;
         }
         self.retire(Conn::Closed);
-        self.by_task.clear();
         self.tmfs.clear();
         self.deadlines.clear();
         self.logout_sent = None;
-        for id in self.take_cmds() {
+        for (id, waiter) in self.take_cmds() {
             self.outputs.push_back(Output::Command {
                 id,
                 result: Err(failure.clone()),
+                waiter,
             });
         }
         self.fail_others(Failure::Closed);
@@ -1301,12 +1337,12 @@ struct Deadlines {
 }
 
 impl Deadlines {
-    fn is_current(cmds: &IdMap<RequestId, CmdRecord>, t: Instant, id: RequestId) -> bool {
-        cmds.get(&id).and_then(|c| c.deadline) == Some(t)
+    fn is_current<W>(cmds: &SlotTable<CmdRecord<W>>, t: Instant, id: RequestId) -> bool {
+        cmds.get(id.0).and_then(|c| c.deadline) == Some(t)
     }
 
     /// Watch command `id`, which has just been given deadline `t`.
-    fn push(&mut self, t: Instant, id: RequestId, cmds: &IdMap<RequestId, CmdRecord>) {
+    fn push<W>(&mut self, t: Instant, id: RequestId, cmds: &SlotTable<CmdRecord<W>>) {
         if self.q.back().is_none_or(|&(last, _)| last <= t) {
             self.q.push_back((t, id));
         } else {
@@ -1321,7 +1357,7 @@ impl Deadlines {
     }
 
     /// Drop stale entries from the front (after a deadline went away).
-    fn prune(&mut self, cmds: &IdMap<RequestId, CmdRecord>) {
+    fn prune<W>(&mut self, cmds: &SlotTable<CmdRecord<W>>) {
         while let Some(&(t, id)) = self.q.front() {
             if Self::is_current(cmds, t, id) {
                 break;
@@ -1331,7 +1367,7 @@ impl Deadlines {
     }
 
     /// The earliest current deadline.
-    fn first(&self, cmds: &IdMap<RequestId, CmdRecord>) -> Option<Instant> {
+    fn first<W>(&self, cmds: &SlotTable<CmdRecord<W>>) -> Option<Instant> {
         // The front is current after every change; the filter only guards.
         self.q
             .iter()
@@ -1340,10 +1376,10 @@ impl Deadlines {
     }
 
     /// Take the earliest current entry if it is due at `now`.
-    fn pop_due(
+    fn pop_due<W>(
         &mut self,
         now: Instant,
-        cmds: &IdMap<RequestId, CmdRecord>,
+        cmds: &SlotTable<CmdRecord<W>>,
     ) -> Option<(Instant, RequestId)> {
         self.prune(cmds);
         match self.q.front() {
@@ -1441,8 +1477,8 @@ mod tests {
         Nop(u32),
     }
 
-    struct Harness {
-        r: Recovery,
+    struct Harness<W = ()> {
+        r: Recovery<W>,
         t0: Instant,
         stat_sn: u32,
     }
@@ -1453,6 +1489,27 @@ mod tests {
         }
 
         fn with(cfg: RecoveryConfig, core: Session) -> Harness {
+            Harness::with_waiters(cfg, core)
+        }
+
+        fn cmd(&mut self, tag: u8, secs: f64) -> RequestId {
+            let now = self.at(secs);
+            self.r.handle_command(read(tag), (), now)
+        }
+
+        /// The ITT of the command with `tag` in `sent`.
+        fn itt_of(sent: &[Sent], tag: u8) -> u32 {
+            sent.iter()
+                .find_map(|s| match s {
+                    Sent::Cmd(t, itt) if *t == tag => Some(*itt),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("command {tag:#x} not in {sent:?}"))
+        }
+    }
+
+    impl<W> Harness<W> {
+        fn with_waiters(cfg: RecoveryConfig, core: Session) -> Harness<W> {
             let t0 = Instant::now();
             Harness {
                 r: Recovery::new(cfg, core, T2W, t0),
@@ -1463,11 +1520,6 @@ mod tests {
 
         fn at(&self, secs: f64) -> Instant {
             self.t0 + Duration::from_secs_f64(secs)
-        }
-
-        fn cmd(&mut self, tag: u8, secs: f64) -> RequestId {
-            let now = self.at(secs);
-            self.r.handle_command(read(tag), now)
         }
 
         fn sent(&mut self) -> Vec<Sent> {
@@ -1483,17 +1535,7 @@ mod tests {
                 .collect()
         }
 
-        /// The ITT of the command with `tag` in `sent`.
-        fn itt_of(sent: &[Sent], tag: u8) -> u32 {
-            sent.iter()
-                .find_map(|s| match s {
-                    Sent::Cmd(t, itt) if *t == tag => Some(*itt),
-                    _ => None,
-                })
-                .unwrap_or_else(|| panic!("command {tag:#x} not in {sent:?}"))
-        }
-
-        fn outputs(&mut self) -> Vec<Output> {
+        fn outputs(&mut self) -> Vec<Output<W>> {
             std::iter::from_fn(|| self.r.poll_output()).collect()
         }
 
@@ -1616,7 +1658,7 @@ mod tests {
         outputs
             .iter()
             .filter_map(|o| match o {
-                Output::Command { id, result } => {
+                Output::Command { id, result, .. } => {
                     Some((*id, result.as_ref().map(|r| r.status).map_err(Clone::clone)))
                 }
                 _ => None,
@@ -1665,6 +1707,116 @@ mod tests {
         s[2 + 12] = asc;
         s[2 + 13] = ascq;
         Bytes::from(s)
+    }
+
+    /// The waiters that came back with command answers, in order, with
+    /// the outcome (status or failure).
+    fn waiters_back(outputs: Vec<Output<u32>>) -> Vec<(u32, Result<u8, Failure>)> {
+        outputs
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Command { result, waiter, .. } => Some((waiter, result.map(|r| r.status))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_command_path_hands_its_waiter_back_exactly_once_and_frees_its_record() {
+        let mut h: Harness<u32> = Harness::with_waiters(cfg(), core());
+        let cmd = |h: &mut Harness<u32>, tag: u8, secs: f64| {
+            let now = h.at(secs);
+            h.r.handle_command(read(tag), u32::from(tag), now)
+        };
+        let mut back = Vec::new();
+        // Answered.
+        cmd(&mut h, 0xa1, 0.0);
+        let itt = Harness::itt_of(&h.sent(), 0xa1);
+        h.answer(itt, GOOD, 0.1);
+        back.extend(waiters_back(h.outputs()));
+        assert_eq!(back, vec![(0xa1, Ok(GOOD))]);
+        // A second answer for the same (retired) ITT names no task: the
+        // connection goes as a protocol error, and nothing is delivered twice.
+        // (Checked below, after the other paths, on its own connection.)
+
+        // Timed out four times: fails as aborted.
+        cmd(&mut h, 0xa2, 1.0);
+        h.sent();
+        let mut now = 1.0;
+        for _ in 0..4 {
+            now += 30.0;
+            h.run_until(now);
+            let sent = h.sent();
+            let abort = sent
+                .iter()
+                .find_map(|s| match s {
+                    Sent::Tmf(tmf::ABORT_TASK, itt, _) => Some(*itt),
+                    _ => None,
+                })
+                .expect("an ABORT TASK");
+            h.tmf_answer(abort, 0, now);
+            back.extend(waiters_back(h.outputs()));
+        }
+        assert_eq!(back[1..], [(0xa2, Err(Failure::Task(TaskError::Aborted)))]);
+        assert_eq!(h.r.pending_commands(), 0);
+
+        // Kept over a connection loss, re-issued and answered there.
+        cmd(&mut h, 0xa3, now);
+        h.sent();
+        h.lose(now + 1.0);
+        back.extend(waiters_back(h.outputs()));
+        h.run_until(now + 3.0);
+        h.outputs();
+        h.connected(now + 3.5);
+        back.extend(waiters_back(h.outputs()));
+        let itt = Harness::itt_of(&h.sent(), 0xa3);
+        h.answer(itt, GOOD, now + 4.0);
+        back.extend(waiters_back(h.outputs()));
+        assert_eq!(back[2..], [(0xa3, Ok(GOOD))]);
+        assert_eq!(h.r.pending_commands(), 0);
+
+        // The same ITT answered again on this connection: a late answer for
+        // a finished task is a protocol error, never a second delivery.
+        h.answer(itt, GOOD, now + 4.1);
+        let out = h.outputs();
+        assert!(
+            matches!(disconnect_of(&out), Some(Loss::Protocol(_))),
+            "{out:?}"
+        );
+        back.extend(waiters_back(out));
+        assert_eq!(back.len(), 3, "{back:?}");
+
+        // Waiting past the replacement timeout while down (the attempt
+        // the machine asked for never reports): fails with it.
+        let t = now + 5.0;
+        cmd(&mut h, 0xa4, t);
+        h.run_until(t + 200.0);
+        back.extend(waiters_back(h.outputs()));
+        assert_eq!(back[3..], [(0xa4, Err(Failure::ReplacementTimeout))]);
+        assert_eq!(h.r.pending_commands(), 0);
+
+        // After giving up, a new command fails at once; the caller's logout
+        // then ends the session with nothing left behind.
+        cmd(&mut h, 0xa5, t + 201.0);
+        h.r.handle_logout();
+        back.extend(waiters_back(h.outputs()));
+        assert_eq!(back[4..], [(0xa5, Err(Failure::ReplacementTimeout))]);
+        assert_eq!(h.r.pending_commands(), 0);
+        assert!(h.r.is_finished());
+        let mut tags: Vec<u32> = back.iter().map(|(w, _)| *w).collect();
+        tags.dedup();
+        assert_eq!(
+            tags,
+            vec![0xa1, 0xa2, 0xa3, 0xa4, 0xa5],
+            "each exactly once"
+        );
+    }
+
+    fn disconnect_of<W>(outputs: &[Output<W>]) -> Option<&Loss> {
+        outputs.iter().find_map(|o| match o {
+            Output::Disconnect { cause, .. } => Some(cause),
+            _ => None,
+        })
     }
 
     #[test]

@@ -200,9 +200,15 @@ pub struct SessionNumbers {
     pub exp_stat_sn: u32,
 }
 
-/// Handle for a task submitted to the session; unique for the session's life.
+/// Handle for a task submitted to the session. The ids the core allocates
+/// are unique for the session's life and count up from 1; ids with
+/// [`CALLER_TASK_IDS`] set are chosen by the caller ([`Session::submit_as`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId(pub u64);
+
+/// The bit that marks a [`TaskId`] chosen by the caller
+/// ([`Session::submit_as`]); the core's own ids never reach it.
+pub const CALLER_TASK_IDS: u64 = 1 << 63;
 
 /// A SCSI command to execute.
 #[derive(Debug, Clone)]
@@ -825,6 +831,25 @@ impl Session {
     /// queue depth allow; its result arrives as [`Event::Command`].
     pub fn submit(&mut self, req: CommandRequest) -> TaskId {
         let id = self.alloc_task_id();
+        self.enqueue_command(id, req);
+        id
+    }
+
+    /// [`Session::submit`] under a task id the caller chose: one with
+    /// [`CALLER_TASK_IDS`] set (the core's own ids never have it), not used
+    /// by another task of this core that has not completed yet. The
+    /// recovery machine puts its own request id there, so the
+    /// [`Event::Command`] names its record directly (no map from task ids
+    /// to requests).
+    pub fn submit_as(&mut self, id: TaskId, req: CommandRequest) {
+        debug_assert!(
+            id.0 & CALLER_TASK_IDS != 0,
+            "caller task ids have the top bit set"
+        );
+        self.enqueue_command(id, req);
+    }
+
+    fn enqueue_command(&mut self, id: TaskId, req: CommandRequest) {
         if !req.data_out.is_empty() && req.read_len > 0 {
             self.events.push_back(Event::Command {
                 id,
@@ -832,11 +857,10 @@ impl Session {
                     "bidirectional commands are not supported",
                 )),
             });
-            return id;
+            return;
         }
         self.waiting.push_back(Queued::Command(id, req));
         self.pump();
-        id
     }
 
     /// Start a Text Request exchange (e.g. `SendTargets=All`); the reassembled

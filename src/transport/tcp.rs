@@ -462,7 +462,8 @@ impl<R: ByteSource> FrameReader<R> {
             return Ok(None);
         }
         debug_assert_eq!(self.head_have, head_len, "reads stop at the header's end");
-        let (bhs, ahs) = pdu::decode_header(&self.head[..head_len], &self.limits)?;
+        // Measured just above: decoded without measuring it again.
+        let (bhs, ahs) = pdu::decode_measured_header(&self.head[..head_len], &self.limits)?;
         self.head_have = 0;
         if dlen == 0 {
             return Ok(Some(
