@@ -3,8 +3,9 @@ running benchmark, measured from inside the VM (scenario `iser-cpu`,
 scenarios/73-iser-cpu.sh).
 
     python3 guest_cpu.py measure OUT WINDOW [--acl INFO] [--perf FILE] -- CMD...
-        runs CMD; once read data flows (the target's veth `v0` sends over
-        512 KB in half a second) it waits a moment, snapshots the guest,
+        runs CMD; once read data flows (over 512 KB on `lo` in half a
+        second: the two soft-RoCE ends are addresses of the same VM, so
+        their UDP packets go over loopback, not the veth pair) it waits a moment, snapshots the guest,
         sleeps WINDOW seconds (or records `perf record -a` over them), and
         snapshots again; while waiting it samples LIO's session `info`
         file INFO (an explicit node ACL's) for the commands outstanding at
@@ -17,7 +18,7 @@ scenarios/73-iser-cpu.sh).
 
 A snapshot reads /proc/stat (per-vCPU user/system/softirq/idle), the
 /proc/softirqs counts, utime+stime of every thread (/proc/*/task/*/stat),
-rdma_rxe's hw_counters, the veth pair's packet and byte counts and LIO's
+rdma_rxe's hw_counters, the packet and byte counts of lo and the veth pair and LIO's
 per-LU command count. The parsing and the arithmetic are pure functions,
 unit-tested in test_lab.py.
 """
@@ -145,7 +146,7 @@ def snapshot() -> dict:
     s = {"t": time.monotonic(), "stat": parse_proc_stat(_read("/proc/stat") or ""),
          "softirqs": parse_softirqs(_read("/proc/softirqs") or ""), "threads": threads(),
          "net": {}, "rxe": {}, "lu": {}}
-    for dev in ("v0", "v1"):
+    for dev in ("lo", "v0", "v1"):
         s["net"][dev] = {k: _int(f"/sys/class/net/{dev}/statistics/{k}") or 0
                          for k in ("tx_packets", "tx_bytes", "rx_packets", "rx_bytes")}
     ib = Path("/sys/class/infiniband")
@@ -194,7 +195,7 @@ def summary(w: dict, bs: int) -> dict:
     busy = sum(v for k, v in tot.items() if k not in ("idle", "iowait"))
     init = sum(t["cpu_s"] for t in w["threads"] if t["initiator"])
     per_cpu = {c: {k: round(v / secs, 3) for k, v in d.items()} for c, d in w["cpus"].items() if c != "cpu"}
-    v0 = w["net"].get("v0", {})
+    lo = w["net"].get("lo", {})
     per = lambda x: x / gib if gib else None
     return {
         "seconds": secs, "reads_per_s": reads / secs if secs else 0.0, "mb_s": reads * bs / 1e6 / secs if secs else 0.0,
@@ -204,9 +205,8 @@ def summary(w: dict, bs: int) -> dict:
         "busy_s_per_gib": per(busy), "softirq_s_per_gib": per(tot.get("softirq", 0.0)),
         "system_s_per_gib": per(tot.get("system", 0.0)), "initiator_s_per_gib": per(init),
         "initiator_cpus": init / secs if secs else 0.0,
-        "v0_packets_per_read": v0.get("tx_packets", 0) / reads if reads else None,
-        "v0_bytes_per_packet": v0.get("tx_bytes", 0) / v0["tx_packets"] if v0.get("tx_packets") else None,
-        "v1_packets_per_read": w["net"].get("v1", {}).get("tx_packets", 0) / reads if reads else None,
+        "lo_packets_per_read": lo.get("tx_packets", 0) / reads if reads else None,
+        "lo_bytes_per_packet": lo.get("tx_bytes", 0) / lo["tx_packets"] if lo.get("tx_packets") else None,
     }
 
 
@@ -240,9 +240,9 @@ def fmt_table(docs: list[dict]) -> list[str]:
         lines.append(f"  per GiB: guest busy {f(s['busy_s_per_gib'])} s, softirq {f(s['softirq_s_per_gib'])} s, "
                      f"system {f(s['system_s_per_gib'])} s, initiator process {f(s['initiator_s_per_gib'])} s "
                      f"({s['initiator_cpus']:.2f} CPUs)")
-        lines.append(f"  target veth v0: {f(s['v0_packets_per_read'])} packets per read, "
-                     f"{f(s['v0_bytes_per_packet'])} bytes per packet; v1 (initiator side) "
-                     f"{f(s['v1_packets_per_read'])} packets per read")
+        lines.append(f"  lo (both soft-RoCE ends are local addresses, so their UDP goes over lo): "
+                     f"{f(s['lo_packets_per_read'])} packets per read (both directions), "
+                     f"{f(s['lo_bytes_per_packet'])} bytes per packet")
         si = w["softirqs"]
         lines.append("  softirqs/s: " + ", ".join(
             f"{n} " + "/".join(f"{x / s['seconds']:.0f}" for x in v)
@@ -292,11 +292,11 @@ def measure_main(argv: list[str]) -> int:
         t.start()
     doc: dict = {"cmd": cmd, "window_asked": window}
     started = None
-    last = _int("/sys/class/net/v0/statistics/tx_bytes") or 0
+    last = _int("/sys/class/net/lo/statistics/tx_bytes") or 0
     deadline = time.monotonic() + 120
     while p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
-        now = _int("/sys/class/net/v0/statistics/tx_bytes") or 0
+        now = _int("/sys/class/net/lo/statistics/tx_bytes") or 0
         if now - last > 512 * 1024:
             started = time.monotonic()
             break
@@ -322,7 +322,7 @@ def measure_main(argv: list[str]) -> int:
         doc["outstanding"] = outstanding(samples)
         doc["lio_info_last"] = _read(acl) if acl else None
     else:
-        doc["error"] = "no read traffic seen on v0 before the command ended"
+        doc["error"] = "no read traffic seen on lo before the command ended"
     p.wait()
     for t in th:
         t.join()

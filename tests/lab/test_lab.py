@@ -266,7 +266,7 @@ class GuestCpu(unittest.TestCase):
                     "threads": {"10": {"comm": "rlun", "pid": 10, "ppid": 1, "ticks": ticks, "cpu": 0},
                                 "11": {"comm": "fio", "pid": 11, "ppid": 10, "ticks": 2 * ticks, "cpu": 0},
                                 "3": {"comm": "ksoftirqd/0", "pid": 3, "ppid": 2, "ticks": ticks, "cpu": 0}},
-                    "net": {"v0": {"tx_packets": 130 * cmds, "tx_bytes": 1100 * 130 * cmds}},
+                    "net": {"lo": {"tx_packets": 130 * cmds, "tx_bytes": 1100 * 130 * cmds}},
                     "rxe": {}, "lu": {"num_cmds": cmds}}
         w = gc.window_deltas(snap(0.0, 0, 0, 0), snap(2.0, 100, 8192, 100), 10, 100)
         self.assertEqual([t["comm"] for t in w["threads"]], ["fio", "rlun", "ksoftirqd/0"])
@@ -275,6 +275,6 @@ class GuestCpu(unittest.TestCase):
         self.assertAlmostEqual(s["reads_per_s"], 4096.0)
         self.assertAlmostEqual(s["initiator_s_per_gib"], 3.0)  # 3 s over 1 GiB
         self.assertAlmostEqual(s["busy_s_per_gib"], 2.0)  # system + softirq
-        self.assertAlmostEqual(s["v0_packets_per_read"], 130.0)
-        self.assertAlmostEqual(s["v0_bytes_per_packet"], 1100.0)
+        self.assertAlmostEqual(s["lo_packets_per_read"], 130.0)
+        self.assertAlmostEqual(s["lo_bytes_per_packet"], 1100.0)
         self.assertTrue(any("ksoftirqd/0" in ln for ln in gc.fmt_table([{"label": "x", "summary": s, "window": w}])))
