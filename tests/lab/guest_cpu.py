@@ -317,12 +317,15 @@ def measure_main(argv: list[str]) -> int:
         end = time.monotonic() + window
         pr = None
         if perf:
-            pr = subprocess.Popen(["perf", "record", "-a", "-e", "cpu-clock", "-F", "200", "-o", perf,
+            # No build-id pass at the end (it reads every DSO hit, vmlinux
+            # included: minutes under emulation).
+            pr = subprocess.Popen(["perf", "record", "-a", "-e", "cpu-clock", "-F", "99", "--no-buildid",
+                                   "--no-buildid-cache", "-o", perf,
                                    "--", "sleep", str(window)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         while time.monotonic() < end:
             if acl:
                 samples.append(parse_lio_info(_read(acl) or ""))
-            time.sleep(0.25)
+            time.sleep(0.5)
         b = snapshot()
         if pr:
             pr.wait()

@@ -15,7 +15,9 @@
 # Variables (--set):
 #   LAB_CPU_WHO      contenders, in order (default "rlun libiscsi kernel");
 #                    NAME@N pins the initiator to vCPU N (taskset), e.g.
-#                    "rlun@0 rlun@1"; "base" is LAB_PROFILE_BASE's rlun
+#                    "rlun@0 rlun@1"; "base" is LAB_PROFILE_BASE's rlun;
+#                    "rlun2" and "libiscsi2" are two processes at QD 16
+#                    each (two sessions, so two queue pairs), side by side
 #   LAB_CPU_ROUNDS   rounds of the whole list (default 1)
 #   LAB_CPU_WINDOW   seconds measured per run (default 8)
 #   LAB_CPU_BS       block size (default 128k; 4k makes the reads random)
@@ -103,6 +105,16 @@ scenario() {
                 pin=()
                 [ -z "$cpu" ] || pin=(taskset -c "$cpu")
                 case $kind in
+                rlun2)
+                    cmd=(bash -c "for i in 1 2; do RLUN_INITIATOR_NAME='${name[rlun]}' ${pin[*]} '$RLUN' bench '$iser' --pattern $pat --bs $bs --qd 16 --duration ${dur}s --json & done; wait")
+                    kind=rlun
+                    ;;
+                libiscsi2)
+                    local flag2=
+                    [ "$pat" = read ] || flag2=-r
+                    cmd=(bash -c "for i in 1 2; do ${pin[*]} iscsi-perf -i '${name[libiscsi]}' -m 16 -b $blocks -t $dur $flag2 '$iser' & done; wait")
+                    kind=libiscsi
+                    ;;
                 rlun | base)
                     local bin=$RLUN
                     if [ "$kind" = base ]; then
@@ -128,9 +140,10 @@ scenario() {
                 local f=$out/r$r-$w-$bs${perf:+-perf}
                 f=${f//@/-cpu}
                 local extra=()
-                [ -z "$perf" ] || extra=(--perf "$W/$(basename "$f").data")
+                local lim=$limit
+                [ -z "$perf" ] || extra=(--perf "$W/$(basename "$f").data") lim=$((limit * 3))
                 log "+ r$r $w $bs${perf:+ (perf record)}: ${cmd[*]}"
-                timeout -k 5 "$limit" python3 "$GUEST_CPU_PY" measure "$f.json" "$window" --bs "$bsn" \
+                timeout -k 5 "$lim" python3 "$GUEST_CPU_PY" measure "$f.json" "$window" --bs "$bsn" \
                     --acl "$tpg/acls/${name[$kind]}/info" "${extra[@]}" -- "${cmd[@]}" ||
                     fail "$w $bs: no measurement (see $f.json)"
                 if [ -n "$perf" ]; then
