@@ -15,6 +15,13 @@ scenarios/73-iser-cpu.sh).
         the target, guest CPU by kind and by vCPU, softirqs, the busiest
         threads, packets per read, rxe counters, outstanding commands)
 
+"ticks seen" is the share of the window the guest accounted on a vCPU
+(all /proc/stat fields): the guest counts CPU time by timer ticks, and
+under software emulation a vCPU thread the host does not run misses
+them, so a figure well below 1.00 means the host starved that vCPU (host
+load), and that run's throughput says more about the host than about
+the initiator.
+
 A snapshot reads /proc/stat (per-vCPU user/system/softirq/idle), the
 /proc/softirqs counts, utime+stime of every thread (/proc/*/task/*/stat),
 rdma_rxe's hw_counters, every network device's packet and byte counts and LIO's
@@ -234,7 +241,8 @@ def fmt_table(docs: list[dict]) -> list[str]:
         lines.append("  guest CPUs busy {:.2f} of {}: ".format(s["guest_busy_cpus"], len(s["per_cpu_share"]))
                      + ", ".join(f"{n} {k.get(n, 0):.2f}" for n in ("user", "system", "softirq", "irq", "idle", "iowait")))
         for c, v in sorted(s["per_cpu_share"].items()):
-            lines.append(f"    {c}: " + ", ".join(f"{n} {v.get(n, 0):.2f}" for n in ("user", "system", "softirq", "irq", "idle")))
+            lines.append(f"    {c}: " + ", ".join(f"{n} {v.get(n, 0):.2f}" for n in ("user", "system", "softirq", "irq", "idle"))
+                         + f"; ticks seen {sum(v.values()):.2f}")
         f = lambda x: f"{x:.2f}" if isinstance(x, (int, float)) else "-"
         lines.append(f"  per GiB: guest busy {f(s['busy_s_per_gib'])} s, softirq {f(s['softirq_s_per_gib'])} s, "
                      f"system {f(s['system_s_per_gib'])} s, initiator process {f(s['initiator_s_per_gib'])} s "

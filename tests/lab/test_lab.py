@@ -277,4 +277,8 @@ class GuestCpu(unittest.TestCase):
         self.assertAlmostEqual(s["busy_s_per_gib"], 2.0)  # system + softirq
         self.assertAlmostEqual(s["lo_packets_per_read"], 130.0)
         self.assertAlmostEqual(s["lo_bytes_per_packet"], 1100.0)
-        self.assertTrue(any("ksoftirqd/0" in ln for ln in gc.fmt_table([{"label": "x", "summary": s, "window": w}])))
+        table = gc.fmt_table([{"label": "x", "summary": s, "window": w}])
+        self.assertTrue(any("ksoftirqd/0" in ln for ln in table))
+        # Coverage is the plain sum of the shares: system, softirq and idle
+        # each 100 ticks of a 2 s window at HZ 100.
+        self.assertTrue(any("cpu0:" in ln and "ticks seen 1.50" in ln for ln in table), table)
