@@ -196,6 +196,25 @@ class CompareRounds(unittest.TestCase):
         self.assertIn("rlun-iSER/libiscsi-iSER throughput 0.91 (goal >= 1)", "\n".join(table))
         self.assertIn("3/3", table[2])
 
+    def test_ticks_seen_is_the_least_served_vcpus_share_of_the_wall_time(self):
+        before = "t 100.0\ncpu  9 9 9 9 9 9 9 9 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 5 0 0 0 0 0 0 0 0 0\n"
+        # 2 s at HZ 100: cpu0 accounted 200 ticks (all of it), cpu1 100 (half).
+        after = "t 102.0\ncpu  9 9 9 9 9 9 9 9 0 0\ncpu0 50 0 50 100 0 0 0 0 0 0\ncpu1 5 0 20 60 0 0 20 0 0 0\n"
+        self.assertAlmostEqual(cr.ticks_seen(before, after, 100), 0.5)
+        self.assertIsNone(cr.ticks_seen("cpu0 1 0 0 0 0 0 0 0\n", after, 100), "no time mark")
+        with tempfile.TemporaryDirectory() as w:
+            for r in (1, 2):
+                self._write_round(w, r, "read128k", 131072, (100, 10.0), (90, 30.0), (110, 1.0), 80)
+                self._write_round(w, r, "randread4k", 4096, (500, 100.0), (400, 200.0), (450, 2.0), 300)
+            d = Path(w) / "r1"
+            write(d / "stat-perf-read128k.0", before)
+            write(d / "stat-perf-read128k.1", after)
+            rows = cr.iser_rows(Path(w), 2, 5.0, 100)
+            table = "\n".join(cr.iser_table(rows, cr.iser_ratios(rows), 5.0, 2))
+        lib = next(r for r in rows if r["case"] == "seq read 128k qd32" and r["who"] == cr.LIBISCSI)
+        self.assertEqual(lib["ticks_seen_samples"], [0.5], "a round without marks has no figure")
+        self.assertRegex(table, r"libiscsi iscsi-perf iSER .* 2/2 +0\.50-0\.50")
+
     def test_a_contender_failing_every_round_has_no_median_and_no_ratio(self):
         with tempfile.TemporaryDirectory() as w:
             self._write_round(w, 1, "read128k", 131072, (100, 10.0), (90, 30.0), (110, 1.0), 80)
@@ -225,9 +244,6 @@ class CompareRounds(unittest.TestCase):
         self.assertGreaterEqual(doc["cpu_seconds"], 0.8)
         self.assertLess(doc["cpu_seconds_window"], doc["cpu_seconds"])
 
-
-if __name__ == "__main__":
-    unittest.main()
 
 
 class GuestCpu(unittest.TestCase):
@@ -282,3 +298,7 @@ class GuestCpu(unittest.TestCase):
         # Coverage is the plain sum of the shares: system, softirq and idle
         # each 100 ticks of a 2 s window at HZ 100.
         self.assertTrue(any("cpu0:" in ln and "ticks seen 1.50" in ln for ln in table), table)
+
+
+if __name__ == "__main__":
+    unittest.main()
