@@ -25,7 +25,8 @@
 #                    follows it: 1500 gives 1024-byte RDMA packets, 4200
 #                    and above 4096-byte ones)
 #   LAB_CPU_PERF=1   also one run per contender under `perf record -a`
-#                    (slow to report under emulation: top symbols only)
+#                    (slow under emulation: top symbols only; not yet seen
+#                    to finish within its timeout)
 
 GUEST_CPU_PY=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/guest_cpu.py
 
