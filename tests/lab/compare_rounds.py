@@ -109,19 +109,55 @@ def fio_sample(path: Path) -> dict:
         return {"error": f"no result: {e}"}
 
 
-def iser_rows(work: Path, rounds: int, secs: float) -> list[dict]:
+def ticks_seen(before: str, after: str, hz: int) -> float | None:
+    """The smallest share of the wall time between two marks (a "t SECONDS"
+    line, then /proc/stat) that the guest accounted on any one vCPU. The
+    guest counts CPU time by timer ticks; under software emulation a vCPU
+    thread the host does not run misses them, so a run with a figure well
+    below 1 was starved by host load, whoever the contender."""
+    def parse(text):
+        t = None
+        cpus = {}
+        for ln in text.splitlines():
+            p = ln.split()
+            if len(p) == 2 and p[0] == "t":
+                t = float(p[1].replace(",", "."))
+            elif p and p[0].startswith("cpu") and p[0] != "cpu":
+                cpus[p[0]] = sum(int(v) for v in p[1:9])
+        return t, cpus
+    try:
+        (t0, a), (t1, b) = parse(before), parse(after)
+    except ValueError:
+        return None
+    if t0 is None or t1 is None or t1 <= t0 or not a:
+        return None
+    return min((b[c] - a[c]) / hz / (t1 - t0) for c in a if c in b)
+
+
+def _ticks(d: Path, tag: str, hz: int) -> dict:
+    try:
+        v = ticks_seen((d / f"stat-{tag}.0").read_text(), (d / f"stat-{tag}.1").read_text(), hz)
+    except OSError:
+        return {}
+    return {} if v is None else {"ticks_seen": v}
+
+
+def iser_rows(work: Path, rounds: int, secs: float, hz: int = 100) -> list[dict]:
     """One row per case and contender, medians over the rounds present."""
     rows = []
     for name, bs, label in ISER_CASES:
         per: dict[str, list[dict]] = {RLUN_ISER: [], RLUN_TCP: [], LIBISCSI: [], KERNEL: []}
         for r in range(1, rounds + 1):
             d = work / f"r{r}"
-            per[RLUN_ISER].append(rlun_sample(d / f"rlun-iser-{name}.json"))
-            per[RLUN_TCP].append(rlun_sample(d / f"rlun-tcp-{name}.json"))
-            per[LIBISCSI].append(libiscsi_sample(d / f"perf-{name}.json", bs, secs))
-            per[KERNEL].append(fio_sample(d / f"fio-iser-{name}.json"))
+            per[RLUN_ISER].append({**rlun_sample(d / f"rlun-iser-{name}.json"),
+                                   **_ticks(d, f"rlun-iser-{name}", hz)})
+            per[RLUN_TCP].append({**rlun_sample(d / f"rlun-tcp-{name}.json"),
+                                  **_ticks(d, f"rlun-tcp-{name}", hz)})
+            per[LIBISCSI].append({**libiscsi_sample(d / f"perf-{name}.json", bs, secs),
+                                  **_ticks(d, f"perf-{name}", hz)})
+            per[KERNEL].append({**fio_sample(d / f"fio-iser-{name}.json"), **_ticks(d, f"fio-iser-{name}", hz)})
         for who, samples in per.items():
-            s = summarize(samples, ("iops", "mb_s", "cpu_s_per_gib"))
+            s = summarize(samples, ("iops", "mb_s", "cpu_s_per_gib", "ticks_seen"))
             copied = [x["copied_bytes"] for x in samples if isinstance(x.get("copied_bytes"), int)]
             rows.append({"case": label, "who": who, **s,
                          "copied_bytes": max(copied) if copied else None})
@@ -163,15 +199,17 @@ def iser_table(rows: list[dict], ratios: dict, secs: float, rounds: int) -> list
              f"{rounds} alternating rounds of {secs:g} s each, medians (min-max); "
              "software emulation (soft-RoCE, no KVM): ratios only",
              f"  {'case':<20} {'initiator':<26} {'IOPS':>7} {'(min-max)':>13} {'MB/s':>7} "
-             f"{'CPU s/GiB':>9} {'(min-max)':>15} {'copied':>10} {'ok':>4}"]
+             f"{'CPU s/GiB':>9} {'(min-max)':>15} {'copied':>10} {'ok':>4} {'vCPU ticks seen':>16}"]
     for r in rows:
         line = (f"  {r['case']:<20} {r['who']:<26} {_f(r['iops'], '7.0f')} {_span(r, 'iops', '.0f'):>13} "
                 f"{_f(r['mb_s'], '7.1f')} {_f(r['cpu_s_per_gib'], '9.2f')} "
                 f"{_span(r, 'cpu_s_per_gib', '.1f'):>15} {_f(r['copied_bytes'], '10d')} "
-                f"{r['ok']}/{r['rounds']}")
+                f"{r['ok']}/{r['rounds']} {_span(r, 'ticks_seen', '.2f'):>16}")
         if r.get("errors"):
             line += f"  ({r['errors'][0]})"
         table.append(line)
+    table.append("  vCPU ticks seen (min-max over the rounds): the least-served vCPU's accounted share of "
+                 "the run; well below 1.00 = the host starved the VM in that run (host load)")
     for case, q in ratios.items():
         table.append(f"  {case}: rlun-iSER/libiscsi-iSER throughput "
                      f"{_f(q['rlun_iser_over_libiscsi_iops'], '.2f')} (goal >= 1), "
@@ -182,7 +220,7 @@ def iser_table(rows: list[dict], ratios: dict, secs: float, rounds: int) -> list
 
 def iser_main(work: str, out: str, secs: str, rounds: str, rlun: str) -> int:
     s, n = float(secs), int(rounds)
-    rows = iser_rows(Path(work), n, s)
+    rows = iser_rows(Path(work), n, s, os.sysconf("SC_CLK_TCK"))
     ratios = iser_ratios(rows)
     table = iser_table(rows, ratios, s, n)
     doc = {"what": "iSER: rlun bench (iSER, TCP), libiscsi iscsi-perf (iSER), fio on the kernel's "

@@ -11,6 +11,7 @@ import unittest
 from pathlib import Path
 
 import compare_rounds as cr
+import guest_cpu as gc
 import lab
 
 
@@ -195,6 +196,25 @@ class CompareRounds(unittest.TestCase):
         self.assertIn("rlun-iSER/libiscsi-iSER throughput 0.91 (goal >= 1)", "\n".join(table))
         self.assertIn("3/3", table[2])
 
+    def test_ticks_seen_is_the_least_served_vcpus_share_of_the_wall_time(self):
+        before = "t 100.0\ncpu  9 9 9 9 9 9 9 9 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 5 0 0 0 0 0 0 0 0 0\n"
+        # 2 s at HZ 100: cpu0 accounted 200 ticks (all of it), cpu1 100 (half).
+        after = "t 102.0\ncpu  9 9 9 9 9 9 9 9 0 0\ncpu0 50 0 50 100 0 0 0 0 0 0\ncpu1 5 0 20 60 0 0 20 0 0 0\n"
+        self.assertAlmostEqual(cr.ticks_seen(before, after, 100), 0.5)
+        self.assertIsNone(cr.ticks_seen("cpu0 1 0 0 0 0 0 0 0\n", after, 100), "no time mark")
+        with tempfile.TemporaryDirectory() as w:
+            for r in (1, 2):
+                self._write_round(w, r, "read128k", 131072, (100, 10.0), (90, 30.0), (110, 1.0), 80)
+                self._write_round(w, r, "randread4k", 4096, (500, 100.0), (400, 200.0), (450, 2.0), 300)
+            d = Path(w) / "r1"
+            write(d / "stat-perf-read128k.0", before)
+            write(d / "stat-perf-read128k.1", after)
+            rows = cr.iser_rows(Path(w), 2, 5.0, 100)
+            table = "\n".join(cr.iser_table(rows, cr.iser_ratios(rows), 5.0, 2))
+        lib = next(r for r in rows if r["case"] == "seq read 128k qd32" and r["who"] == cr.LIBISCSI)
+        self.assertEqual(lib["ticks_seen_samples"], [0.5], "a round without marks has no figure")
+        self.assertRegex(table, r"libiscsi iscsi-perf iSER .* 2/2 +0\.50-0\.50")
+
     def test_a_contender_failing_every_round_has_no_median_and_no_ratio(self):
         with tempfile.TemporaryDirectory() as w:
             self._write_round(w, 1, "read128k", 131072, (100, 10.0), (90, 30.0), (110, 1.0), 80)
@@ -223,6 +243,61 @@ class CompareRounds(unittest.TestCase):
         self.assertIn("iops average 7", doc["stdout"])
         self.assertGreaterEqual(doc["cpu_seconds"], 0.8)
         self.assertLess(doc["cpu_seconds_window"], doc["cpu_seconds"])
+
+
+
+class GuestCpu(unittest.TestCase):
+    """guest_cpu.py: the parsing and arithmetic of the `iser-cpu` scenario."""
+
+    def test_task_stat_comm_with_spaces_and_parentheses(self):
+        line = ("42 (kworker/0:1 (x) y) S 2 0 0 0 -1 69238880 0 0 0 0 "
+                "17 33 0 0 20 0 1 0 100 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 17 1 0 0 0 0 0")
+        comm, ppid, ut, st, cpu = gc.parse_task_stat(line)
+        self.assertEqual((comm, ppid, ut, st, cpu), ("kworker/0:1 (x) y", 2, 17, 33, 1))
+
+    def test_proc_stat_and_softirqs(self):
+        stat = gc.parse_proc_stat("cpu  10 0 20 300 1 0 5 0 0 0\ncpu0 4 0 10 150 1 0 5 0 0 0\nintr 1 2\n")
+        self.assertEqual(stat["cpu0"]["softirq"], 5)
+        self.assertEqual(stat["cpu"]["idle"], 300)
+        self.assertNotIn("intr", stat)
+        si = gc.parse_softirqs("   CPU0 CPU1\n  NET_RX:  7  9\n TASKLET: 1 2\n")
+        self.assertEqual(si, {"NET_RX": [7, 9], "TASKLET": [1, 2]})
+
+    def test_lio_info_gives_the_window_and_what_is_left(self):
+        text = ("InitiatorName: iqn.x\n---[iSCSI Session Values]---\n"
+                "  CmdSN/WR  :  CmdSN/WC  :  ExpCmdSN  :  MaxCmdSN  :     ITT    :     TTT\n"
+                " 0x00000040   0x00000021   0x00001000   0x00001020   0xffffffff   0xffffffff\n")
+        info = gc.parse_lio_info(text)
+        self.assertEqual(info, {"window": 64, "left": 33, "exp_cmdsn": 0x1000, "max_cmdsn": 0x1020})
+        self.assertIsNone(gc.parse_lio_info("no session\n"))
+        o = gc.outstanding([info, dict(info, left=32), None])
+        self.assertEqual((o["n"], o["min"], o["max"], o["window"]), (2, 31, 32, 64))
+
+    def test_window_marks_the_initiator_tree_and_sums_per_gib(self):
+        def snap(t, ticks, cmds, idle):
+            return {"t": t,
+                    "stat": {"cpu": {"user": 0, "system": 100 + ticks, "idle": idle, "softirq": ticks},
+                             "cpu0": {"user": 0, "system": 100 + ticks, "idle": idle, "softirq": ticks}},
+                    "softirqs": {"NET_RX": [ticks]},
+                    "threads": {"10": {"comm": "rlun", "pid": 10, "ppid": 1, "ticks": ticks, "cpu": 0},
+                                "11": {"comm": "fio", "pid": 11, "ppid": 10, "ticks": 2 * ticks, "cpu": 0},
+                                "3": {"comm": "ksoftirqd/0", "pid": 3, "ppid": 2, "ticks": ticks, "cpu": 0}},
+                    "net": {"lo": {"tx_packets": 130 * cmds, "tx_bytes": 1100 * 130 * cmds}},
+                    "rxe": {}, "lu": {"num_cmds": cmds}}
+        w = gc.window_deltas(snap(0.0, 0, 0, 0), snap(2.0, 100, 8192, 100), 10, 100)
+        self.assertEqual([t["comm"] for t in w["threads"]], ["fio", "rlun", "ksoftirqd/0"])
+        self.assertEqual([t["initiator"] for t in w["threads"]], [True, True, False])
+        s = gc.summary(w, 131072)
+        self.assertAlmostEqual(s["reads_per_s"], 4096.0)
+        self.assertAlmostEqual(s["initiator_s_per_gib"], 3.0)  # 3 s over 1 GiB
+        self.assertAlmostEqual(s["busy_s_per_gib"], 2.0)  # system + softirq
+        self.assertAlmostEqual(s["lo_packets_per_read"], 130.0)
+        self.assertAlmostEqual(s["lo_bytes_per_packet"], 1100.0)
+        table = gc.fmt_table([{"label": "x", "summary": s, "window": w}])
+        self.assertTrue(any("ksoftirqd/0" in ln for ln in table))
+        # Coverage is the plain sum of the shares: system, softirq and idle
+        # each 100 ticks of a 2 s window at HZ 100.
+        self.assertTrue(any("cpu0:" in ln and "ticks seen 1.50" in ln for ln in table), table)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,12 @@ PY
 # lower bound). Soft-RoCE (rdma_rxe) does the "NIC" work in the kernel,
 # partly in the initiator's context: compare the rows with each other, never
 # with hardware figures.
+# stat_mark FILE: the time and /proc/stat, before and after each run, for
+# the table's "vCPU ticks seen" (a run the host starved shows there).
+stat_mark() {
+    printf 't %s\n%s\n' "$EPOCHREALTIME" "$(</proc/stat)" >"$1"
+}
+
 COMPARE_ROUNDS_PY=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/compare_rounds.py
 
 compare_iser() {
@@ -150,24 +156,32 @@ compare_iser() {
         log "round $r of $rounds ($secs s per run)"
         for c in "${cases[@]}"; do
             read -r name pat bs blocks rw rnd <<<"$c"
+            stat_mark "$d/stat-rlun-iser-$name.0"
             capture "r$r: rlun bench $pat $bs qd32 over iSER" "$limit" "$d/rlun-iser-$name.json" \
                 "$RLUN" bench "$iser" --pattern "$pat" --bs "$bs" --qd 32 --duration "${secs}s" --json
+            stat_mark "$d/stat-rlun-iser-$name.1"
             local flag=()
             [ "$rnd" = "-" ] || flag=("$rnd")
             # iscsi-perf may fail over iSER for large requests (libiscsi's own
             # memory registration, see LAB.md): the row then says so.
             log "+ r$r: iscsi-perf over iSER $pat $bs qd32 (CPU of its last $secs s)"
+            stat_mark "$d/stat-perf-$name.0"
             timeout -k 5 "$limit" python3 "$COMPARE_ROUNDS_PY" cpu-window "$d/perf-$name.json" "$secs" \
                 iscsi-perf -m 32 -b "$blocks" -t "$secs" "${flag[@]}" "$iser" ||
                 log "iscsi-perf over iSER $name failed (see $d/perf-$name.json)"
+            stat_mark "$d/stat-perf-$name.1"
             grep -o '"rc": [0-9-]*\|iops average [0-9]*' "$d/perf-$name.json" | tail -n 2 | sed 's/^/  | /'
+            stat_mark "$d/stat-rlun-tcp-$name.0"
             capture "r$r: rlun bench $pat $bs qd32 over TCP" "$limit" "$d/rlun-tcp-$name.json" \
                 "$RLUN" bench "$tcp" --pattern "$pat" --bs "$bs" --qd 32 --duration "${secs}s" --json
+            stat_mark "$d/stat-rlun-tcp-$name.1"
+            stat_mark "$d/stat-fio-iser-$name.0"
             log "+ r$r: fio $rw $bs qd32 on the ib_iser disk /dev/$dev"
             timeout -k 5 "$limit" fio --name="$name" --filename="/dev/$dev" --rw="$rw" --bs="$bs" \
                 --iodepth=32 --ioengine=libaio --direct=1 --runtime="$secs" --time_based \
                 --output-format=json >"$d/fio-iser-$name.json" ||
                 fail "fio $rw $bs on /dev/$dev failed"
+            stat_mark "$d/stat-fio-iser-$name.1"
             grep -o '"iops" : [0-9.]*' "$d/fio-iser-$name.json" | head -n 1 | sed 's/^/  | /'
         done
     done
