@@ -181,6 +181,10 @@ impl<V> SlotTable<V> {
         self.slots.iter().flatten().map(|(k, _)| *k)
     }
 
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.slots.iter().flatten().map(|(_, v)| v)
+    }
+
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
         self.slots.iter_mut().flatten().map(|(_, v)| v)
     }

@@ -72,6 +72,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
+use super::idmap::SlotTable;
 use crate::iobuf::{IoBuf, Pool};
 
 use super::pdu::{
@@ -574,54 +575,17 @@ struct Task {
 /// skips an ITT whose slot is taken (by a long-lived task) and the table
 /// doubles before it is half full.
 #[derive(Debug, Default)]
-struct TaskTable {
-    slots: Vec<Option<Task>>,
-    len: usize,
-}
+struct TaskTable(SlotTable<Task>);
 
 impl TaskTable {
-    const MIN_SLOTS: usize = 64;
-
-    fn slot(&self, itt: u32) -> usize {
-        itt as usize & (self.slots.len() - 1)
-    }
-
     fn len(&self) -> usize {
-        self.len
+        self.0.len()
     }
 
     /// True when a task with `itt` could be inserted now (its slot is
     /// free); makes room first when the table is half full.
     fn is_free(&mut self, itt: u32) -> bool {
-        if (self.len + 1) * 2 > self.slots.len() {
-            self.grow();
-        }
-        let i = self.slot(itt);
-        self.slots[i].is_none()
-    }
-
-    /// Double the table (at least), until every task has a slot of its own.
-    fn grow(&mut self) {
-        let tasks: Vec<Task> = std::mem::take(&mut self.slots)
-            .into_iter()
-            .flatten()
-            .collect();
-        let mut n = (self.len * 4).max(Self::MIN_SLOTS).next_power_of_two();
-        loop {
-            let mut taken = vec![false; n];
-            let clash = tasks
-                .iter()
-                .any(|t| std::mem::replace(&mut taken[t.itt as usize & (n - 1)], true));
-            if !clash {
-                break;
-            }
-            n *= 2;
-        }
-        self.slots.resize_with(n, || None);
-        for t in tasks {
-            let i = self.slot(t.itt);
-            self.slots[i] = Some(t);
-        }
+        self.0.is_free(itt.into())
     }
 
     fn contains_key(&self, itt: &u32) -> bool {
@@ -629,61 +593,33 @@ impl TaskTable {
     }
 
     fn get(&self, itt: &u32) -> Option<&Task> {
-        if self.slots.is_empty() {
-            return None;
-        }
-        self.slots[self.slot(*itt)]
-            .as_ref()
-            .filter(|t| t.itt == *itt)
+        self.0.get((*itt).into())
     }
 
     fn get_mut(&mut self, itt: &u32) -> Option<&mut Task> {
-        if self.slots.is_empty() {
-            return None;
-        }
-        let i = self.slot(*itt);
-        self.slots[i].as_mut().filter(|t| t.itt == *itt)
+        self.0.get_mut((*itt).into())
     }
 
     /// Insert a task whose slot [`TaskTable::is_free`] found free.
     fn insert(&mut self, task: Task) {
-        if self.slots.is_empty() {
-            self.grow();
-        }
-        let i = self.slot(task.itt);
-        debug_assert!(self.slots[i].is_none(), "ITT slot taken");
-        if self.slots[i].replace(task).is_none() {
-            self.len += 1;
-        }
+        debug_assert!(self.get(&task.itt).is_none(), "ITT in use");
+        self.0.insert(task.itt.into(), task);
     }
 
     fn remove(&mut self, itt: &u32) -> Option<Task> {
-        if self.slots.is_empty() {
-            return None;
-        }
-        let i = self.slot(*itt);
-        if self.slots[i].as_ref().is_some_and(|t| t.itt == *itt) {
-            self.len -= 1;
-            self.slots[i].take()
-        } else {
-            None
-        }
+        self.0.remove((*itt).into())
     }
 
     fn values(&self) -> impl Iterator<Item = &Task> {
-        self.slots.iter().flatten()
+        self.0.values()
     }
 
-    fn keys(&self) -> impl Iterator<Item = &u32> {
-        self.slots.iter().flatten().map(|t| &t.itt)
+    fn itts(&self) -> impl Iterator<Item = u32> + '_ {
+        self.values().map(|t| t.itt)
     }
 
     fn find_id(&self, id: TaskId) -> Option<u32> {
-        self.slots
-            .iter()
-            .flatten()
-            .find(|t| t.id == id)
-            .map(|t| t.itt)
+        self.values().find(|t| t.id == id).map(|t| t.itt)
     }
 }
 
@@ -1707,7 +1643,7 @@ impl Session {
         while let Some(q) = self.waiting.pop_front() {
             self.complete_queued_with(q, err.clone());
         }
-        let itts: Vec<u32> = self.tasks.keys().copied().collect();
+        let itts: Vec<u32> = self.tasks.itts().collect();
         let mut tasks: Vec<Task> = itts.into_iter().filter_map(|i| self.remove(i)).collect();
         tasks.sort_by_key(|t| t.id);
         for task in tasks {
