@@ -571,7 +571,15 @@ impl LunQueue {
         self.ops.len() - self.free.len()
     }
 
-    fn submit(&mut self, req: CommandRequest, op: QueuedOp) {
+    /// Queue one command of this LUN (simple task attribute) for `op`.
+    fn submit(&mut self, cdb: [u8; 16], data_out: Bytes, read_len: u32, op: QueuedOp) {
+        let req = CommandRequest {
+            lun: self.lun.raw,
+            cdb,
+            data_out,
+            read_len,
+            attr: TaskAttr::Simple,
+        };
         let slot = match self.free.pop() {
             Some(i) => {
                 self.ops[i as usize] = Some(op);
@@ -589,21 +597,13 @@ impl LunQueue {
     pub fn read(&mut self, lba: u64, blocks: u32, tag: u64) -> Result<(), ClientError> {
         self.lun.check_range(lba, blocks as u64)?;
         let c = cdb::read(lba, blocks, self.lun.block_size)?;
-        let req = CommandRequest {
-            lun: self.lun.raw,
-            cdb: c.padded(),
-            data_out: Bytes::new(),
-            read_len: c.expected_transfer_len(),
-            attr: TaskAttr::Simple,
+        let read_len = c.expected_transfer_len();
+        let op = QueuedOp {
+            tag,
+            lba,
+            kind: QueuedKind::Read { blocks },
         };
-        self.submit(
-            req,
-            QueuedOp {
-                tag,
-                lba,
-                kind: QueuedKind::Read { blocks },
-            },
-        );
+        self.submit(c.padded(), Bytes::new(), read_len, op);
         Ok(())
     }
 
@@ -618,21 +618,13 @@ impl LunQueue {
         let blocks = (data.len() / bs) as u32;
         self.lun.check_range(lba, blocks as u64)?;
         let (c, _) = write_cdbs(lba, blocks, self.lun.block_size, false, self.lun.dpofua)?;
-        let req = CommandRequest {
-            lun: self.lun.raw,
-            cdb: c.padded(),
-            data_out: data.clone(),
-            read_len: 0,
-            attr: TaskAttr::Simple,
+        let data_out = data.clone();
+        let op = QueuedOp {
+            tag,
+            lba,
+            kind: QueuedKind::Write { data },
         };
-        self.submit(
-            req,
-            QueuedOp {
-                tag,
-                lba,
-                kind: QueuedKind::Write { data },
-            },
-        );
+        self.submit(c.padded(), data_out, 0, op);
         Ok(())
     }
 
