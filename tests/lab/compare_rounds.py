@@ -253,6 +253,31 @@ def _proc_cpu(pid: int, hz: int) -> float | None:
         return None
 
 
+class Drained:
+    """A child process whose stdout and stderr two threads read to the end
+    (so that neither pipe fills up and stalls it); `finish()` waits for
+    them and returns what each said."""
+
+    def __init__(self, cmd):
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._outs: dict[str, str] = {}
+        self._threads = [threading.Thread(target=self._drain, args=(n, f))
+                         for n, f in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr))]
+        for t in self._threads:
+            t.start()
+
+    def _drain(self, name, f):
+        with f:
+            self._outs[name] = f.read()
+
+    def finish(self) -> tuple[str, str]:
+        """Wait for the process and both readers; (stdout, stderr)."""
+        self.proc.wait()
+        for t in self._threads:
+            t.join()
+        return self._outs.get("stdout", ""), self._outs.get("stderr", "")
+
+
 def cpu_window_main(out: str, secs: str, *cmd: str) -> int:
     """Run cmd; its CPU in the last `secs` seconds before it exited: the
     total from getrusage minus a /proc sample taken `secs` before the end
@@ -261,30 +286,21 @@ def cpu_window_main(out: str, secs: str, *cmd: str) -> int:
     window = float(secs)
     hz = os.sysconf("SC_CLK_TCK")
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = Drained(cmd)
+    p = child.proc
     samples: list[tuple[float, float]] = []
-    outs: dict[str, str] = {}
-
-    def drain(name, f):
-        with f:
-            outs[name] = f.read()
-
-    th = [threading.Thread(target=drain, args=(n, f)) for n, f in (("stdout", p.stdout), ("stderr", p.stderr))]
-    for t in th:
-        t.start()
     while p.poll() is None:
         c = _proc_cpu(p.pid, hz)
         if c is not None:
             samples.append((time.monotonic(), c))
         time.sleep(0.2)
-    for t in th:
-        t.join()
+    stdout, stderr = child.finish()
     end = time.monotonic()
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = ru.ru_utime + ru.ru_stime
     before = cpu_at(samples, end - window)
-    doc = {"rc": p.returncode, "stdout": outs.get("stdout", "")[-3000:],
-           "stderr": outs.get("stderr", "")[-2000:], "cpu_seconds": total,
+    doc = {"rc": p.returncode, "stdout": stdout[-3000:],
+           "stderr": stderr[-2000:], "cpu_seconds": total,
            "cpu_seconds_window": max(total - before, 0.0), "wall_seconds": end - t0}
     Path(out).write_text(json.dumps(doc))
     return p.returncode

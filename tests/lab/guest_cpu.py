@@ -36,9 +36,10 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
+
+from compare_rounds import Drained  # beside this file, in the guest too
 
 GIB = float(1 << 30)
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -288,16 +289,8 @@ def measure_main(argv: list[str]) -> int:
             raise SystemExit(f"unknown option {opt}")
     cmd = rest[1:]
     hz = os.sysconf("SC_CLK_TCK")
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    outs: dict[str, str] = {}
-
-    def drain(name, f):
-        with f:
-            outs[name] = f.read()
-
-    th = [threading.Thread(target=drain, args=(n, f)) for n, f in (("stdout", p.stdout), ("stderr", p.stderr))]
-    for t in th:
-        t.start()
+    child = Drained(cmd)
+    p = child.proc
     doc: dict = {"cmd": cmd, "window_asked": window}
     # Read data flows once LIO counts commands on the bench LU; failing that
     # (no LU statistics), after a fixed delay, and the result says so.
@@ -343,10 +336,8 @@ def measure_main(argv: list[str]) -> int:
         doc["lio_info_last"] = _read(acl) if acl else None
     else:
         doc["error"] = "no read seen at the target before the command ended"
-    p.wait()
-    for t in th:
-        t.join()
-    doc.update(rc=p.returncode, stdout=outs.get("stdout", "")[-3000:], stderr=outs.get("stderr", "")[-2000:])
+    stdout, stderr = child.finish()
+    doc.update(rc=p.returncode, stdout=stdout[-3000:], stderr=stderr[-2000:])
     Path(out).write_text(json.dumps(doc))
     return 0 if "window" in doc else 1
 

@@ -246,6 +246,18 @@ class CompareRounds(unittest.TestCase):
 
 
 
+class DrainedChild(unittest.TestCase):
+    def test_a_child_filling_both_pipes_finishes_and_every_byte_is_returned(self):
+        # 1 MiB on each stream: far past a pipe's 64 KiB, so a reader that
+        # drained only one, or only at the end, would hang here.
+        code = "import sys; sys.stdout.write('o' * 2**20); sys.stderr.write('e' * 2**20); sys.exit(3)"
+        child = cr.Drained([sys.executable, "-c", code])
+        out, err = child.finish()
+        self.assertEqual((len(out), set(out)), (2**20, {"o"}))
+        self.assertEqual((len(err), set(err)), (2**20, {"e"}))
+        self.assertEqual(child.proc.returncode, 3)
+
+
 class GuestCpu(unittest.TestCase):
     """guest_cpu.py: the parsing and arithmetic of the `iser-cpu` scenario."""
 
