@@ -1497,6 +1497,23 @@ mod tests {
             self.r.handle_command(read(tag), (), now)
         }
 
+        /// Run to `secs`, when the command with CDB tag `tag` and ITT `itt`
+        /// times out (30 s): the timeout notice, then one ABORT TASK for it.
+        /// Returns the ABORT TASK's own ITT.
+        fn times_out_and_is_aborted(&mut self, secs: f64, tag: u8, itt: u32) -> u32 {
+            self.run_until(secs);
+            assert!(notices(&self.outputs()).contains(&Notice::CommandTimedOut {
+                opcode: tag,
+                timeout: Duration::from_secs(30)
+            }));
+            let sent = self.sent();
+            let [Sent::Tmf(tmf::ABORT_TASK, abort, referenced)] = sent[..] else {
+                panic!("{sent:?}")
+            };
+            assert_eq!(referenced, itt);
+            abort
+        }
+
         /// The ITT of the command with `tag` in `sent`.
         fn itt_of(sent: &[Sent], tag: u8) -> u32 {
             sent.iter()
@@ -2193,18 +2210,7 @@ mod tests {
         let id = h.cmd(0xa1, 0.0);
         let itt = Harness::itt_of(&h.sent(), 0xa1);
 
-        h.run_until(30.0);
-
-        let out = h.outputs();
-        assert!(notices(&out).contains(&Notice::CommandTimedOut {
-            opcode: 0xa1,
-            timeout: Duration::from_secs(30)
-        }));
-        let sent = h.sent();
-        let [Sent::Tmf(tmf::ABORT_TASK, abort, referenced)] = sent[..] else {
-            panic!("{sent:?}")
-        };
-        assert_eq!(referenced, itt);
+        let abort = h.times_out_and_is_aborted(30.0, 0xa1, itt);
         h.tmf_answer(abort, 0, 30.5);
         let sent = h.sent();
         let again = Harness::itt_of(&sent, 0xa1);
@@ -2286,16 +2292,7 @@ mod tests {
         assert!(!notices(&h.outputs())
             .iter()
             .any(|n| matches!(n, Notice::CommandTimedOut { .. })));
-        h.run_until(30.0);
-        assert!(notices(&h.outputs()).contains(&Notice::CommandTimedOut {
-            opcode: 0xa1,
-            timeout: Duration::from_secs(30)
-        }));
-        let sent = h.sent();
-        let [Sent::Tmf(tmf::ABORT_TASK, abort, referenced)] = sent[..] else {
-            panic!("{sent:?}")
-        };
-        assert_eq!(referenced, stuck_itt);
+        let abort = h.times_out_and_is_aborted(30.0, 0xa1, stuck_itt);
         // Aborted, re-issued, answered: nothing is left to watch anywhere.
         h.tmf_answer(abort, 0, 30.5);
         let again = Harness::itt_of(&h.sent(), 0xa1);
