@@ -6,15 +6,15 @@
 The seeds are the fixtures the unit tests already spell out, so the fuzzer
 starts from inputs that reach deep into each parser:
 
-- pdu:       the annotated hex PDUs in src/proto/pdu.rs (`hex("...")`);
-- scsi:      the byte-array fixtures in src/scsi/*.rs (INQUIRY, VPD, READ
+- pdu:       the annotated hex PDUs in crates/rlun-iscsi/src/proto/pdu.rs (`hex("...")`);
+- scsi:      the byte-array fixtures in crates/rlun-iscsi/src/scsi/*.rs (INQUIRY, VPD, READ
              CAPACITY, REPORT LUNS, MODE SENSE, sense data);
-- text:      the byte-string segments in src/proto/text.rs;
-- negotiate: every `kv(&[...])` key list in src/proto/negotiate.rs and
-             src/proto/chap.rs, as one response each;
+- text:      the byte-string segments in crates/rlun-iscsi/src/proto/text.rs;
+- negotiate: every `kv(&[...])` key list in crates/rlun-iscsi/src/proto/negotiate.rs and
+             crates/rlun-iscsi/src/proto/chap.rs, as one response each;
 - login:     each login unit test's sequence of `rsp(...)` responses in
-             src/proto/login.rs;
-- session:   the target PDUs of src/proto/pdu.rs aimed at commands the seed
+             crates/rlun-iscsi/src/proto/login.rs;
+- session:   the target PDUs of crates/rlun-iscsi/src/proto/pdu.rs aimed at commands the seed
              submits first (read, write, text, ping, abort), following the
              exchanges the session unit tests run;
 - url:       every iscsi:// / iser:// literal in src/url.rs and src/config.rs;
@@ -37,7 +37,17 @@ OUT = os.path.join(ROOT, "fuzz", "corpus")
 
 
 def src(path):
-    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+    """The text of a source file, or of a module split into a directory:
+    `x.rs` that became `x/*.rs` reads as all of those, in name order."""
+    full = os.path.join(ROOT, path)
+    if not os.path.exists(full) and full.endswith(".rs") and os.path.isdir(full[:-3]):
+        parts = []
+        for dirpath, _, names in sorted(os.walk(full[:-3])):
+            for name in sorted(names):
+                if name.endswith(".rs"):
+                    parts.append(src(os.path.relpath(os.path.join(dirpath, name), ROOT)))
+        return "\n".join(parts)
+    with open(full, encoding="utf-8") as f:
         return f.read()
 
 
@@ -150,7 +160,7 @@ def u32(n):
 
 # ---- pdu ---------------------------------------------------------------
 
-PDUS = hex_fixtures(src("src/proto/pdu.rs"))
+PDUS = hex_fixtures(src("crates/rlun-iscsi/src/proto/pdu.rs"))
 
 
 def pdu_seeds():
@@ -165,8 +175,8 @@ def pdu_seeds():
 
 
 def scsi_seeds():
-    for name in sorted(os.listdir(os.path.join(ROOT, "src", "scsi"))):
-        for data in array_fixtures(src("src/scsi/" + name)):
+    for name in sorted(os.listdir(os.path.join(ROOT, "crates", "rlun-iscsi", "src", "scsi"))):
+        for data in array_fixtures(src("crates/rlun-iscsi/src/scsi/" + name)):
             write("scsi", b"\xf0" + data)  # shape 0xf0: the bytes as they are
 
 
@@ -174,7 +184,7 @@ def scsi_seeds():
 
 
 def text_seeds():
-    for data in byte_strings(src("src/proto/text.rs")):
+    for data in byte_strings(src("crates/rlun-iscsi/src/proto/text.rs")):
         if b"=" in data:
             write("text", b"\x00" + data)
             if len(data) > 4:
@@ -183,7 +193,7 @@ def text_seeds():
 
 
 def negotiate_seeds():
-    lists = kv_lists(src("src/proto/negotiate.rs")) + kv_lists(src("src/proto/chap.rs"))
+    lists = kv_lists(src("crates/rlun-iscsi/src/proto/negotiate.rs")) + kv_lists(src("crates/rlun-iscsi/src/proto/chap.rs"))
     for pairs in lists:
         seg = encode_text(pairs)
         for cfg in (0x00, 0x80):  # normal and discovery session
@@ -210,7 +220,7 @@ def login_response(transit, csg, nsg, stat_sn, pairs):
 
 
 def login_seeds():
-    text = src("src/proto/login.rs")
+    text = src("crates/rlun-iscsi/src/proto/login.rs")
     tests = re.split(r"\n    #\[test\]\n", text)
     rsp = re.compile(r"\brsp\(\s*(true|false),\s*Stage::(\w+),\s*Stage::(\w+),\s*(\d+),\s*&")
     for body in tests[1:]:
@@ -227,7 +237,7 @@ def login_seeds():
         if responses:
             write("login", bytes([cfg]) + b"".join(responses))
     # The tgtd exchange the negotiator tests use, as a whole no-auth login.
-    tgtd = next(p for p in kv_lists(src("src/proto/negotiate.rs")) if ("MaxBurstLength", "262144") in p)
+    tgtd = next(p for p in kv_lists(src("crates/rlun-iscsi/src/proto/negotiate.rs")) if ("MaxBurstLength", "262144") in p)
     write(
         "login",
         b"\x00"

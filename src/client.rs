@@ -17,18 +17,19 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use rlun_iscsi::ErrorKind;
 use thiserror::Error;
 use tracing::{debug, warn};
 
-use crate::proto::pdu::TaskAttr;
-use crate::proto::session::{CommandRequest, CommandResult};
-use crate::scsi::cdb::{self, Cdb, CdbError, WriteSame};
-use crate::scsi::inquiry::{PeripheralQualifier, StandardInquiry};
-use crate::scsi::mode::ModeSense;
-use crate::scsi::vpd::{self, BlockLimits, LogicalBlockProvisioning};
-use crate::scsi::{lun_to_bytes, ParseError, ReadCapacity10, ReadCapacity16, ReportLuns};
-use crate::scsi::{ScsiError, Status};
 use crate::session::{CommandQueue, Completion, SessionConfig, SessionError, SessionHandle};
+use rlun_iscsi::proto::pdu::TaskAttr;
+use rlun_iscsi::proto::session::{CommandRequest, CommandResult};
+use rlun_iscsi::scsi::cdb::{self, Cdb, CdbError, WriteSame};
+use rlun_iscsi::scsi::inquiry::{PeripheralQualifier, StandardInquiry};
+use rlun_iscsi::scsi::mode::ModeSense;
+use rlun_iscsi::scsi::vpd::{self, BlockLimits, LogicalBlockProvisioning};
+use rlun_iscsi::scsi::{lun_to_bytes, ParseError, ReadCapacity10, ReadCapacity16, ReportLuns};
+use rlun_iscsi::scsi::{ScsiError, Status};
 
 /// Errors of the client layer.
 #[derive(Debug, Error)]
@@ -76,6 +77,22 @@ pub enum ClientError {
         got: usize,
         expected: usize,
     },
+}
+
+impl ClientError {
+    /// How this failure is classified.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ClientError::Session(s) => s.kind(),
+            ClientError::LunNotFound(_) | ClientError::NotADisk { .. } => ErrorKind::NotFound,
+            ClientError::ReadOnly(_)
+            | ClientError::OutOfRange { .. }
+            | ClientError::TooLarge { .. }
+            | ClientError::Scsi { .. } => ErrorKind::Io,
+            ClientError::Parse { .. } | ClientError::ShortTransfer { .. } => ErrorKind::Protocol,
+            ClientError::Cdb(_) => ErrorKind::Usage,
+        }
+    }
 }
 
 impl ClientError {
@@ -169,7 +186,7 @@ impl Target {
         };
         if !matches!(
             lun.inquiry.device_type,
-            crate::scsi::inquiry::DeviceType::DirectAccess
+            rlun_iscsi::scsi::inquiry::DeviceType::DirectAccess
         ) {
             return Err(ClientError::NotADisk {
                 lun: number,
@@ -351,11 +368,11 @@ impl Lun {
     pub async fn get_lba_status(
         &self,
         lba: u64,
-    ) -> Result<Vec<crate::scsi::lba_status::LbaStatus>, ClientError> {
+    ) -> Result<Vec<rlun_iscsi::scsi::lba_status::LbaStatus>, ClientError> {
         let r = self
             .execute(&cdb::get_lba_status(lba, 8 + 16 * 64), Bytes::new())
             .await?;
-        crate::scsi::lba_status::parse(&r.data).map_err(|e| ClientError::Parse {
+        rlun_iscsi::scsi::lba_status::parse(&r.data).map_err(|e| ClientError::Parse {
             what: "GET LBA STATUS data",
             source: e,
         })
@@ -749,6 +766,16 @@ pub async fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::SessionError;
+    use rlun_iscsi::ErrorKind;
+
+    #[test]
+    fn client_errors_classify_their_own_and_defer_to_the_session() {
+        assert_eq!(ClientError::LunNotFound(3).kind(), ErrorKind::NotFound);
+        assert_eq!(ClientError::ReadOnly(1).kind(), ErrorKind::Io);
+        let e = ClientError::Session(SessionError::Closed);
+        assert_eq!(e.kind(), ErrorKind::Unreachable);
+    }
 
     /// Byte 1 bit 3 of READ/WRITE(10/16): FUA.
     const FUA_BIT: u8 = 0x08;

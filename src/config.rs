@@ -42,9 +42,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::proto::digest::DigestPref;
-use crate::secret::Secret;
 use crate::url::{check_iscsi_name, TargetUrl, UrlError};
+use rlun_iscsi::proto::digest::DigestPref;
+use rlun_iscsi::secret::Secret;
 
 /// Where the config file lives unless `--config` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/rlun/rlun.toml";

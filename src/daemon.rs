@@ -262,7 +262,7 @@ impl Readiness {
     /// the parent (`error <message>`); systemd gets a `STATUS=` line.
     pub fn finished<E: std::error::Error>(&mut self, result: &Result<(), E>) {
         if let Err(e) = result {
-            let msg = crate::session::error_chain(e);
+            let msg = rlun_iscsi::error_chain(e);
             if let Some(p) = self.pipe.take() {
                 send_line(&p, &format!("error {}", one_line(&msg)));
             }
@@ -579,7 +579,7 @@ impl PidFile {
     pub fn finish(self, result: &Result<(), CliError>) {
         let (code, message) = match result {
             Ok(()) => (exit::OK, String::new()),
-            Err(e) => (e.exit_code(), one_line(&crate::session::error_chain(e))),
+            Err(e) => (e.exit_code(), one_line(&rlun_iscsi::error_chain(e))),
         };
         let text = format!("{} {code} {message}\n", std::process::id());
         let exit = exit_file(&self.0);

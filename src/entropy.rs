@@ -1,7 +1,7 @@
 //! Randomness the protocol core needs, drawn from the OS here and passed in
 //! (the `proto` layer reads no randomness, clock or socket itself).
 
-use crate::proto::chap::ChapNonce;
+use rlun_iscsi::proto::chap::ChapNonce;
 
 /// A random-type ISID (RFC 7143 §11.12.5): T=10b, then 22 random bits,
 /// qualifier 0.

@@ -67,8 +67,8 @@ use tracing::{debug, info, trace, warn};
 
 use crate::client::{ClientError, Lun, Target};
 use crate::device::{DeviceConfig, DeviceError, LunDevice, PendingRead, ReadNow};
-use crate::scsi::sense::errno;
-use crate::session::error_chain;
+use rlun_iscsi::error_chain;
+use rlun_iscsi::scsi::sense::errno;
 
 pub use crate::device::LunBackend;
 
@@ -580,8 +580,8 @@ impl<B: LunBackend> Export<B> {
             let stop = stop.min(end);
             let hole = matches!(
                 r.status,
-                crate::scsi::lba_status::Provisioning::Deallocated
-                    | crate::scsi::lba_status::Provisioning::Anchored
+                rlun_iscsi::scsi::lba_status::Provisioning::Deallocated
+                    | rlun_iscsi::scsi::lba_status::Provisioning::Anchored
             );
             let e = Extent {
                 len: stop - at,

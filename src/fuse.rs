@@ -802,8 +802,8 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
     ) {
         // The request buffer is reused by the next request: one copy, into
         // a registered pool buffer when an iSER transport runs, so the
-        // target fetches the data from there (`crate::iobuf`).
-        let data = crate::iobuf::IoBuf::copy_from_slice(data).into_bytes();
+        // target fetches the data from there (`rlun_iscsi::iobuf`).
+        let data = rlun_iscsi::iobuf::IoBuf::copy_from_slice(data).into_bytes();
         let sync = flags.0 & O_DSYNC != 0;
         let in_flight = self.stats.start(true, data.len() as u64);
         self.with_file(

@@ -53,7 +53,7 @@ fn main() {
         Ok(()) => std::process::exit(exit::OK),
         Err(rlun::cmd::CliError::BrokenPipe) => std::process::exit(exit::OK),
         Err(e) => {
-            eprintln!("rlun: {}", rlun::session::error_chain(&e));
+            eprintln!("rlun: {}", rlun_iscsi::error_chain(&e));
             std::process::exit(e.exit_code());
         }
     }

@@ -1,7 +1,7 @@
 //! The session driver: one tokio task per session that does the I/O and
 //! the timers around two sans-IO state machines — the recovery policy
-//! ([`crate::proto::recovery::Recovery`]) and, inside it, the current
-//! connection's protocol core ([`crate::proto::session::Session`]) — and
+//! ([`rlun_iscsi::proto::recovery::Recovery`]) and, inside it, the current
+//! connection's protocol core ([`rlun_iscsi::proto::session::Session`]) — and
 //! the receive half of a [`Transport`], plus a small writer task that owns
 //! its send half ([`FrameWriter::run`]). The driver is generic over the
 //! transport (`Driver<T>`); [`SessionConfig::transport`] picks it.
@@ -26,7 +26,7 @@
 //! answer arrives: a caller that drops its future early leaves the command
 //! running harmlessly; its result is discarded.
 
-use crate::proto::idmap::IdMap;
+use rlun_iscsi::proto::idmap::IdMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,28 +34,35 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use rlun_iscsi::ErrorKind;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, trace, warn};
 
 use crate::clock;
-use crate::proto::digest::DigestType;
-use crate::proto::login::{ChapSettings, Login, LoginConfig, LoginError, LoginResult, LoginStep};
-use crate::proto::negotiate::{
-    parse_send_targets, DiscoveredTarget, InitiatorProposal, OperationalParams, SessionType,
-    TargetAddress,
-};
-use crate::proto::pdu::{self, DataIn, Digests, FrameLimits};
-use crate::proto::recovery::{Failure, Loss, Notice, Output, Recovery, RecoveryConfig, RequestId};
-use crate::proto::session::{
-    CommandRequest, CommandResult, FeatureParams, ProtocolError, Session, TaskError, TmfOutcome,
-};
-use crate::proto::text::{encode_text, parse_text};
+use crate::stats;
 use crate::transport::tcp::TcpTransport;
 use crate::transport::{
     DataMovement, FrameWriter, Lent, NoPlacement, PduReader, Placement, Received, Transmit,
     Transport, TransportError, TransportKind,
 };
+use rlun_iscsi::error_chain;
+use rlun_iscsi::proto::digest::DigestType;
+use rlun_iscsi::proto::login::{
+    ChapSettings, Login, LoginConfig, LoginError, LoginResult, LoginStep,
+};
+use rlun_iscsi::proto::negotiate::{
+    parse_send_targets, DiscoveredTarget, InitiatorProposal, OperationalParams, SessionType,
+    TargetAddress,
+};
+use rlun_iscsi::proto::pdu::{self, DataIn, Digests, FrameLimits};
+use rlun_iscsi::proto::recovery::{
+    Failure, Loss, Notice, Output, Recovery, RecoveryConfig, RequestId,
+};
+use rlun_iscsi::proto::session::{
+    CommandRequest, CommandResult, FeatureParams, ProtocolError, Session, TaskError, TmfOutcome,
+};
+use rlun_iscsi::proto::text::{encode_text, parse_text};
 
 /// How to reach and log in to a target (or a portal, for discovery).
 #[derive(Debug, Clone)]
@@ -156,6 +163,27 @@ pub enum SessionError {
     LogoutRequested,
     #[error("target stopped answering (no answer to a NOP-Out ping within {0:?})")]
     NotResponding(Duration),
+}
+
+impl SessionError {
+    /// How this failure is classified.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SessionError::Connect { .. }
+            | SessionError::LoginTimeout { .. }
+            | SessionError::ConnectionLost(_)
+            | SessionError::Closed
+            | SessionError::TooManyRedirects(_)
+            | SessionError::ReplacementTimeout { .. }
+            | SessionError::TaskManagementTimeout(_)
+            | SessionError::LogoutRequested
+            | SessionError::NotResponding(_) => ErrorKind::Unreachable,
+            SessionError::LoginTransport { source, .. } => source.kind(),
+            SessionError::Login { source, .. } => source.kind(),
+            SessionError::Protocol(_) | SessionError::BadDiscovery(_) => ErrorKind::Protocol,
+            SessionError::Task(t) => t.kind(),
+        }
+    }
 }
 
 impl SessionError {
@@ -892,6 +920,10 @@ impl<T: Transport> Driver<T> {
                 // more: on a one-thread runtime a target streaming Data-In
                 // would otherwise keep this task busy and starve them,
                 // collapsing the queue depth.
+                let copied = self.machine.take_copied_bytes();
+                if copied > 0 {
+                    stats::add_copied(copied);
+                }
                 self.flush();
                 if self.deliver() {
                     break;
@@ -1310,18 +1342,6 @@ async fn attempt_done<T: Transport>(
     }
 }
 
-/// "outer: inner: innermost", the way the CLI prints errors.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
 /// Log in to a portal with a discovery session, ask `SendTargets=All`, log out.
 /// Targets come back as [`DiscoveredTarget`]s (RFC 7143 Appendix C).
 pub async fn discover(cfg: SessionConfig) -> Result<Vec<DiscoveredTarget>, SessionError> {
@@ -1340,11 +1360,38 @@ pub async fn discover(cfg: SessionConfig) -> Result<Vec<DiscoveredTarget>, Sessi
 }
 
 /// Re-exported so users of the driver need not reach into `proto`.
-pub use crate::proto::pdu::RESERVED_TAG as NO_TASK;
+pub use rlun_iscsi::proto::pdu::RESERVED_TAG as NO_TASK;
 
 #[allow(dead_code)]
 fn _assert_send() {
     fn is_send<T: Send>() {}
     is_send::<SessionHandle>();
     is_send::<pdu::Pdu>();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_errors_look_through_to_the_login_and_the_transport() {
+        let e = SessionError::Login {
+            portal: "p".into(),
+            source: LoginError::NotAuthorized,
+        };
+        assert_eq!(e.kind(), ErrorKind::Auth);
+        let e = SessionError::LoginTransport {
+            portal: "p".into(),
+            source: TransportError::Truncated { have: 1, need: 48 },
+        };
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        let e = SessionError::LoginTransport {
+            portal: "p".into(),
+            source: TransportError::Closed,
+        };
+        assert_eq!(e.kind(), ErrorKind::Unreachable);
+        let e = SessionError::Task(TaskError::ConnectionLost("x".into()));
+        assert_eq!(e.kind(), ErrorKind::Unreachable);
+        assert_eq!(SessionError::Task(TaskError::Aborted).kind(), ErrorKind::Io);
+    }
 }

@@ -10,7 +10,7 @@
 //!   straight into the command's buffer and fetches write data from it, and
 //!   immediate data is sent from the registered buffer itself, so it stays 0
 //!   as long as the buffers come from the registered pool
-//!   ([`crate::iobuf`]); a write from memory outside the pool has its
+//!   ([`rlun_iscsi::iobuf`]); a write from memory outside the pool has its
 //!   immediate part copied into a send buffer, and that is counted here.
 //!   Copies a front end or the page cache makes of its own (FUSE's request
 //!   buffer, cache pages) are not network copies and are not counted here:

@@ -58,8 +58,8 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use crate::proto::digest::DigestPref;
-use crate::secret::Secret;
+use rlun_iscsi::proto::digest::DigestPref;
+use rlun_iscsi::secret::Secret;
 
 /// The well-known iSCSI TCP port (RFC 7143 §13.2, IANA "iscsi-target").
 pub const DEFAULT_PORT: u16 = 3260;

@@ -11,7 +11,7 @@ use std::path::Path;
 use libfuzzer_sys::fuzz_target;
 use rlun::cli::{parse_duration, parse_mode, parse_size};
 use rlun::config::Config;
-use rlun::proto::digest::DigestPref;
+use rlun_iscsi::proto::digest::DigestPref;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

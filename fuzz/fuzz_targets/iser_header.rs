@@ -8,7 +8,7 @@
 #![no_main]
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use rlun::proto::pdu::{self, Digests, FrameLimits, MAX_DATA_SEGMENT};
+use rlun_iscsi::proto::pdu::{self, Digests, FrameLimits, MAX_DATA_SEGMENT};
 use rlun::transport::iser::header::{
     CmPrivateData, IserHeader, IserMessage, CM_PRIVATE_DATA_LEN, ISER_HEADER_LEN,
 };

@@ -11,12 +11,12 @@
 #![no_main]
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use rlun::proto::chap::ChapNonce;
-use rlun::proto::login::{ChapSettings, Login, LoginConfig, LoginStep};
-use rlun::proto::negotiate::{InitiatorProposal, SessionType};
-use rlun::proto::pdu::{self, Bhs, Digests, FrameLimits, LoginResponse, Pdu, Stage};
-use rlun::proto::text;
-use rlun::secret::Secret;
+use rlun_iscsi::proto::chap::ChapNonce;
+use rlun_iscsi::proto::login::{ChapSettings, Login, LoginConfig, LoginStep};
+use rlun_iscsi::proto::negotiate::{InitiatorProposal, SessionType};
+use rlun_iscsi::proto::pdu::{self, Bhs, Digests, FrameLimits, LoginResponse, Pdu, Stage};
+use rlun_iscsi::proto::text;
+use rlun_iscsi::secret::Secret;
 use rlun_fuzz::Input;
 
 const ISID: [u8; 6] = [0x80, 1, 2, 3, 0, 0];

@@ -7,11 +7,11 @@
 //! parameters that respect what we offered and the RFC's ranges.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use rlun::proto::digest::DigestType;
-use rlun::proto::negotiate::{
+use rlun_iscsi::proto::digest::DigestType;
+use rlun_iscsi::proto::negotiate::{
     self, InitiatorProposal, Negotiator, SessionType, TargetAddress, TaskReporting, MAX_SEGMENT_LEN,
 };
-use rlun::proto::text;
+use rlun_iscsi::proto::text;
 use rlun_fuzz::Input;
 
 fn proposal(cfg: u8, input: &mut Input) -> InitiatorProposal {

@@ -11,7 +11,7 @@
 #![no_main]
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use rlun::proto::pdu::{self, Digests, PduError, BHS_LEN, MAX_DATA_SEGMENT};
+use rlun_iscsi::proto::pdu::{self, Digests, PduError, BHS_LEN, MAX_DATA_SEGMENT};
 use rlun_fuzz::{frame, limits, Input};
 
 fn check_roundtrip(p: &pdu::Pdu, digests: Digests) {

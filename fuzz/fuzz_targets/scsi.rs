@@ -9,7 +9,7 @@
 //! error must ask for more bytes than it was given.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use rlun::scsi::{capacity, inquiry, luns, mode, sense, vpd, ParseError};
+use rlun_iscsi::scsi::{capacity, inquiry, luns, mode, sense, vpd, ParseError};
 use rlun_fuzz::Input;
 
 fn check<T>(r: Result<T, ParseError>, len: usize) -> Option<T> {

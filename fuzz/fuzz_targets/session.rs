@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use rlun::proto::pdu::{self, Bhs, Digests, TaskAttr, BHS_LEN, MAX_DATA_SEGMENT, RESERVED_TAG};
-use rlun::proto::session::{
+use rlun_iscsi::proto::pdu::{self, Bhs, Digests, TaskAttr, BHS_LEN, MAX_DATA_SEGMENT, RESERVED_TAG};
+use rlun_iscsi::proto::session::{
     CommandRequest, DataMovement, Event, FeatureParams, Session, SessionNumbers, TaskId,
 };
 use rlun_fuzz::{frame, limits, Input};

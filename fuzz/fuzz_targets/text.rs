@@ -8,7 +8,7 @@
 //! fails cleanly or round-trips.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use rlun::proto::text::{self, TextAccumulator};
+use rlun_iscsi::proto::text::{self, TextAccumulator};
 use rlun_fuzz::Input;
 
 fn values(v: &str) {

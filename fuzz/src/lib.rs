@@ -2,7 +2,7 @@
 //! into choices, and the fix-ups that give a raw PDU a frame the codec
 //! accepts (so the fuzzer spends its time past the length checks).
 
-use rlun::proto::pdu::{self, Digests, FrameLimits, BHS_LEN};
+use rlun_iscsi::proto::pdu::{self, Digests, FrameLimits, BHS_LEN};
 
 /// Reads choices from the fuzzer's bytes; runs out gracefully (zeros).
 pub struct Input<'a> {
@@ -82,13 +82,13 @@ pub fn frame(mut bhs: [u8; BHS_LEN], data: &[u8], digests: Digests) -> Vec<u8> {
     set_data_len(&mut bhs, data.len());
     let mut wire = bhs.to_vec();
     if digests.header {
-        wire.extend_from_slice(&rlun::proto::digest::header_digest(&wire).to_le_bytes());
+        wire.extend_from_slice(&rlun_iscsi::proto::digest::header_digest(&wire).to_le_bytes());
     }
     if !data.is_empty() {
         wire.extend_from_slice(data);
         wire.resize(wire.len() + pdu::pad_len(data.len()), 0);
         if digests.data {
-            let crc = rlun::proto::digest::data_digest(data);
+            let crc = rlun_iscsi::proto::digest::data_digest(data);
             wire.extend_from_slice(&crc.to_le_bytes());
         }
     }

@@ -150,7 +150,7 @@ async fn attach(
         Ok(e) => Arc::new(e),
         Err(e) => {
             let _ = target.logout().await;
-            return Err(CliError::Usage(crate::session::error_chain(&e)));
+            return Err(CliError::Usage(rlun_iscsi::error_chain(&e)));
         }
     };
     let mut signals = Signals::install()?;

@@ -19,8 +19,8 @@ use crate::cli::{CacheOpts, ConnectOpts, OnOff, Pattern};
 use crate::client::Lun;
 use crate::clock;
 use crate::device::LunDevice;
-use crate::iobuf::IoBuf;
 use crate::stats::DataPathStats;
+use rlun_iscsi::iobuf::IoBuf;
 
 pub struct Options {
     pub pattern: Pattern,
@@ -53,7 +53,7 @@ impl From<IoError> for CliError {
     fn from(e: IoError) -> CliError {
         match e {
             IoError::Lun(e) => e.into(),
-            IoError::Device(e) => CliError::Other(crate::session::error_chain(&e)),
+            IoError::Device(e) => CliError::Other(rlun_iscsi::error_chain(&e)),
         }
     }
 }
@@ -155,11 +155,11 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         Some(mode) => {
             let cfg = o.cache.device_config(mode.mode());
             let dev = LunDevice::new(lun.clone(), cfg)
-                .map_err(|e| CliError::Usage(crate::session::error_chain(&e)))?;
+                .map_err(|e| CliError::Usage(rlun_iscsi::error_chain(&e)))?;
             Io::Device(Arc::new(dev))
         }
     };
-    // From the registered pool when the transport is iSER (`crate::iobuf`).
+    // From the registered pool when the transport is iSER (`rlun_iscsi::iobuf`).
     let payload = IoBuf::copy_from_slice(&vec![0xa5u8; o.bs as usize]).into_bytes();
     let data0 = DataPathStats::now();
     let logger = match (&io, o.cache.stats_interval) {

@@ -478,8 +478,8 @@ async fn copy_chunk(
             let p = p.clone();
             tokio::task::spawn_blocking(move || -> Result<Bytes, CliError> {
                 // The file is read straight into a registered pool buffer
-                // when the LUN is reached over iSER (`crate::iobuf`).
-                let mut buf = crate::iobuf::IoBuf::with_len(len as usize);
+                // when the LUN is reached over iSER (`rlun_iscsi::iobuf`).
+                let mut buf = rlun_iscsi::iobuf::IoBuf::with_len(len as usize);
                 f.read_exact_at(&mut buf, at)
                     .map_err(local("cannot read", &p))?;
                 Ok(buf.into_bytes())

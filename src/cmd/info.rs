@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::{human_size, CliError, Ctx};
 use crate::cli::ConnectOpts;
-use crate::scsi::vpd::{DeviceIdentification, UnitSerialNumber};
+use rlun_iscsi::scsi::vpd::{DeviceIdentification, UnitSerialNumber};
 
 pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Result<(), CliError> {
     let (target, lun) = ctx.open_lun(arg, opts).await?;

@@ -3,11 +3,11 @@
 use super::{human_size, CliError, Ctx};
 use crate::cli::ConnectOpts;
 use crate::client::{ClientError, Target};
-use crate::error::ErrorKind;
 use crate::session::discover;
 #[cfg(test)]
 use crate::session::SessionError;
 use crate::url::TargetUrl;
+use rlun_iscsi::ErrorKind;
 
 pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliError> {
     let (url, entry) = ctx.resolve_url(arg)?;
@@ -111,7 +111,7 @@ fn partly_failed(total: usize, failures: Vec<(String, CliError)>) -> Option<CliE
     } else {
         ErrorKind::Failure
     };
-    let what = |name: &str, e: &CliError| format!("{name}: {}", crate::session::error_chain(e));
+    let what = |name: &str, e: &CliError| format!("{name}: {}", rlun_iscsi::error_chain(e));
     let head = format!("{} of {total} targets could not be listed", failures.len());
     let message = match failures.as_slice() {
         [(name, e)] => format!("{head}: {}", what(name, e)),
@@ -133,7 +133,7 @@ mod tests {
         let auth = || {
             CliError::Client(ClientError::Session(SessionError::Login {
                 portal: "p".into(),
-                source: crate::proto::login::LoginError::AuthenticationFailed,
+                source: rlun_iscsi::proto::login::LoginError::AuthenticationFailed,
             }))
         };
         assert!(partly_failed(3, vec![]).is_none());
@@ -159,7 +159,7 @@ mod tests {
         assert_eq!(
             two.to_string().lines().collect::<Vec<_>>()[1..],
             [
-                "  iqn.a: ".to_string() + &crate::session::error_chain(&auth()),
+                "  iqn.a: ".to_string() + &rlun_iscsi::error_chain(&auth()),
                 "  iqn.b: x".into()
             ]
         );

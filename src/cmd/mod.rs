@@ -25,11 +25,11 @@ use thiserror::Error;
 use crate::cli::{exit, Cli, Command, ConnectOpts, DigestChoice};
 use crate::client::{ClientError, Lun, Target};
 use crate::config::{resolve_initiator_name, CliCreds, Config, ConfigError, Credentials};
-use crate::error::ErrorKind;
-use crate::proto::digest::{DigestPref, DigestType};
-use crate::proto::login::ChapSettings;
 use crate::session::{discover, SessionConfig, SessionError};
 use crate::url::{TargetUrl, TransportKind, UrlError};
+use rlun_iscsi::proto::digest::{DigestPref, DigestType};
+use rlun_iscsi::proto::login::ChapSettings;
+use rlun_iscsi::ErrorKind;
 
 /// Any failure of a subcommand. [`CliError::exit_code`] maps it to the
 /// documented exit codes.
@@ -106,7 +106,7 @@ pub(crate) fn discovery_failed(e: SessionError) -> CliError {
         message: format!(
             "{}: the portal may have no targets bound to it, or no ACL that lets this \
              initiator see one (check the target's configuration and --initiator-name)",
-            crate::session::error_chain(&e)
+            rlun_iscsi::error_chain(&e)
         ),
         kind: e.kind(),
     }
@@ -320,7 +320,7 @@ impl Ctx {
         let target = Target::login(session).await?;
         let opened = match open_luns(&target, &iqn, url.lun).await {
             Ok(luns) => ExportSet::new(luns, cfg, read_only)
-                .map_err(|e| CliError::Usage(crate::session::error_chain(&e))),
+                .map_err(|e| CliError::Usage(rlun_iscsi::error_chain(&e))),
             Err(OpenError::Client(e)) => Err(e.into()),
             Err(e @ OpenError::NoDiskLuns { .. }) => Err(CliError::Other(e.to_string())),
         };
@@ -380,8 +380,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
 /// with a bare login request and, unless a login response comes back,
 /// say so with the first bytes of the answer — they name the service.
 async fn explain_foreign_service(e: CliError) -> CliError {
-    use crate::proto::login::LoginError;
     use crate::transport::TransportError;
+    use rlun_iscsi::proto::login::LoginError;
     let session = match &e {
         CliError::Session(s) | CliError::Client(ClientError::Session(s)) => s,
         _ => return e,
@@ -406,7 +406,7 @@ async fn explain_foreign_service(e: CliError) -> CliError {
         message: format!(
             "{portal} does not look like an iSCSI target: {answer} (is the port right? iSCSI \
              listens on 3260); the login failed with: {}",
-            crate::session::error_chain(&e)
+            rlun_iscsi::error_chain(&e)
         ),
         kind: e.kind(),
     }
@@ -678,7 +678,7 @@ fn config_man_page() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::login::LoginError;
+    use rlun_iscsi::proto::login::LoginError;
 
     #[test]
     fn human_sizes() {

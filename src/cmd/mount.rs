@@ -585,7 +585,7 @@ mod tests {
         let not_dir = check_mountpoint(&file).unwrap_err();
 
         assert_eq!(missing.exit_code(), crate::cli::exit::LOCAL_FILE);
-        assert!(crate::session::error_chain(&not_dir).contains("not a directory"));
+        assert!(rlun_iscsi::error_chain(&not_dir).contains("not a directory"));
         assert_eq!(
             check_mountpoint(dir.path()).unwrap(),
             dir.path().canonicalize().unwrap()

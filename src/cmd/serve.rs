@@ -171,8 +171,7 @@ async fn open_exports(
         OpenError::Client(e) => e.into(),
         e @ OpenError::NoDiskLuns { .. } => CliError::Other(format!("{e} to serve")),
     })?;
-    ExportSet::new(luns, cfg, read_only)
-        .map_err(|e| CliError::Usage(crate::session::error_chain(&e)))
+    ExportSet::new(luns, cfg, read_only).map_err(|e| CliError::Usage(rlun_iscsi::error_chain(&e)))
 }
 
 /// `--listen` beyond loopback without TLS gives every host that reaches
@@ -338,7 +337,7 @@ fn log_end(r: Result<(), crate::nbd::server::ConnError>, peer: &str) {
         warn!(
             peer,
             "NBD connection ended: {}",
-            crate::session::error_chain(&e)
+            rlun_iscsi::error_chain(&e)
         );
     }
 }

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use thiserror::Error;
 
 use crate::client::{ClientError, Lun};
-use crate::scsi::lba_status::LbaStatus;
-use crate::scsi::sense::errno;
+use rlun_iscsi::scsi::lba_status::LbaStatus;
+use rlun_iscsi::scsi::sense::errno;
 
 /// Why a backend command failed.
 #[derive(Debug, Error)]
@@ -36,7 +36,7 @@ pub enum BackendError {
 
 impl BackendError {
     /// The Linux errno a front end should report: SCSI errors through
-    /// [`ScsiError::to_errno`](crate::scsi::ScsiError::to_errno), a lost
+    /// [`ScsiError::to_errno`](rlun_iscsi::scsi::ScsiError::to_errno), a lost
     /// connection or session as `EIO`.
     pub fn to_errno(&self) -> i32 {
         match self {
@@ -251,7 +251,7 @@ impl LunBackend for Lun {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scsi::sense::{ScsiError, Sense, SenseKey, Status};
+    use rlun_iscsi::scsi::sense::{ScsiError, Sense, SenseKey, Status};
 
     fn scsi_error(key: SenseKey, asc: u8) -> BackendError {
         // Fixed-format sense data (SPC-5 §4.4.3).

@@ -5,7 +5,7 @@
 //!
 //! - **pages**: `size` minus the I/O reserve. Page memory is one region
 //!   reserved when the first cached device starts (see
-//!   [`crate::iobuf::Pool::reserved`]): page-aligned, never freed, never
+//!   [`rlun_iscsi::iobuf::Pool::reserved`]): page-aligned, never freed, never
 //!   grown, and registered as arenas of the process so an iSER connection
 //!   registers it once, like the I/O buffer pool. Every resident page of
 //!   every device of the budget is charged its size plus a fixed overhead
@@ -30,7 +30,7 @@ use std::time::Instant;
 use tokio::sync::{Notify, Semaphore};
 
 use super::cache::Cache;
-use crate::iobuf::{IoBuf, Pool, ARENA_LEN};
+use rlun_iscsi::iobuf::{IoBuf, Pool, ARENA_LEN};
 
 /// Largest share of a budget reserved for in-flight I/O buffers.
 pub(crate) const MAX_IO_RESERVE: u64 = 256 << 20;
@@ -164,7 +164,7 @@ impl BudgetInner {
 
     /// The page memory's arenas (none before a cached device started).
     #[cfg(test)]
-    pub fn arenas(&self) -> Vec<crate::iobuf::Arena> {
+    pub fn arenas(&self) -> Vec<rlun_iscsi::iobuf::Arena> {
         self.pool.get().map(|p| p.arenas()).unwrap_or_default()
     }
 

@@ -34,7 +34,7 @@ use tokio::sync::watch;
 
 use super::backend::BackendError;
 use super::budget::BudgetInner;
-use crate::iobuf::IoBuf;
+use rlun_iscsi::iobuf::IoBuf;
 
 /// Bytes charged per page on top of its buffer: the `Page` struct, its
 /// `Arc`, and its entry in the LRU list or the dirty map.

@@ -287,7 +287,7 @@ impl BlockBackend for MemBackend {
         if !(data.len() as u64).is_multiple_of(bs) {
             return Err(BackendError::Injected {
                 op: "WRITE of a partial block",
-                errno: crate::scsi::sense::errno::EINVAL,
+                errno: rlun_iscsi::scsi::sense::errno::EINVAL,
             });
         }
         lock(&self.data)[self.range(lba, blocks)].copy_from_slice(&data);
@@ -322,7 +322,7 @@ impl BlockBackend for MemBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scsi::sense::errno;
+    use rlun_iscsi::scsi::sense::errno;
 
     #[tokio::test]
     async fn writes_land_in_the_store_and_are_counted() {

@@ -204,8 +204,8 @@ impl Drop for InFlight<'_> {
     }
 }
 
-use crate::iobuf::IoBuf;
-use crate::scsi::sense::errno;
+use rlun_iscsi::iobuf::IoBuf;
+use rlun_iscsi::scsi::sense::errno;
 
 /// How [`LunDevice`] caches; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
@@ -358,7 +358,7 @@ pub enum DeviceError {
 impl DeviceError {
     /// The Linux errno for this error: `EROFS` for read-only, `EINVAL` for
     /// out of range or bad settings, the SCSI error's own mapping
-    /// ([`crate::scsi::ScsiError::to_errno`], e.g. `ENOSPC` for a full thin
+    /// ([`rlun_iscsi::scsi::ScsiError::to_errno`], e.g. `ENOSPC` for a full thin
     /// pool), `EIO` for a lost connection or anything else.
     pub fn to_errno(&self) -> i32 {
         match self {
@@ -590,7 +590,7 @@ impl<B: BlockBackend> LunDevice<B> {
             ));
         }
         let bpp = page / bs;
-        if page > crate::iobuf::ARENA_LEN as u64 {
+        if page > rlun_iscsi::iobuf::ARENA_LEN as u64 {
             return bad(format!("page size {page} is larger than 4 MiB"));
         }
         let budget = match &cfg.budget {
@@ -1600,7 +1600,7 @@ impl<B: BlockBackend> Inner<B> {
         // Pass 2: copy them into buffers of exactly the right size. Nothing
         // can invalidate them meanwhile (the range is locked); a writer may
         // change one again, which re-dirties it for a later write-back.
-        // From the registered I/O pool over iSER (`crate::iobuf`), so the
+        // From the registered I/O pool over iSER (`rlun_iscsi::iobuf`), so the
         // target reads them without a registration per command.
         let mut runs: Vec<(u64, IoBuf, usize)> = spans
             .iter()

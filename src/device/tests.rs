@@ -899,7 +899,10 @@ proptest! {
 // ---- the shared budget and its arena ------------------------------------------
 
 /// Page chunks of `d` that lie in `budget`'s reserved arenas, and all pages.
-fn pages_in_arena(d: &LunDevice<MemBackend>, arenas: &[crate::iobuf::Arena]) -> (usize, usize) {
+fn pages_in_arena(
+    d: &LunDevice<MemBackend>,
+    arenas: &[rlun_iscsi::iobuf::Arena],
+) -> (usize, usize) {
     let pages = d.inner.cache.present(0, u64::MAX);
     let inside = pages
         .iter()

@@ -18,13 +18,16 @@
 //! once, and a request without a reply fails after `NBD_SET_TIMEOUT`.
 //!
 //! Messages are built and parsed in safe code ([`encode_connect`],
-//! [`parse_reply`]); `unsafe` is confined to the socket, bind, send,
-//! receive and ioctl calls, each with a `// SAFETY:` comment.
-#![allow(unsafe_code)]
+//! [`parse_reply`]); the netlink socket is a `socket2` socket and the
+//! ioctls are `rlun_sys::nbd`'s, so this module has no `unsafe` of its own.
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+
+use rlun_sys::nbd::{ioctl as nbd_ioctl, Request};
+use socket2::{Domain, Protocol, Socket, Type};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -248,61 +251,31 @@ fn parse_attrs(mut b: &[u8]) -> Result<Vec<(u16, Vec<u8>)>, KernelError> {
 
 /// A generic-netlink socket.
 struct Genl {
-    fd: OwnedFd,
+    sock: Socket,
     seq: u32,
 }
 
 impl Genl {
+    /// A generic-netlink socket; the kernel binds it to a port of its own
+    /// choosing at the first send (netlink's autobind).
     fn open() -> Result<Genl, KernelError> {
-        // SAFETY: socket(2) with constant arguments; the result is checked
-        // before it is wrapped in an OwnedFd, which then owns it alone.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                NETLINK_GENERIC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        // SAFETY: fd is a fresh, valid descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_nl is plain data; all-zero is a valid value.
-        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        sa.nl_family = libc::AF_NETLINK as u16;
-        // SAFETY: sa is a valid sockaddr_nl and its size is passed with it.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sa as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as u32,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        Ok(Genl { fd, seq: 1 })
+        let sock = Socket::new(
+            Domain::from(libc::AF_NETLINK),
+            Type::from(libc::SOCK_RAW),
+            Some(Protocol::from(NETLINK_GENERIC)),
+        )?;
+        Ok(Genl { sock, seq: 1 })
     }
 
     /// Send one request and collect the replies up to its ACK.
     fn request(&mut self, msg: &[u8]) -> Result<(i32, Vec<Reply>), KernelError> {
-        // SAFETY: msg is a live slice; send(2) reads at most msg.len() bytes.
-        let n = unsafe { libc::send(self.fd.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
+        self.sock.send(msg)?;
         self.seq += 1;
         let mut data = Vec::new();
         let mut buf = vec![0u8; 16384];
         loop {
-            // SAFETY: buf is a live, writable buffer of buf.len() bytes.
-            let n =
-                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                return Err(io::Error::last_os_error().into());
-            }
-            for r in parse_reply(&buf[..n as usize])? {
+            let n = (&self.sock).read(&mut buf)?;
+            for r in parse_reply(&buf[..n])? {
                 match r {
                     Reply::Ack(e) => return Ok((e, data)),
                     d => data.push(d),
@@ -452,30 +425,6 @@ fn choose_interface(
     }
 }
 
-// linux/nbd.h: _IO(0xab, n).
-const NBD_SET_SOCK: u64 = 0xab00;
-const NBD_SET_BLKSIZE: u64 = 0xab01;
-const NBD_DO_IT: u64 = 0xab03;
-const NBD_CLEAR_SOCK: u64 = 0xab04;
-const NBD_CLEAR_QUE: u64 = 0xab05;
-const NBD_SET_SIZE_BLOCKS: u64 = 0xab07;
-const NBD_DISCONNECT: u64 = 0xab08;
-const NBD_SET_TIMEOUT: u64 = 0xab09;
-const NBD_SET_FLAGS: u64 = 0xab0a;
-
-/// One nbd ioctl with an integer argument.
-fn nbd_ioctl(dev: &File, request: u64, arg: u64) -> io::Result<()> {
-    // SAFETY: dev is an open /dev/nbdN; every request used here takes its
-    // argument by value (an integer or a descriptor number), never a
-    // pointer, so the kernel reads no memory of ours.
-    let r = unsafe { libc::ioctl(dev.as_raw_fd(), request as _, arg as libc::c_ulong) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 fn open_device(index: u32) -> Result<File, KernelError> {
     std::fs::OpenOptions::new()
         .read(true)
@@ -537,17 +486,21 @@ pub fn connect_ioctl(p: &ConnectParams, socks: &[OwnedFd]) -> Result<IoctlSessio
     };
     let dev = open_device(index)?;
     let setup = || -> io::Result<()> {
-        nbd_ioctl(&dev, NBD_SET_BLKSIZE, p.block_size)?;
-        nbd_ioctl(&dev, NBD_SET_SIZE_BLOCKS, p.size / p.block_size.max(1))?;
-        nbd_ioctl(&dev, NBD_SET_TIMEOUT, p.timeout)?;
-        nbd_ioctl(&dev, NBD_SET_FLAGS, p.server_flags)?;
+        nbd_ioctl(dev.as_fd(), Request::SetBlksize, p.block_size)?;
+        nbd_ioctl(
+            dev.as_fd(),
+            Request::SetSizeBlocks,
+            p.size / p.block_size.max(1),
+        )?;
+        nbd_ioctl(dev.as_fd(), Request::SetTimeout, p.timeout)?;
+        nbd_ioctl(dev.as_fd(), Request::SetFlags, p.server_flags)?;
         for s in socks {
-            nbd_ioctl(&dev, NBD_SET_SOCK, s.as_raw_fd() as u64)?;
+            nbd_ioctl(dev.as_fd(), Request::SetSock, s.as_raw_fd() as u64)?;
         }
         Ok(())
     };
     if let Err(e) = setup() {
-        let _ = nbd_ioctl(&dev, NBD_CLEAR_SOCK, 0);
+        let _ = nbd_ioctl(dev.as_fd(), Request::ClearSock, 0);
         return Err(match e.raw_os_error() {
             Some(libc::EBUSY) => KernelError::Busy(index),
             Some(libc::EPERM) | Some(libc::EACCES) => KernelError::NotRoot,
@@ -557,10 +510,10 @@ pub fn connect_ioctl(p: &ConnectParams, socks: &[OwnedFd]) -> Result<IoctlSessio
     let thread = std::thread::Builder::new()
         .name(format!("nbd{index}-do-it"))
         .spawn(move || {
-            let r = nbd_ioctl(&dev, NBD_DO_IT, 0);
+            let r = nbd_ioctl(dev.as_fd(), Request::DoIt, 0);
             // Whatever ended it: fail what is queued, drop the sockets.
-            let _ = nbd_ioctl(&dev, NBD_CLEAR_QUE, 0);
-            let _ = nbd_ioctl(&dev, NBD_CLEAR_SOCK, 0);
+            let _ = nbd_ioctl(dev.as_fd(), Request::ClearQue, 0);
+            let _ = nbd_ioctl(dev.as_fd(), Request::ClearSock, 0);
             r
         })?;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -588,7 +541,7 @@ pub fn connect_ioctl(p: &ConnectParams, socks: &[OwnedFd]) -> Result<IoctlSessio
 /// and shuts the sockets down; the `NBD_DO_IT` thread then returns.
 pub fn disconnect_ioctl(index: u32) -> Result<(), KernelError> {
     let dev = open_device(index)?;
-    nbd_ioctl(&dev, NBD_DISCONNECT, 0)
+    nbd_ioctl(dev.as_fd(), Request::Disconnect, 0)
         .map_err(|e| errno_error(e.raw_os_error().unwrap_or(0), Some(index)))
 }
 
@@ -685,21 +638,6 @@ mod tests {
             parse_reply(&bad_attr),
             Err(KernelError::Malformed(_))
         ));
-    }
-
-    #[test]
-    fn ioctl_numbers_are_those_of_linux_nbd_h() {
-        // _IO(0xab, nr): type in bits 8..16, no size, no direction.
-        let io = |nr: u64| (0xab << 8) | nr;
-        assert_eq!(NBD_SET_SOCK, io(0));
-        assert_eq!(NBD_SET_BLKSIZE, io(1));
-        assert_eq!(NBD_DO_IT, io(3));
-        assert_eq!(NBD_CLEAR_SOCK, io(4));
-        assert_eq!(NBD_CLEAR_QUE, io(5));
-        assert_eq!(NBD_SET_SIZE_BLOCKS, io(7));
-        assert_eq!(NBD_DISCONNECT, io(8));
-        assert_eq!(NBD_SET_TIMEOUT, io(9));
-        assert_eq!(NBD_SET_FLAGS, io(10));
     }
 
     #[test]

@@ -630,7 +630,7 @@ fn failure(e: ExportError) -> (u32, String) {
         ExportError::ShutDown { .. } => err::ESHUTDOWN,
         ref e => errno_to_nbd(e.to_errno()),
     };
-    (code, crate::session::error_chain(&e))
+    (code, rlun_iscsi::error_chain(&e))
 }
 
 fn refusal(r: &Request, code: u32) -> String {

@@ -42,15 +42,16 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use rlun_iscsi::ErrorKind;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::proto::pdu::{DataIn, Digests, FrameLimits, Pdu, PduError};
+use rlun_iscsi::proto::pdu::{DataIn, Digests, FrameLimits, Pdu, PduError};
 
-pub use crate::proto::session::{
+pub use crate::url::TransportKind;
+pub use rlun_iscsi::proto::session::{
     DataMovement, DirectBuffers, Lent, ReadRegion, Transmit, WriteRegion,
 };
-pub use crate::url::TransportKind;
 
 pub mod iser;
 pub mod tcp;
@@ -91,12 +92,29 @@ pub enum TransportError {
     Iser(Box<iser::IserError>),
 }
 
+impl TransportError {
+    /// How this failure is classified.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            TransportError::Pdu(_) | TransportError::Truncated { .. } => ErrorKind::Protocol,
+            TransportError::Resolve { .. }
+            | TransportError::NoAddress { .. }
+            | TransportError::Connect { .. }
+            | TransportError::ConnectTimeout { .. }
+            | TransportError::Closed
+            | TransportError::Unavailable(_)
+            | TransportError::Io(_) => ErrorKind::Unreachable,
+            TransportError::Iser(e) => e.kind(),
+        }
+    }
+}
+
 /// One connection to a portal that carries iSCSI PDUs.
 pub trait Transport: Sized + Send + 'static {
     /// Which transport this is (the URL scheme names it).
     const KIND: TransportKind;
     /// How SCSI data moves on this transport; the session core runs in
-    /// this mode ([`crate::proto::session::FeatureParams::data_movement`]).
+    /// this mode ([`rlun_iscsi::proto::session::FeatureParams::data_movement`]).
     const DATA_MOVEMENT: DataMovement;
 
     type Reader: PduReader;
@@ -118,7 +136,7 @@ pub trait Transport: Sized + Send + 'static {
 /// Where the payload of a Data-In goes when the receive path can read it
 /// straight into the command's read buffer (TCP). The session driver
 /// implements it over the protocol core
-/// ([`crate::proto::session::Session::lend_read_buffer`]); a transport
+/// ([`rlun_iscsi::proto::session::Session::lend_read_buffer`]); a transport
 /// that never sees Data-In payloads (iSER: the target writes the data by
 /// RDMA) ignores it.
 pub trait Placement {
@@ -140,7 +158,7 @@ impl Placement for NoPlacement {
 /// What the receive half delivers: a whole PDU, or a Data-In header whose
 /// payload already sits in the buffer [`Placement::lend`] gave (the PDU's
 /// data segment is then empty; hand both to
-/// [`crate::proto::session::Session::handle_placed`]).
+/// [`rlun_iscsi::proto::session::Session::handle_placed`]).
 #[derive(Debug)]
 pub struct Received {
     pub pdu: Pdu,

@@ -19,7 +19,7 @@ use super::{
     DataMovement, FrameWriter, Lent, PduReader, Placement, Received, Transmit, Transport,
     TransportKind,
 };
-use crate::proto::pdu::{self, Bhs, Digests, FrameLimits, Pdu, WireFrame};
+use rlun_iscsi::proto::pdu::{self, Bhs, Digests, FrameLimits, Pdu, WireFrame};
 
 pub use super::TransportError;
 
@@ -626,9 +626,9 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::pdu::{Bhs, Digests, NopIn, RESERVED_TAG};
     use crate::transport::NoPlacement;
     use bytes::Bytes;
+    use rlun_iscsi::proto::pdu::{Bhs, Digests, NopIn, RESERVED_TAG};
 
     fn nop(data: &'static [u8]) -> Pdu {
         Pdu::with_data(
@@ -771,11 +771,11 @@ mod tests {
 
     mod in_place {
         use super::*;
-        use crate::proto::pdu::{DataIn, TaskAttr};
-        use crate::proto::session::tests::data_in;
-        use crate::proto::session::{
+        use rlun_iscsi::proto::pdu::{DataIn, TaskAttr};
+        use rlun_iscsi::proto::session::{
             CommandRequest, Event, FeatureParams, ProtocolError, Session, SessionNumbers,
         };
+        use rlun_iscsi::testing::data_in;
         use std::time::Instant;
         use tokio::io::AsyncWriteExt;
 

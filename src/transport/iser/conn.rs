@@ -35,11 +35,14 @@ use tracing::{debug, warn};
 use super::header::{CmPrivateData, IserHeader, IserMessage, RemoteBuf, ISER_HEADER_LEN};
 use super::ledger::Ledger;
 use super::slots::SendSlots;
-use super::sys::{self, cm_event, Api, IbvCompChannel, IbvCq, IbvMr, IbvSge, IbvWc, RdmaCmId};
 use super::{IserError, MAX_RECV_DATA};
-use crate::proto::pdu::{self, Bhs, FrameLimits, Pdu, WireFrame};
-use crate::proto::session::{DirectBuffers, Transmit};
-use crate::{iobuf, stats};
+use crate::stats;
+use rlun_iscsi::iobuf;
+use rlun_iscsi::proto::pdu::{self, Bhs, FrameLimits, Pdu, WireFrame};
+use rlun_iscsi::proto::session::{DirectBuffers, Transmit};
+use rlun_sys::rdma::ffi::{
+    self as sys, cm_event, Api, IbvCompChannel, IbvCq, IbvMr, IbvSge, IbvWc, RdmaCmId,
+};
 
 /// Receive buffers posted at all times: a response for every command the
 /// session keeps in flight (queue depth 128 by default; LIO's CmdSN window
@@ -326,7 +329,7 @@ struct Shared {
     /// not in the registered pool, by Initiator Task Tag.
     registrations: std::sync::Mutex<Ledger<Mr>>,
     /// The registration of each pool arena with this connection's PD, by
-    /// arena index (see [`crate::iobuf`]); made at connect, or at first use
+    /// arena index (see [`rlun_iscsi::iobuf`]); made at connect, or at first use
     /// for arenas the pool adds later, and kept for the connection's life.
     arena_mrs: std::sync::Mutex<Vec<Option<Mr>>>,
     /// Set once the QP was moved to the error state (no remote access).
@@ -527,7 +530,7 @@ impl Shared {
 
     /// The (lkey, rkey) under which `addr..addr+len` is reachable when it
     /// lies in a pool arena, registering the arena with this connection the
-    /// first time (see [`crate::iobuf`]); `None` for memory outside the pool.
+    /// first time (see [`rlun_iscsi::iobuf`]); `None` for memory outside the pool.
     fn pool_keys(&self, addr: usize, len: usize) -> Result<Option<(u32, u32)>, IserError> {
         let Some(arena) = iobuf::arena_of(addr, len) else {
             return Ok(None);
@@ -1679,7 +1682,7 @@ fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::session::FeatureParams;
+    use rlun_iscsi::proto::session::FeatureParams;
 
     #[test]
     fn batched_reposting_keeps_a_receive_for_every_command_in_flight() {

@@ -10,12 +10,12 @@
 //! once the target said the task is gone (the TMF Response arrives, on the
 //! reliable connection, after every RDMA operation the target made for the
 //! task), so the target never sees a key vanish under a transfer it still
-//! makes. Buffers from the registered pool (see [`crate::iobuf`]) need no
+//! makes. Buffers from the registered pool (see [`rlun_iscsi::iobuf`]) need no
 //! entry here: their arena stays registered for the connection's life.
 
 use std::collections::HashMap;
 
-use crate::proto::pdu::tmf;
+use rlun_iscsi::proto::pdu::tmf;
 
 /// TMF Response codes that mean the referenced task(s) no longer exist at
 /// the target (RFC 7143 §11.6.1): function complete, task does not exist.

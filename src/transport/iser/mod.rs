@@ -29,7 +29,7 @@
 //! When the receive half goes, the queue pair is moved to the error state at
 //! once, so no buffer the core frees afterwards is reachable by the target.
 //!
-//! Zero copy: buffers from the registered pool ([`crate::iobuf`]) are
+//! Zero copy: buffers from the registered pool ([`rlun_iscsi::iobuf`]) are
 //! named under their arena's key, which each connection registers once, so
 //! the data path makes no registration; immediate data goes out as a
 //! second scatter/gather entry straight from the caller's buffer. Other
@@ -52,9 +52,6 @@ mod conn;
 pub mod header;
 pub mod ledger;
 pub mod slots;
-#[cfg(feature = "rdma")]
-#[allow(unsafe_code)]
-mod sys;
 
 #[cfg(feature = "rdma")]
 pub use conn::{IserFrame, IserReader, IserTransport, IserWriter};
@@ -65,10 +62,10 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::proto::digest::DigestType;
-use crate::proto::negotiate::InitiatorProposal;
-use crate::proto::pdu::PduError;
 use header::IserHeaderError;
+use rlun_iscsi::proto::digest::DigestType;
+use rlun_iscsi::proto::negotiate::InitiatorProposal;
+use rlun_iscsi::proto::pdu::PduError;
 
 /// The checks to name when RDMA is not usable.
 const CHECKS: &str = "check `rdma link` (an RDMA link, e.g. soft-RoCE `rdma link add rxe0 type rxe netdev eth0`) and `ibv_devices`";
@@ -159,8 +156,8 @@ impl IserError {
 
 impl IserError {
     /// How this failure is classified (exit codes, errno).
-    pub fn kind(&self) -> crate::error::ErrorKind {
-        use crate::error::ErrorKind;
+    pub fn kind(&self) -> rlun_iscsi::ErrorKind {
+        use rlun_iscsi::ErrorKind;
         match self {
             e if e.is_unreachable() => ErrorKind::Unreachable,
             IserError::Header(_) | IserError::Pdu(_) | IserError::ShortPdu { .. } => {
@@ -236,11 +233,11 @@ mod transport_impl {
 
     use super::conn::{IserFrame, IserReader, IserTransport, IserWriter};
     use super::{resolve, IserError};
-    use crate::proto::pdu::{Digests, FrameLimits};
     use crate::transport::{
         DataMovement, FrameWriter, PduReader, Placement, Received, Transmit, Transport,
         TransportError, TransportKind,
     };
+    use rlun_iscsi::proto::pdu::{Digests, FrameLimits};
 
     impl From<IserError> for TransportError {
         fn from(e: IserError) -> Self {

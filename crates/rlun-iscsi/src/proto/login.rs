@@ -25,6 +25,7 @@ use super::negotiate::{
 use super::pdu::{Bhs, LoginRequest, LoginResponse, Pdu, Stage};
 use super::session::SessionNumbers;
 use super::text::{encode_text, parse_text, TextError};
+use crate::error::ErrorKind;
 use crate::secret::Secret;
 
 /// CHAP settings for a login (RFC 7143 §12.1.3).
@@ -52,7 +53,7 @@ pub struct LoginConfig {
     pub cmd_sn: u32,
     pub chap: Option<ChapSettings>,
     /// Fresh random identifier and challenge for mutual CHAP, drawn by the
-    /// caller (see [`crate::entropy`]): the core reads no randomness. Mutual
+    /// caller (rlun draws it from the OS): the core reads no randomness. Mutual
     /// CHAP fails without one.
     pub chap_nonce: Option<ChapNonce>,
     pub proposal: InitiatorProposal,
@@ -123,6 +124,37 @@ pub enum LoginError {
     Text(#[source] TextError),
     #[error("target broke the login protocol: {0}")]
     Protocol(String),
+}
+
+impl LoginError {
+    /// How this failure is classified.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            LoginError::AuthenticationFailed
+            | LoginError::NotAuthorized
+            | LoginError::AuthRequired { .. }
+            | LoginError::Chap(_)
+            // A target that answers RDMAExtensions=No refuses iSER logins.
+            | LoginError::Negotiation(NegotiationError::RdmaRefused) => ErrorKind::Auth,
+            LoginError::TargetNotFound | LoginError::TargetRemoved => ErrorKind::NotFound,
+            LoginError::Protocol(_)
+            | LoginError::Text(_)
+            | LoginError::Negotiation(_)
+            | LoginError::BadAuthMethod(_) => ErrorKind::Protocol,
+            LoginError::UnsupportedVersion
+            | LoginError::TooManyConnections
+            | LoginError::MissingParameter
+            | LoginError::CannotIncludeInSession
+            | LoginError::SessionTypeNotSupported
+            | LoginError::SessionDoesNotExist
+            | LoginError::InvalidDuringLogin
+            | LoginError::InitiatorError { .. }
+            | LoginError::TargetError
+            | LoginError::ServiceUnavailable
+            | LoginError::OutOfResources
+            | LoginError::OtherTargetError { .. } => ErrorKind::Failure,
+        }
+    }
 }
 
 impl LoginError {
@@ -546,7 +578,26 @@ impl Login {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::negotiate::NegotiationError;
     use crate::proto::pdu::Bhs;
+    use crate::ErrorKind;
+
+    #[test]
+    fn login_refusals_are_auth_or_not_found_and_broken_logins_are_protocol() {
+        assert_eq!(LoginError::AuthenticationFailed.kind(), ErrorKind::Auth);
+        assert_eq!(LoginError::TargetNotFound.kind(), ErrorKind::NotFound);
+        assert_eq!(LoginError::Protocol("x".into()).kind(), ErrorKind::Protocol);
+        assert_eq!(LoginError::ServiceUnavailable.kind(), ErrorKind::Failure);
+        assert_eq!(
+            LoginError::Negotiation(NegotiationError::RdmaRefused).kind(),
+            ErrorKind::Auth,
+            "a target refusing iSER refuses the login"
+        );
+        assert_eq!(
+            LoginError::Negotiation(NegotiationError::Inconsistent("x".into())).kind(),
+            ErrorKind::Protocol
+        );
+    }
 
     fn cfg(chap: Option<ChapSettings>) -> LoginConfig {
         LoginConfig {

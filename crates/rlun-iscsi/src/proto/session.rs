@@ -73,6 +73,7 @@ use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
 use super::idmap::SlotTable;
+use crate::error::ErrorKind;
 use crate::iobuf::{IoBuf, Pool};
 
 use super::pdu::{
@@ -260,6 +261,20 @@ pub enum TaskError {
     WindowClosed { cmd_sn: u32, max_cmd_sn: u32 },
 }
 
+impl TaskError {
+    /// How this failure is classified.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            TaskError::ConnectionLost(_) => ErrorKind::Unreachable,
+            TaskError::TargetFailure(_)
+            | TaskError::Rejected(_)
+            | TaskError::Aborted
+            | TaskError::Invalid(_)
+            | TaskError::WindowClosed { .. } => ErrorKind::Io,
+        }
+    }
+}
+
 /// The target broke the protocol or stopped answering: drop the connection.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum ProtocolError {
@@ -417,7 +432,7 @@ struct CommandTask {
 /// buffer left. That is safe because Data-In fills it strictly in order
 /// from offset 0 (see [`check_data_in`]) and the caller gets exactly the
 /// `received` bytes, never more, whatever the residual says: a short
-/// Data-In sequence yields a short result (which [`crate::client`] reports
+/// Data-In sequence yields a short result (which a client reports
 /// as a short transfer), never bytes the target did not send.
 #[derive(Debug)]
 enum ReadBuf {
@@ -650,8 +665,10 @@ pub struct Session {
     last_heard: Option<Instant>,
     ping_outstanding: Option<(u32, Instant)>,
     /// SCSI data bytes this core copied from PDUs into read buffers
-    /// (in-band Data-In); also added to the process-wide [`crate::stats`].
+    /// (in-band Data-In); see [`Session::take_copied_bytes`].
     copied_bytes: u64,
+    /// Of `copied_bytes`, those not yet taken by [`Session::take_copied_bytes`].
+    copied_untaken: u64,
     /// Where in-band read buffers come from; `None`: the process's
     /// ([`crate::iobuf::read_pool`]).
     read_pool: Option<&'static Pool>,
@@ -693,6 +710,7 @@ impl Session {
             last_heard: None,
             ping_outstanding: None,
             copied_bytes: 0,
+            copied_untaken: 0,
             read_pool: None,
         }
     }
@@ -712,9 +730,16 @@ impl Session {
     /// buffers: the Data-In payloads handed to [`Session::handle_pdu`] in a
     /// PDU's data segment; none of those the receive path read in place
     /// ([`Session::handle_placed`]) and none when the data moves directly
-    /// (see [`crate::stats`]).
+    /// (a driver adds them to its own counters with
+    /// [`Session::take_copied_bytes`]).
     pub fn copied_bytes(&self) -> u64 {
         self.copied_bytes
+    }
+
+    /// The bytes copied (see [`Session::copied_bytes`]) since the last call:
+    /// a driver adds them to its process-wide counters once per turn.
+    pub fn take_copied_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.copied_untaken)
     }
 
     /// Current sequence numbers (for diagnostics and tests).
@@ -1266,8 +1291,8 @@ impl Session {
                     // payloads itself: into the caller's buffer.
                     let at = h.buffer_offset as usize;
                     buf[at..at + data.len()].copy_from_slice(data);
-                    crate::stats::add_copied(u64::from(len));
                     self.copied_bytes += u64::from(len);
+                    self.copied_untaken += u64::from(len);
                 }
             }
         }
@@ -1676,7 +1701,8 @@ impl Session {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::proto::pdu::{DataIn, NopIn, R2t, ScsiResponse, TextResponse};
+    use crate::proto::pdu::{NopIn, R2t, ScsiResponse, TextResponse};
+    use crate::testing::data_in;
 
     /// The tests below spell out the values they depend on (8 KiB segments,
     /// 64 KiB first burst, 5 s / 10 s keepalive): those are the defaults.
@@ -1735,28 +1761,6 @@ pub(crate) mod tests {
             exp_data_sn: 0,
             bidi_read_residual_count: 0,
         }))
-    }
-
-    /// A Data-In PDU as a target sends it (also used by the TCP reader's tests).
-    pub(crate) fn data_in(itt: u32, data_sn: u32, offset: u32, data: &[u8], last: bool) -> Pdu {
-        Pdu::with_data(
-            Bhs::DataIn(DataIn {
-                final_: last,
-                ack: false,
-                status_present: last,
-                residual: Residual::default(),
-                status: 0,
-                lun: [0; 8],
-                itt,
-                ttt: RESERVED_TAG,
-                stat_sn: 1,
-                exp_cmd_sn: 2,
-                max_cmd_sn: 40,
-                data_sn,
-                buffer_offset: offset,
-            }),
-            Bytes::copy_from_slice(data),
-        )
     }
 
     fn itt_of(p: &Pdu) -> u32 {

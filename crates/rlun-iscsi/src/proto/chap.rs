@@ -22,7 +22,7 @@
 //!   caps it at 1024 bytes; the 16-byte floor is our policy (the MD5 output
 //!   size; LIO, tgtd and FreeBSD's ctld all send at least that).
 //! - Our mutual challenge is 16 fresh bytes from the OS (drawn by the caller,
-//!   [`crate::entropy::chap_nonce`], and given with [`ChapInitiator::with_nonce`]) and
+//!   `rlun::entropy::chap_nonce`, and given with [`ChapInitiator::with_nonce`]) and
 //!   never equals the target's (RFC 7143 §9.2.1). The initiator and target
 //!   secrets must differ (§9.2.1: a secret used to authenticate initiators
 //!   must not be used to authenticate targets), which defeats reflecting our

@@ -385,6 +385,9 @@ pub struct Recovery<W = ()> {
     outputs: VecDeque<Output<W>>,
     /// Cores let go of, waiting for the driver to drop them.
     retired: Vec<Session>,
+    /// Bytes retired cores copied that [`Recovery::take_copied_bytes`] has
+    /// not reported yet.
+    copied_untaken: u64,
 }
 
 /// The core's task id for kept command `id`.
@@ -417,6 +420,7 @@ impl<W> Recovery<W> {
             flaps: 0,
             outputs: VecDeque::new(),
             retired: Vec::new(),
+            copied_untaken: 0,
         }
     }
 
@@ -785,6 +789,17 @@ impl<W> Recovery<W> {
     /// to them.
     pub fn take_retired(&mut self) -> Vec<Session> {
         std::mem::take(&mut self.retired)
+    }
+
+    /// SCSI data bytes the connections' cores copied since the last call
+    /// (see [`Session::take_copied_bytes`]), the current one's and those
+    /// of connections already let go of.
+    pub fn take_copied_bytes(&mut self) -> u64 {
+        let live = match &mut self.conn {
+            Conn::Live(core) => core.take_copied_bytes(),
+            _ => 0,
+        };
+        std::mem::take(&mut self.copied_untaken) + live
     }
 
     /// Next answer, order or notice.
@@ -1290,7 +1305,8 @@ impl<W> Recovery<W> {
     /// Leave the current state for `next`; a live connection's core is kept
     /// for [`Recovery::take_retired`].
     fn retire(&mut self, next: Conn) {
-        if let Conn::Live(core) = std::mem::replace(&mut self.conn, next) {
+        if let Conn::Live(mut core) = std::mem::replace(&mut self.conn, next) {
+            self.copied_untaken += core.take_copied_bytes();
             self.retired.push(*core);
         }
     }

@@ -15,7 +15,7 @@
 //! `Bytes`, and dropping the last `Bytes` returns the chunk to the pool).
 //!
 //! The page cache's memory is a pool of its own ([`Pool::reserved`], one
-//! per [`crate::device::CacheBudget`]): allocated once up front, never
+//! per page cache budget): allocated once up front, never
 //! grown (bar one arena for a chunk size that has none), its arenas in the
 //! same process-wide list ([`arenas`], [`arena_of`]) that an iSER
 //! connection registers, so cache pages are registered memory too.

@@ -1,0 +1,3 @@
+//! rdma-core, loaded with `dlopen` at first use.
+
+pub mod ffi;
