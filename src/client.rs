@@ -22,8 +22,8 @@ use thiserror::Error;
 use tracing::{debug, warn};
 
 use crate::session::{CommandQueue, Completion, SessionConfig, SessionError, SessionHandle};
+use rlun_iscsi::proto::connection::{CommandRequest, CommandResult};
 use rlun_iscsi::proto::pdu::TaskAttr;
-use rlun_iscsi::proto::session::{CommandRequest, CommandResult};
 use rlun_iscsi::scsi::cdb::{self, Cdb, CdbError, WriteSame};
 use rlun_iscsi::scsi::inquiry::{PeripheralQualifier, StandardInquiry};
 use rlun_iscsi::scsi::mode::ModeSense;
@@ -278,8 +278,8 @@ impl Lun {
     }
 
     /// Largest transfer for one READ/WRITE, in bytes: the block limits page's
-    /// MAXIMUM TRANSFER LENGTH, else 8 MiB, and over iSER at most
-    /// [`MAX_DIRECT_TRANSFER`](crate::transport::iser::MAX_DIRECT_TRANSFER);
+    /// MAXIMUM TRANSFER LENGTH, else 8 MiB, and at most what the session's
+    /// transport carries in one command (iSER: 512 KiB);
     /// always a whole number of blocks.
     pub fn max_transfer_bytes(&self) -> u64 {
         let bs = self.block_size as u64;
@@ -290,8 +290,8 @@ impl Lun {
             .map(|b| b as u64 * bs)
             .unwrap_or(DEFAULT_MAX_TRANSFER);
         let mut max = from_vpd.min(DEFAULT_MAX_TRANSFER);
-        if self.session.info().params.rdma_extensions {
-            max = max.min(crate::transport::iser::MAX_DIRECT_TRANSFER);
+        if let Some(transport_max) = self.session.info().max_transfer {
+            max = max.min(transport_max);
         }
         (max / bs).max(1) * bs
     }

@@ -1,7 +1,7 @@
 //! The session driver: one tokio task per session that does the I/O and
 //! the timers around two sans-IO state machines — the recovery policy
 //! ([`rlun_iscsi::proto::recovery::Recovery`]) and, inside it, the current
-//! connection's protocol core ([`rlun_iscsi::proto::session::Session`]) — and
+//! connection's protocol core ([`rlun_iscsi::proto::connection::Connection`]) — and
 //! the receive half of a [`Transport`], plus a small writer task that owns
 //! its send half ([`FrameWriter::run`]). The driver is generic over the
 //! transport (`Driver<T>`); [`SessionConfig::transport`] picks it.
@@ -43,10 +43,13 @@ use crate::clock;
 use crate::stats;
 use crate::transport::tcp::TcpTransport;
 use crate::transport::{
-    DataMovement, FrameWriter, Lent, NoPlacement, PduReader, Placement, Received, Transmit,
-    Transport, TransportError, TransportKind,
+    DataMovement, Encoded, FrameEncoder, FrameWriter, Lent, NoPlacement, PduReader, Placement,
+    Received, Transmit, Transport, TransportError, TransportKind,
 };
 use rlun_iscsi::error_chain;
+use rlun_iscsi::proto::connection::{
+    CommandRequest, CommandResult, Connection, FeatureParams, ProtocolError, TaskError, TmfOutcome,
+};
 use rlun_iscsi::proto::digest::DigestType;
 use rlun_iscsi::proto::login::{
     ChapSettings, Login, LoginConfig, LoginError, LoginResult, LoginStep,
@@ -58,9 +61,6 @@ use rlun_iscsi::proto::negotiate::{
 use rlun_iscsi::proto::pdu::{self, DataIn, Digests, FrameLimits};
 use rlun_iscsi::proto::recovery::{
     Failure, Loss, Notice, Output, Recovery, RecoveryConfig, RequestId,
-};
-use rlun_iscsi::proto::session::{
-    CommandRequest, CommandResult, FeatureParams, ProtocolError, Session, TaskError, TmfOutcome,
 };
 use rlun_iscsi::proto::text::{encode_text, parse_text};
 
@@ -210,6 +210,9 @@ pub struct SessionInfo {
     pub params: OperationalParams,
     pub target_alias: Option<String>,
     pub target_portal_group_tag: Option<u16>,
+    /// The most data one SCSI command may move on this session's
+    /// transport ([`Transport::MAX_TRANSFER`]).
+    pub max_transfer: Option<u64>,
 }
 
 enum Request {
@@ -255,8 +258,6 @@ impl SessionHandle {
             TransportKind::Tcp => Self::connect_over::<TcpTransport>(cfg).await,
             #[cfg(feature = "rdma")]
             TransportKind::Iser => {
-                let mut cfg = cfg;
-                crate::transport::iser::adjust_proposal(&mut cfg.proposal);
                 Self::connect_over::<crate::transport::iser::IserTransport>(cfg).await
             }
             #[cfg(not(feature = "rdma"))]
@@ -534,10 +535,11 @@ fn portal_string(host: &str, port: u16) -> String {
 }
 
 /// A connected transport that has completed login.
-struct Connection<T: Transport> {
+struct LoggedIn<T: Transport> {
     portal: String,
     reader: T::Reader,
     wr: T::Writer,
+    encoder: T::Encoder,
     result: LoginResult,
 }
 
@@ -547,7 +549,7 @@ struct Connection<T: Transport> {
 async fn establish<T: Transport>(
     cfg: &SessionConfig,
     isid: [u8; 6],
-) -> Result<Connection<T>, SessionError> {
+) -> Result<LoggedIn<T>, SessionError> {
     let mut host = cfg.host.clone();
     let mut port = cfg.port;
     for _ in 0..5 {
@@ -558,10 +560,10 @@ async fn establish<T: Transport>(
                 portal: portal.clone(),
                 source,
             })?;
-        let (mut reader, mut wr) = transport.split(FrameLimits::default());
+        let (mut reader, mut wr, mut encoder) = transport.split(FrameLimits::default());
         let outcome = tokio::time::timeout(
             cfg.login_timeout,
-            run_login::<T>(cfg, isid, &mut reader, &mut wr, &portal),
+            run_login::<T>(cfg, isid, &mut reader, &mut wr, &mut encoder, &portal),
         )
         .await
         .map_err(|_| SessionError::LoginTimeout {
@@ -570,10 +572,11 @@ async fn establish<T: Transport>(
         })??;
         match outcome {
             LoginStep::Complete(result) => {
-                return Ok(Connection {
+                return Ok(LoggedIn {
                     portal,
                     reader,
                     wr,
+                    encoder,
                     result,
                 })
             }
@@ -596,8 +599,13 @@ async fn run_login<T: Transport>(
     isid: [u8; 6],
     reader: &mut T::Reader,
     wr: &mut T::Writer,
+    encoder: &mut T::Encoder,
     portal: &str,
 ) -> Result<LoginStep, SessionError> {
+    let mut proposal = cfg.proposal.clone();
+    T::adjust_proposal(&mut proposal);
+    // A transport that moves data itself needs iSER-assisted mode.
+    proposal.rdma_extensions = T::DATA_MOVEMENT == DataMovement::Direct;
     let login_cfg = LoginConfig {
         initiator_name: cfg.initiator_name.clone(),
         initiator_alias: cfg.initiator_alias.clone(),
@@ -613,11 +621,7 @@ async fn run_login<T: Transport>(
         cmd_sn: 1,
         chap: cfg.chap.clone(),
         chap_nonce: crate::entropy::chap_nonce(),
-        proposal: InitiatorProposal {
-            // A transport that moves data itself needs iSER-assisted mode.
-            rdma_extensions: T::DATA_MOVEMENT == DataMovement::Direct,
-            ..cfg.proposal.clone()
-        },
+        proposal,
     };
     let transport_err = |source| SessionError::LoginTransport {
         portal: portal.to_string(),
@@ -628,7 +632,10 @@ async fn run_login<T: Transport>(
         source,
     })?;
     loop {
-        let frame = T::Writer::encode(Transmit::from(pdu), Digests::default());
+        let frame = encoder
+            .encode(Transmit::from(pdu))
+            .map_err(transport_err)?
+            .frame;
         wr.write_frames(std::slice::from_ref(&frame))
             .await
             .map_err(|e| transport_err(TransportError::Io(e)))?;
@@ -655,7 +662,7 @@ async fn run_login<T: Transport>(
 fn session_info<T: Transport>(
     cfg: &SessionConfig,
     isid: [u8; 6],
-    conn: &Connection<T>,
+    conn: &LoggedIn<T>,
 ) -> SessionInfo {
     SessionInfo {
         portal: conn.portal.clone(),
@@ -665,13 +672,14 @@ fn session_info<T: Transport>(
         params: conn.result.params.clone(),
         target_alias: conn.result.target_alias.clone(),
         target_portal_group_tag: conn.result.target_portal_group_tag,
+        max_transfer: T::MAX_TRANSFER,
     }
 }
 
 fn start_driver<T: Transport>(
     cfg: SessionConfig,
     isid: [u8; 6],
-    conn: Connection<T>,
+    conn: LoggedIn<T>,
 ) -> SessionHandle {
     let shared = Arc::new(Shared {
         info: std::sync::RwLock::new(session_info(&cfg, isid, &conn)),
@@ -745,11 +753,12 @@ struct Live<T: Transport> {
     /// dropping it ends that task.
     frames: mpsc::UnboundedSender<Vec<<T::Writer as FrameWriter>::Frame>>,
     write_error: oneshot::Receiver<std::io::Error>,
-    digests: Digests,
+    /// Encodes what the core wants sent, with the negotiated digests.
+    encoder: T::Encoder,
 }
 
 /// A connection attempt (connect and log in) under way.
-type Attempt<T> = Pin<Box<dyn Future<Output = Result<Connection<T>, SessionError>> + Send>>;
+type Attempt<T> = Pin<Box<dyn Future<Output = Result<LoggedIn<T>, SessionError>> + Send>>;
 
 /// The thin tokio loop around [`Recovery`]: it does the I/O, sleeps until
 /// the machine's next deadline, turns requests into machine inputs and
@@ -817,7 +826,7 @@ impl Timer {
 
 impl<T: Transport> Driver<T> {
     /// Take a logged-in connection into use (see [`go_live`]).
-    fn go_live(&mut self, conn: Connection<T>) -> (Session, Duration) {
+    fn go_live(&mut self, conn: LoggedIn<T>) -> (Connection, Duration) {
         let (live, core, time2wait) = go_live::<T>(&self.cfg, self.isid, &self.shared, conn);
         self.live = Some(live);
         (core, time2wait)
@@ -999,7 +1008,19 @@ impl<T: Transport> Driver<T> {
         };
         let mut frames = Vec::new();
         while let Some(tx) = self.machine.poll_transmit() {
-            frames.push(T::Writer::encode(tx, live.digests));
+            let itt = tx.direct.as_ref().map(|d| d.itt);
+            match live.encoder.encode(tx) {
+                Ok(Encoded { frame, hold }) => {
+                    if let (Some(itt), Some(hold)) = (itt, hold) {
+                        self.machine.hold(itt, hold);
+                    }
+                    frames.push(frame);
+                }
+                Err(e) => {
+                    self.connection_failed(e);
+                    return;
+                }
+            }
         }
         if frames.is_empty() {
             return;
@@ -1208,12 +1229,14 @@ fn go_live<T: Transport>(
     cfg: &SessionConfig,
     isid: [u8; 6],
     shared: &Shared,
-    conn: Connection<T>,
-) -> (Live<T>, Session, Duration) {
-    let Connection {
+    conn: LoggedIn<T>,
+) -> (Live<T>, Connection, Duration) {
+    let info = session_info(cfg, isid, &conn);
+    let LoggedIn {
         portal,
         mut reader,
         wr,
+        mut encoder,
         result,
     } = conn;
     let p = &result.params;
@@ -1225,6 +1248,7 @@ fn go_live<T: Transport>(
         digests,
         max_data_segment: p.recv_data_segment_limit(),
     });
+    encoder.set_digests(digests);
     let feature = FeatureParams {
         immediate_data: p.immediate_data,
         initial_r2t: p.initial_r2t,
@@ -1247,17 +1271,8 @@ fn go_live<T: Transport>(
         "logged in"
     );
     let time2wait = Duration::from_secs(u64::from(p.default_time2wait.min(3600)));
-    let info = SessionInfo {
-        portal,
-        target_name: cfg.target_name.clone(),
-        isid,
-        tsih: result.tsih,
-        params: result.params.clone(),
-        target_alias: result.target_alias.clone(),
-        target_portal_group_tag: result.target_portal_group_tag,
-    };
     *shared.info.write().unwrap_or_else(|e| e.into_inner()) = info;
-    let core = Session::new(feature, result.numbers);
+    let core = Connection::new(feature, result.numbers);
     let (frames_tx, frames_rx) = mpsc::unbounded_channel();
     let (werr_tx, werr_rx) = oneshot::channel();
     tokio::spawn(wr.run(frames_rx, werr_tx));
@@ -1265,7 +1280,7 @@ fn go_live<T: Transport>(
         reader,
         frames: frames_tx,
         write_error: werr_rx,
-        digests,
+        encoder,
     };
     (live, core, time2wait)
 }
@@ -1335,7 +1350,7 @@ async fn write_failed(
 
 async fn attempt_done<T: Transport>(
     attempt: Option<&mut Attempt<T>>,
-) -> Result<Connection<T>, SessionError> {
+) -> Result<LoggedIn<T>, SessionError> {
     match attempt {
         Some(a) => a.await,
         None => std::future::pending().await,

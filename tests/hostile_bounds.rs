@@ -36,7 +36,7 @@ const EXIT_PROTOCOL: i32 = 7;
 
 /// Peak RSS allowed for one rlun command against a hostile target: the
 /// 16 MiB of text rlun keeps at most per Text exchange
-/// (`rlun_iscsi::proto::session::MAX_TEXT_RESPONSE_BYTES`) on top of what the
+/// (`rlun_iscsi::proto::connection::MAX_TEXT_RESPONSE_BYTES`) on top of what the
 /// debug binary needs anyway (about 10 MiB), with room for the allocator.
 /// An unbounded answer left unchecked grows past it within seconds.
 const PEAK_RSS_LIMIT_KIB: u64 = 64 * 1024;

@@ -1,4 +1,4 @@
-//! The full-feature core (`proto::session`) fed arbitrary target PDUs
+//! The full-feature core (`proto::connection`) fed arbitrary target PDUs
 //! between the commands, text requests, pings, task management and
 //! timeouts a driver would issue.
 //!
@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use rlun_iscsi::proto::pdu::{self, Bhs, Digests, TaskAttr, BHS_LEN, MAX_DATA_SEGMENT, RESERVED_TAG};
-use rlun_iscsi::proto::session::{
-    CommandRequest, DataMovement, Event, FeatureParams, Session, SessionNumbers, TaskId,
+use rlun_iscsi::proto::connection::{
+    CommandRequest, DataMovement, Event, FeatureParams, Connection, SessionNumbers, TaskId,
 };
 use rlun_fuzz::{frame, limits, Input};
 
@@ -43,7 +43,7 @@ struct Tag {
 }
 
 struct Harness {
-    s: Session,
+    s: Connection,
     now: Instant,
     pending: HashMap<TaskId, Kind>,
     tags: Vec<Tag>,
@@ -241,7 +241,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let now = Instant::now();
     let mut h = Harness {
-        s: Session::new(params, numbers),
+        s: Connection::new(params, numbers),
         now,
         pending: HashMap::new(),
         tags: Vec::new(),

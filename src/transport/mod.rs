@@ -12,7 +12,7 @@
 //!
 //! - **In-band** ([`tcp`]): Data-In, R2T and Data-Out PDUs carry the data;
 //!   the protocol core reassembles reads and answers R2Ts.
-//! - **Direct** (iSER, RFC 7145, planned): the target places read data
+//! - **Direct** (iSER, RFC 7145, [`iser`]): the target places read data
 //!   into, and fetches write data from, the initiator's memory by RDMA.
 //!   The core attaches each SCSI command's buffers to the command's
 //!   outgoing PDU ([`Transmit::direct`]) so the transport can register them
@@ -20,11 +20,23 @@
 //!   then expects no Data-In and no R2T for that task, and the SCSI
 //!   Response finds the data already in the task's buffer.
 //!
-//! Frames are encoded by the driver task with [`FrameWriter::encode`] (a
-//! transport-specific wire form: TCP adds digests and padding, iSER will
-//! prepend its header) and handed to the writer task in batches, so
-//! encoding stays off the writer and the writer can merge batches into
-//! one system call (TCP: `writev`) or one chain of work requests (RDMA).
+//! Frames are encoded by the driver task with the connection's
+//! [`FrameEncoder`] (a transport-specific wire form: TCP adds digests and
+//! padding, iSER registers a command's buffers and names them in its
+//! header) and handed to the writer task in batches, so encoding stays off
+//! the writer and the writer can merge batches into one system call (TCP:
+//! `writev`) or one chain of work requests (RDMA). What an encoder must
+//! keep for as long as a task lives (iSER: the registration of its
+//! buffers) it returns as a [`TaskHold`], which the driver gives to the
+//! protocol core: the core drops it when the task ends.
+//!
+//! What differs between transports besides the wire goes through the
+//! trait too, so the layers above name no transport: how data moves
+//! ([`Transport::DATA_MOVEMENT`]), the most one command may move
+//! ([`Transport::MAX_TRANSFER`]) and what the login proposes
+//! ([`Transport::adjust_proposal`]). Failures particular to one transport
+//! reach the layers above as [`TransportError::Specific`], classified by
+//! the transport itself ([`SpecificError::kind`]).
 //!
 //! Contract for direct transports: the memory named in a
 //! [`DirectBuffers`] stays valid until the core completes the task (its
@@ -46,11 +58,12 @@ use rlun_iscsi::ErrorKind;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
+use rlun_iscsi::proto::negotiate::InitiatorProposal;
 use rlun_iscsi::proto::pdu::{DataIn, Digests, FrameLimits, Pdu, PduError};
 
 pub use crate::url::TransportKind;
-pub use rlun_iscsi::proto::session::{
-    DataMovement, DirectBuffers, Lent, ReadRegion, Transmit, WriteRegion,
+pub use rlun_iscsi::proto::connection::{
+    DataMovement, DirectBuffers, Lent, ReadRegion, TaskHold, Transmit, TransmitKind, WriteRegion,
 };
 
 pub mod iser;
@@ -88,8 +101,39 @@ pub enum TransportError {
     Pdu(#[from] PduError),
     #[error("{}:// transport is not available yet in this build of rlun; use iscsi://", .0.scheme())]
     Unavailable(TransportKind),
+    /// A failure particular to one transport (iSER: the RDMA device,
+    /// memory registration…), classified by that transport.
     #[error(transparent)]
-    Iser(Box<iser::IserError>),
+    Specific(Specific),
+}
+
+/// An error of one transport's own that the layers above pass on without
+/// knowing its type: it says what kind of failure it is.
+pub trait SpecificError: std::error::Error + Send + Sync + 'static {
+    fn kind(&self) -> ErrorKind;
+}
+
+/// A transport's own error, boxed ([`TransportError::Specific`]); displays
+/// and chains as the error itself.
+#[derive(Debug)]
+pub struct Specific(pub Box<dyn SpecificError>);
+
+impl std::fmt::Display for Specific {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Specific {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl<E: SpecificError> From<E> for Specific {
+    fn from(e: E) -> Self {
+        Specific(Box::new(e))
+    }
 }
 
 impl TransportError {
@@ -104,21 +148,28 @@ impl TransportError {
             | TransportError::Closed
             | TransportError::Unavailable(_)
             | TransportError::Io(_) => ErrorKind::Unreachable,
-            TransportError::Iser(e) => e.kind(),
+            TransportError::Specific(e) => e.0.kind(),
         }
     }
 }
 
 /// One connection to a portal that carries iSCSI PDUs.
 pub trait Transport: Sized + Send + 'static {
-    /// Which transport this is (the URL scheme names it).
-    const KIND: TransportKind;
     /// How SCSI data moves on this transport; the session core runs in
-    /// this mode ([`rlun_iscsi::proto::session::FeatureParams::data_movement`]).
+    /// this mode ([`rlun_iscsi::proto::connection::FeatureParams::data_movement`]).
     const DATA_MOVEMENT: DataMovement;
+    /// The most data one SCSI command may move on this transport, in
+    /// bytes (`None`: no limit of its own; the LUN's limits still apply).
+    const MAX_TRANSFER: Option<u64> = None;
 
     type Reader: PduReader;
     type Writer: FrameWriter;
+    type Encoder: FrameEncoder<Frame = <Self::Writer as FrameWriter>::Frame>;
+
+    /// Change what the login proposes to what this transport can carry
+    /// (iSER: no digests, data segments that fit its receive buffers).
+    /// RDMAExtensions follows from [`Transport::DATA_MOVEMENT`].
+    fn adjust_proposal(_proposal: &mut InitiatorProposal) {}
 
     /// Resolve `host` and connect to `port`, each attempt bounded by
     /// `timeout`.
@@ -128,15 +179,41 @@ pub trait Transport: Sized + Send + 'static {
         timeout: Duration,
     ) -> impl Future<Output = Result<Self, TransportError>> + Send;
 
-    /// The receive and send halves; `limits` frame what is received until
+    /// The receive and send halves and the encoder for the send half's
+    /// frames; `limits` frame what is received until
     /// [`PduReader::set_limits`] changes them (after login).
-    fn split(self, limits: FrameLimits) -> (Self::Reader, Self::Writer);
+    fn split(self, limits: FrameLimits) -> (Self::Reader, Self::Writer, Self::Encoder);
+}
+
+/// A PDU in a transport's wire form, with what must live as long as its
+/// task.
+pub struct Encoded<F> {
+    pub frame: F,
+    /// For the core to keep with the PDU's task ([`TaskHold`]); only a
+    /// direct transport's SCSI Commands have one.
+    pub hold: Option<TaskHold>,
+}
+
+/// Turns the PDUs the core wants sent into one connection's frames; runs
+/// on the driver task, so the writer task only writes.
+pub trait FrameEncoder: Send + 'static {
+    /// A PDU in this transport's wire form.
+    type Frame: Send + 'static;
+
+    /// The digests negotiated at login, for every frame from now on
+    /// (always none on iSER).
+    fn set_digests(&mut self, digests: Digests);
+
+    /// Encode one PDU. A direct transport makes its command's buffers
+    /// reachable by the target here (iSER: registers what is outside its
+    /// registered pool) and returns what keeps them so as the hold.
+    fn encode(&mut self, tx: Transmit) -> Result<Encoded<Self::Frame>, TransportError>;
 }
 
 /// Where the payload of a Data-In goes when the receive path can read it
 /// straight into the command's read buffer (TCP). The session driver
 /// implements it over the protocol core
-/// ([`rlun_iscsi::proto::session::Session::lend_read_buffer`]); a transport
+/// ([`rlun_iscsi::proto::connection::Connection::lend_read_buffer`]); a transport
 /// that never sees Data-In payloads (iSER: the target writes the data by
 /// RDMA) ignores it.
 pub trait Placement {
@@ -158,7 +235,7 @@ impl Placement for NoPlacement {
 /// What the receive half delivers: a whole PDU, or a Data-In header whose
 /// payload already sits in the buffer [`Placement::lend`] gave (the PDU's
 /// data segment is then empty; hand both to
-/// [`rlun_iscsi::proto::session::Session::handle_placed`]).
+/// [`rlun_iscsi::proto::connection::Connection::handle_placed`]).
 #[derive(Debug)]
 pub struct Received {
     pub pdu: Pdu,
@@ -199,13 +276,8 @@ pub trait PduReader: Send + 'static {
 
 /// The send half: writes encoded frames in order.
 pub trait FrameWriter: Send + Sized + 'static {
-    /// A PDU in this transport's wire form.
+    /// A PDU in this transport's wire form ([`FrameEncoder::Frame`]).
     type Frame: Send + 'static;
-
-    /// Encode one PDU the core wants sent. Called on the driver task, so
-    /// the writer task only writes. `digests` are the negotiated ones
-    /// (always none on iSER).
-    fn encode(tx: Transmit, digests: Digests) -> Self::Frame;
 
     /// Write `frames` in order and return once the transport has taken
     /// them all (TCP: as few `writev` calls as the socket allows).

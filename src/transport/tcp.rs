@@ -16,8 +16,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use super::{
-    DataMovement, FrameWriter, Lent, PduReader, Placement, Received, Transmit, Transport,
-    TransportKind,
+    DataMovement, Encoded, FrameEncoder, FrameWriter, Lent, PduReader, Placement, Received,
+    Transmit, Transport,
 };
 use rlun_iscsi::proto::pdu::{self, Bhs, Digests, FrameLimits, Pdu, WireFrame};
 
@@ -37,10 +37,10 @@ impl TcpTransport {
 }
 
 impl Transport for TcpTransport {
-    const KIND: TransportKind = TransportKind::Tcp;
     const DATA_MOVEMENT: DataMovement = DataMovement::InBand;
     type Reader = FrameReader<TcpReadHalf>;
     type Writer = TcpWriter;
+    type Encoder = TcpEncoder;
 
     async fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self, TransportError> {
         Ok(TcpTransport {
@@ -48,7 +48,7 @@ impl Transport for TcpTransport {
         })
     }
 
-    fn split(self, limits: FrameLimits) -> (Self::Reader, Self::Writer) {
+    fn split(self, limits: FrameLimits) -> (Self::Reader, Self::Writer, Self::Encoder) {
         // A second descriptor of the same socket to read through inside
         // tokio's readiness tracking (see `TcpReadHalf`); without one (out
         // of descriptors) reads cost one more system call per wake-up.
@@ -60,6 +60,7 @@ impl Transport for TcpTransport {
         (
             FrameReader::new(TcpReadHalf { half, raw }, limits),
             TcpWriter { wr },
+            TcpEncoder::default(),
         )
     }
 }
@@ -69,14 +70,31 @@ pub struct TcpWriter {
     wr: OwnedWriteHalf,
 }
 
-impl FrameWriter for TcpWriter {
+/// Encodes PDUs with the digests negotiated at login, padding and all.
+#[derive(Debug, Default)]
+pub struct TcpEncoder {
+    digests: Digests,
+}
+
+impl FrameEncoder for TcpEncoder {
     type Frame = WireFrame;
 
-    fn encode(tx: Transmit, digests: Digests) -> WireFrame {
+    fn set_digests(&mut self, digests: Digests) {
+        self.digests = digests;
+    }
+
+    fn encode(&mut self, tx: Transmit) -> Result<Encoded<WireFrame>, super::TransportError> {
         // In-band data movement: the buffers a direct transport would
         // register are already in the PDUs' data segments.
-        tx.pdu.encode(digests)
+        Ok(Encoded {
+            frame: tx.pdu.encode(self.digests),
+            hold: None,
+        })
     }
+}
+
+impl FrameWriter for TcpWriter {
+    type Frame = WireFrame;
 
     async fn write_frames(&mut self, frames: &[WireFrame]) -> io::Result<()> {
         write_frames(&mut self.wr, frames).await
@@ -692,7 +710,7 @@ mod tests {
 
     #[tokio::test]
     async fn tcp_transport_halves_carry_pdus_both_ways_and_the_writer_task_closes_on_drop() {
-        use crate::transport::{FrameWriter, PduReader, Transport};
+        use crate::transport::{FrameEncoder, FrameWriter, PduReader, Transport};
         use tokio::sync::{mpsc, oneshot};
 
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -701,7 +719,7 @@ mod tests {
             TcpTransport::connect("127.0.0.1", port, Duration::from_secs(2)),
             l.accept()
         );
-        let (mut reader, writer) = t.unwrap().split(FrameLimits::default());
+        let (mut reader, writer, mut encoder) = t.unwrap().split(FrameLimits::default());
         let (peer, _) = accepted.unwrap();
         let (peer_rd, mut peer_wr) = peer.into_split();
 
@@ -730,7 +748,7 @@ mod tests {
         let (tx, rx) = mpsc::unbounded_channel();
         let (err_tx, err_rx) = oneshot::channel();
         let task = tokio::spawn(writer.run(rx, err_tx));
-        let enc = |p: Pdu| TcpWriter::encode(p.into(), Digests::default());
+        let mut enc = |p: Pdu| encoder.encode(p.into()).unwrap().frame;
         tx.send(vec![enc(nop(b"out-1"))]).unwrap();
         tx.send(vec![enc(nop(b"out-2")), enc(nop(b"out-3"))])
             .unwrap();
@@ -771,16 +789,16 @@ mod tests {
 
     mod in_place {
         use super::*;
-        use rlun_iscsi::proto::pdu::{DataIn, TaskAttr};
-        use rlun_iscsi::proto::session::{
-            CommandRequest, Event, FeatureParams, ProtocolError, Session, SessionNumbers,
+        use rlun_iscsi::proto::connection::{
+            CommandRequest, Connection, Event, FeatureParams, ProtocolError, SessionNumbers,
         };
+        use rlun_iscsi::proto::pdu::{DataIn, TaskAttr};
         use rlun_iscsi::testing::data_in;
         use std::time::Instant;
         use tokio::io::AsyncWriteExt;
 
         /// Data-In payloads go straight into the core's read buffers.
-        struct Core<'a>(&'a mut Session);
+        struct Core<'a>(&'a mut Connection);
 
         impl Placement for Core<'_> {
             fn lend(&mut self, h: &DataIn, len: u32) -> Option<Lent> {
@@ -788,8 +806,8 @@ mod tests {
             }
         }
 
-        fn core() -> Session {
-            Session::new(
+        fn core() -> Connection {
+            Connection::new(
                 FeatureParams::default(),
                 SessionNumbers {
                     cmd_sn: 1,
@@ -801,7 +819,7 @@ mod tests {
         }
 
         /// Submit a read of `len` bytes; its ITT.
-        fn submit_read(s: &mut Session, len: u32) -> u32 {
+        fn submit_read(s: &mut Connection, len: u32) -> u32 {
             s.submit(CommandRequest {
                 lun: [0; 8],
                 cdb: [0x28; 16],
@@ -855,7 +873,7 @@ mod tests {
         /// Read PDUs into `s` until `n` events came out; the events.
         async fn run(
             r: &mut FrameReader<Stream<tokio::io::DuplexStream>>,
-            s: &mut Session,
+            s: &mut Connection,
             n: usize,
         ) -> Result<Vec<Event>, ProtocolError> {
             let mut events = Vec::new();

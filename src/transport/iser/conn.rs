@@ -38,8 +38,8 @@ use super::slots::SendSlots;
 use super::{IserError, MAX_RECV_DATA};
 use crate::stats;
 use rlun_iscsi::iobuf;
+use rlun_iscsi::proto::connection::{DirectBuffers, Transmit};
 use rlun_iscsi::proto::pdu::{self, Bhs, FrameLimits, Pdu, WireFrame};
-use rlun_iscsi::proto::session::{DirectBuffers, Transmit};
 use rlun_sys::rdma::ffi::{
     self as sys, cm_event, Api, IbvCompChannel, IbvCq, IbvMr, IbvSge, IbvWc, RdmaCmId,
 };
@@ -1682,7 +1682,7 @@ fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rlun_iscsi::proto::session::FeatureParams;
+    use rlun_iscsi::proto::connection::FeatureParams;
 
     #[test]
     fn batched_reposting_keeps_a_receive_for_every_command_in_flight() {

@@ -234,34 +234,48 @@ mod transport_impl {
     use super::conn::{IserFrame, IserReader, IserTransport, IserWriter};
     use super::{resolve, IserError};
     use crate::transport::{
-        DataMovement, FrameWriter, PduReader, Placement, Received, Transmit, Transport,
-        TransportError, TransportKind,
+        DataMovement, Encoded, FrameEncoder, FrameWriter, PduReader, Placement, Received,
+        SpecificError, Transmit, Transport, TransportError,
     };
+    use rlun_iscsi::proto::negotiate::InitiatorProposal;
     use rlun_iscsi::proto::pdu::{Digests, FrameLimits};
+    use rlun_iscsi::ErrorKind;
+
+    impl SpecificError for IserError {
+        fn kind(&self) -> ErrorKind {
+            IserError::kind(self)
+        }
+    }
 
     impl From<IserError> for TransportError {
         fn from(e: IserError) -> Self {
             match e {
                 IserError::Disconnected { .. } => TransportError::Closed,
                 IserError::Pdu(p) => TransportError::Pdu(p),
-                other => TransportError::Iser(Box::new(other)),
+                other => TransportError::Specific(other.into()),
             }
         }
     }
 
     impl Transport for IserTransport {
-        const KIND: TransportKind = TransportKind::Iser;
         const DATA_MOVEMENT: DataMovement = DataMovement::Direct;
+        const MAX_TRANSFER: Option<u64> = Some(super::MAX_DIRECT_TRANSFER);
         type Reader = IserReader;
         type Writer = IserWriter;
+        type Encoder = IserEncoder;
+
+        fn adjust_proposal(proposal: &mut InitiatorProposal) {
+            super::adjust_proposal(proposal)
+        }
 
         async fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self, TransportError> {
             let addr = resolve(host, port, timeout).await?;
             Ok(IserTransport::connect_addr(addr, timeout).await?)
         }
 
-        fn split(self, limits: FrameLimits) -> (IserReader, IserWriter) {
-            self.into_halves(limits)
+        fn split(self, limits: FrameLimits) -> (IserReader, IserWriter, IserEncoder) {
+            let (r, w) = self.into_halves(limits);
+            (r, w, IserEncoder)
         }
     }
 
@@ -286,14 +300,26 @@ mod transport_impl {
         }
     }
 
-    impl FrameWriter for IserWriter {
+    /// Frames for the send half. No digests on iSER (RFC 7145 §7.2).
+    pub struct IserEncoder;
+
+    impl FrameEncoder for IserEncoder {
         type Frame = IserFrame;
 
-        fn encode(tx: Transmit, _digests: Digests) -> IserFrame {
-            // No digests on iSER (RFC 7145 §7.2); the header is added when
-            // the frame is posted, after its buffers are registered.
-            IserFrame::new(tx)
+        fn set_digests(&mut self, _digests: Digests) {}
+
+        fn encode(&mut self, tx: Transmit) -> Result<Encoded<IserFrame>, TransportError> {
+            // The header is added when the frame is posted, after its
+            // buffers are registered.
+            Ok(Encoded {
+                frame: IserFrame::new(tx),
+                hold: None,
+            })
         }
+    }
+
+    impl FrameWriter for IserWriter {
+        type Frame = IserFrame;
 
         async fn write_frames(&mut self, frames: &[IserFrame]) -> io::Result<()> {
             IserWriter::write_frames(self, frames)

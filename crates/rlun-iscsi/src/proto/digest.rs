@@ -164,8 +164,9 @@ fn check(kind: DigestKind, computed: u32, received: [u8; 4]) -> Result<(), Diges
 }
 
 /// What to offer for `HeaderDigest`/`DataDigest` (RFC 7143 §13.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum DigestPref {
     /// Offer `None` only.
     #[default]
@@ -174,7 +175,7 @@ pub enum DigestPref {
     Crc32c,
     /// Offer `CRC32C,None`: CRC32C when the target agrees. Spelled
     /// `prefer-crc32c` (canonical) or `prefer`, as on the command line.
-    #[serde(alias = "prefer")]
+    #[cfg_attr(feature = "serde", serde(alias = "prefer"))]
     PreferCrc32c,
 }
 

@@ -19,11 +19,11 @@ use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
 use super::chap::{ChapError, ChapInitiator, ChapNonce};
+use super::connection::SessionNumbers;
 use super::negotiate::{
     InitiatorProposal, NegotiationError, Negotiator, OperationalParams, SessionType,
 };
 use super::pdu::{Bhs, LoginRequest, LoginResponse, Pdu, Stage};
-use super::session::SessionNumbers;
 use super::text::{encode_text, parse_text, TextError};
 use crate::error::ErrorKind;
 use crate::secret::Secret;

@@ -1,7 +1,7 @@
-//! Session recovery, sans-IO: what happens to the caller's work when a
+//! Connection recovery, sans-IO: what happens to the caller's work when a
 //! command, a task management request or the whole connection fails.
 //!
-//! [`Recovery`] sits on top of the connection core ([`Session`]) and owns
+//! [`Recovery`] sits on top of the connection core ([`Connection`]) and owns
 //! what must outlive one connection: every SCSI command until it has a
 //! final answer (so it can be re-issued after an abort or on a new
 //! connection), the requests that live only as long as one connection
@@ -59,12 +59,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::connection::{
+    CommandRequest, CommandResult, Connection, Event, Lent, ProtocolError, TaskError, TaskHold,
+    TaskId, TmfOutcome, Transmit, CALLER_TASK_IDS,
+};
 use super::idmap::{IdMap, SlotTable};
 use super::pdu::{async_event, DataIn, Pdu};
-use super::session::{
-    CommandRequest, CommandResult, Event, Lent, ProtocolError, Session, TaskError, TaskId,
-    TmfOutcome, Transmit, CALLER_TASK_IDS,
-};
 use crate::scsi::Sense;
 
 /// Timed-out commands are re-issued this many times before they fail.
@@ -333,7 +333,7 @@ enum LogoutBy {
 #[derive(Debug)]
 enum Conn {
     /// Full feature phase on a connection.
-    Live(Box<Session>),
+    Live(Box<Connection>),
     /// No connection since `since`; the next attempt starts at `wake`
     /// (`None`: an attempt is under way).
     Down {
@@ -384,7 +384,7 @@ pub struct Recovery<W = ()> {
     flaps: u32,
     outputs: VecDeque<Output<W>>,
     /// Cores let go of, waiting for the driver to drop them.
-    retired: Vec<Session>,
+    retired: Vec<Connection>,
     /// Bytes retired cores copied that [`Recovery::take_copied_bytes`] has
     /// not reported yet.
     copied_untaken: u64,
@@ -398,7 +398,12 @@ fn task_of(id: RequestId) -> TaskId {
 impl<W> Recovery<W> {
     /// Start on a connection that has just completed login; `time2wait` is
     /// its negotiated DefaultTime2Wait.
-    pub fn new(cfg: RecoveryConfig, mut core: Session, time2wait: Duration, now: Instant) -> Self {
+    pub fn new(
+        cfg: RecoveryConfig,
+        mut core: Connection,
+        time2wait: Duration,
+        now: Instant,
+    ) -> Self {
         core.start(now);
         Recovery {
             cfg,
@@ -445,7 +450,7 @@ impl<W> Recovery<W> {
     }
 
     /// The current connection's core, when live (for diagnostics and tests).
-    pub fn core(&self) -> Option<&Session> {
+    pub fn core(&self) -> Option<&Connection> {
         match &self.conn {
             Conn::Live(core) => Some(core),
             _ => None,
@@ -613,7 +618,7 @@ impl<W> Recovery<W> {
     }
 
     /// Lend the current connection's core's read buffer for a Data-In
-    /// payload ([`Session::lend_read_buffer`]); `None` when no connection
+    /// payload ([`Connection::lend_read_buffer`]); `None` when no connection
     /// is live or the header names no place for it.
     pub fn lend_read_buffer(&mut self, h: &DataIn, len: u32) -> Option<Lent> {
         match &mut self.conn {
@@ -623,7 +628,7 @@ impl<W> Recovery<W> {
     }
 
     /// A Data-In whose payload was read into a lent buffer
-    /// ([`Session::handle_placed`]). A buffer lent by a connection that is
+    /// ([`Connection::handle_placed`]). A buffer lent by a connection that is
     /// no longer live is dropped.
     pub fn handle_placed(&mut self, pdu: Pdu, lent: Lent, now: Instant) {
         let Conn::Live(core) = &mut self.conn else {
@@ -648,7 +653,7 @@ impl<W> Recovery<W> {
     /// new connection's full feature phase, `time2wait` its DefaultTime2Wait.
     /// Ignored when no attempt was wanted any more (the core then goes
     /// straight to [`Recovery::take_retired`]).
-    pub fn handle_connected(&mut self, mut core: Session, time2wait: Duration, now: Instant) {
+    pub fn handle_connected(&mut self, mut core: Connection, time2wait: Duration, now: Instant) {
         let Conn::Down { since, wake: None } = self.conn else {
             self.retired.push(core);
             return;
@@ -783,16 +788,25 @@ impl<W> Recovery<W> {
         }
     }
 
+    /// Keep `hold` with task `itt` of the current connection (see
+    /// [`TaskHold`]): right after [`Recovery::poll_transmit`] gave out that
+    /// task's command. Dropped at once when the task is not there.
+    pub fn hold(&mut self, itt: u32, hold: TaskHold) {
+        if let Conn::Live(core) = &mut self.conn {
+            let _ = core.hold(itt, hold);
+        }
+    }
+
     /// Cores of connections the machine is done with. The driver drops them
     /// after the connection's transport (on [`Output::Disconnect`] and
     /// [`Output::Finished`]): tasks' buffers must outlive any remote access
     /// to them.
-    pub fn take_retired(&mut self) -> Vec<Session> {
+    pub fn take_retired(&mut self) -> Vec<Connection> {
         std::mem::take(&mut self.retired)
     }
 
     /// SCSI data bytes the connections' cores copied since the last call
-    /// (see [`Session::take_copied_bytes`]), the current one's and those
+    /// (see [`Connection::take_copied_bytes`]), the current one's and those
     /// of connections already let go of.
     pub fn take_copied_bytes(&mut self) -> u64 {
         let live = match &mut self.conn {
@@ -1431,11 +1445,11 @@ mod tests {
     //! PDUs: no socket, no clock (instants are `t0` plus offsets).
 
     use super::*;
+    use crate::proto::connection::{FeatureParams, SessionNumbers};
     use crate::proto::pdu::{
         tmf, AsyncMessage, Bhs, LogoutResponse, NopIn, Residual, ScsiResponse, TaskAttr,
         TaskMgmtResponse, RESERVED_TAG,
     };
-    use crate::proto::session::{FeatureParams, SessionNumbers};
 
     const T2W: Duration = Duration::from_secs(2);
     const GOOD: u8 = 0;
@@ -1444,7 +1458,7 @@ mod tests {
         RecoveryConfig::new(Duration::from_secs(30), Duration::from_secs(120), true)
     }
 
-    fn core_with(nop_interval: Option<Duration>) -> Session {
+    fn core_with(nop_interval: Option<Duration>) -> Connection {
         core_of(FeatureParams {
             nop_interval,
             ..FeatureParams::default()
@@ -1452,8 +1466,8 @@ mod tests {
     }
 
     /// A core with `params`, at CmdSN 1 with a window of 64.
-    fn core_of(params: FeatureParams) -> Session {
-        Session::new(
+    fn core_of(params: FeatureParams) -> Connection {
+        Connection::new(
             params,
             SessionNumbers {
                 cmd_sn: 1,
@@ -1464,7 +1478,7 @@ mod tests {
         )
     }
 
-    fn core() -> Session {
+    fn core() -> Connection {
         core_with(None)
     }
 
@@ -1504,7 +1518,7 @@ mod tests {
             Harness::with(cfg(), core())
         }
 
-        fn with(cfg: RecoveryConfig, core: Session) -> Harness {
+        fn with(cfg: RecoveryConfig, core: Connection) -> Harness {
             Harness::with_waiters(cfg, core)
         }
 
@@ -1542,7 +1556,7 @@ mod tests {
     }
 
     impl<W> Harness<W> {
-        fn with_waiters(cfg: RecoveryConfig, core: Session) -> Harness<W> {
+        fn with_waiters(cfg: RecoveryConfig, core: Connection) -> Harness<W> {
             let t0 = Instant::now();
             Harness {
                 r: Recovery::new(cfg, core, T2W, t0),
@@ -1866,7 +1880,7 @@ mod tests {
     }
 
     /// A core that keeps at most `depth` commands in flight.
-    fn core_with_depth(depth: u32) -> Session {
+    fn core_with_depth(depth: u32) -> Connection {
         core_of(FeatureParams {
             queue_depth: depth,
             nop_interval: None,
@@ -1875,8 +1889,8 @@ mod tests {
     }
 
     /// A core whose command window ends at `max_cmd_sn`.
-    fn core_with_window(max_cmd_sn: u32) -> Session {
-        Session::new(
+    fn core_with_window(max_cmd_sn: u32) -> Connection {
+        Connection::new(
             FeatureParams {
                 nop_interval: None,
                 ..FeatureParams::default()
@@ -2315,7 +2329,7 @@ mod tests {
         answer(&mut h, again, 31.0);
         assert_eq!(command_results(&h.outputs()), vec![(stuck, Ok(GOOD))]);
         assert_eq!(h.r.pending_commands(), 0);
-        assert_eq!(h.r.core().map(Session::outstanding), Some(0));
+        assert_eq!(h.r.core().map(Connection::outstanding), Some(0));
         assert_eq!(h.r.poll_timeout(), None);
     }
 
@@ -2337,7 +2351,7 @@ mod tests {
         h.answer(itt, GOOD, 4.0);
         assert_eq!(command_results(&h.outputs()), vec![(a, Ok(GOOD))]);
         assert_eq!(h.r.poll_timeout(), None);
-        assert_eq!(h.r.core().map(Session::outstanding), Some(0));
+        assert_eq!(h.r.core().map(Connection::outstanding), Some(0));
     }
 
     #[test]
@@ -2377,7 +2391,7 @@ mod tests {
         // The target's window admits nothing (MaxCmdSN = ExpCmdSN - 1) and
         // never opens: the command times out unsent, is retried like an
         // aborted one, and finally fails naming the closed window.
-        let core = Session::new(
+        let core = Connection::new(
             FeatureParams {
                 nop_interval: None,
                 ..FeatureParams::default()

@@ -1,6 +1,6 @@
 //! Full Feature Phase of one iSCSI connection, sans-IO (RFC 7143 §3.2, §4.2).
 //!
-//! [`Session`] owns everything a logged-in connection has to track: the
+//! [`Connection`] owns everything a logged-in connection has to track: the
 //! Initiator Task Tags in use, the command window (CmdSN, ExpCmdSN, MaxCmdSN,
 //! §3.2.2.1), ExpStatSN (§3.2.2.2), Data-In reassembly with DataSN checks
 //! (§11.7.5), R2T → Data-Out sequences (§11.8) within MaxBurstLength,
@@ -9,20 +9,20 @@
 //! continuation (SendTargets, §11.10), task management and logout.
 //!
 //! It does no I/O and reads no clock. The driver feeds it:
-//! - [`Session::submit`] / [`Session::submit_text`] / [`Session::abort_task`]…
+//! - [`Connection::submit`] / [`Connection::submit_text`] / [`Connection::abort_task`]…
 //!   for work from above;
-//! - [`Session::handle_pdu`] for every PDU received, with the current time;
-//! - [`Session::handle_timeout`] when the instant from
-//!   [`Session::poll_timeout`] has passed;
+//! - [`Connection::handle_pdu`] for every PDU received, with the current time;
+//! - [`Connection::handle_timeout`] when the instant from
+//!   [`Connection::poll_timeout`] has passed;
 //!
-//! and drains [`Session::poll_transmit`] (PDUs to send, in order) and
-//! [`Session::poll_event`] (completed tasks and notable target events).
+//! and drains [`Connection::poll_transmit`] (PDUs to send, in order) and
+//! [`Connection::poll_event`] (completed tasks and notable target events).
 //!
 //! # Data movement
 //!
 //! [`FeatureParams::data_movement`] says who moves SCSI data. In-band (TCP)
 //! the core reassembles Data-In and answers R2Ts with Data-Out. Direct
-//! (iSER) the target moves the data by RDMA: [`Session::poll_transmit`]
+//! (iSER) the target moves the data by RDMA: [`Connection::poll_transmit`]
 //! hands the transport each SCSI Command PDU together with the task's
 //! buffers ([`DirectBuffers`]: the read destination and the write data
 //! from the first byte not sent as immediate or unsolicited data), the
@@ -37,7 +37,7 @@
 //!
 //! An `Err` from `handle_pdu` or `handle_timeout` means the target broke the
 //! protocol or stopped answering: at ErrorRecoveryLevel 0 the connection must
-//! be dropped (§7.1.5); [`Session::fail_all`] then completes every task with
+//! be dropped (§7.1.5); [`Connection::fail_all`] then completes every task with
 //! the error so no caller waits forever.
 //!
 //! # Resource bounds
@@ -136,21 +136,50 @@ pub enum DataMovement {
     Direct,
 }
 
-/// A PDU the core wants sent, with what a direct transport needs to know
-/// about the task's buffers.
+/// A PDU the core wants sent, with what a transport needs to know about
+/// it besides its bytes: what kind of PDU it is and, for a direct command,
+/// the task's buffers.
 #[derive(Debug, Clone)]
 pub struct Transmit {
     pub pdu: Pdu,
+    pub kind: TransmitKind,
     /// Set on a SCSI Command PDU when the data moves directly (never with
     /// [`DataMovement::InBand`]).
     pub direct: Option<DirectBuffers>,
 }
 
+/// What a PDU to send is, as far as a transport cares: whether its data
+/// segment is SCSI write data (which a direct transport sends from the
+/// caller's registered buffer) or protocol text and the like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransmitKind {
+    /// A SCSI Command; its data segment, if any, is immediate write data.
+    ScsiCommand,
+    /// A SCSI Data-Out; its data segment is write data.
+    DataOut,
+    /// Anything else: login, text, NOP-Out, task management, logout.
+    Control,
+}
+
 impl From<Pdu> for Transmit {
+    /// A control PDU (login, text…) with no buffers of a task.
     fn from(pdu: Pdu) -> Self {
-        Transmit { pdu, direct: None }
+        Transmit {
+            pdu,
+            kind: TransmitKind::Control,
+            direct: None,
+        }
     }
 }
+
+/// Something a transport keeps alive for exactly as long as a task lives:
+/// a direct transport's registration of the task's buffers with its
+/// device. The transport hands it to the core right after encoding the
+/// task's command ([`Connection::hold`]); the core drops it when the task
+/// ends (its final response, task management ending it, a failure, or the
+/// core itself being dropped), before the task's buffers, so no
+/// bookkeeping of task lifetimes is needed outside the core.
+pub type TaskHold = Box<dyn std::any::Any + Send>;
 
 /// The buffers of one SCSI command in [`DataMovement::Direct`] mode, for
 /// the transport to register and name in its header (iSER: Read STag/VA,
@@ -204,12 +233,12 @@ pub struct SessionNumbers {
 
 /// Handle for a task submitted to the session. The ids the core allocates
 /// are unique for the session's life and count up from 1; ids with
-/// [`CALLER_TASK_IDS`] set are chosen by the caller ([`Session::submit_as`]).
+/// [`CALLER_TASK_IDS`] set are chosen by the caller ([`Connection::submit_as`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId(pub u64);
 
 /// The bit that marks a [`TaskId`] chosen by the caller
-/// ([`Session::submit_as`]); the core's own ids never reach it.
+/// ([`Connection::submit_as`]); the core's own ids never reach it.
 pub const CALLER_TASK_IDS: u64 = 1 << 63;
 
 /// A SCSI command to execute.
@@ -397,6 +426,9 @@ enum TaskKind {
 
 #[derive(Debug)]
 struct CommandTask {
+    /// What the transport keeps for this task ([`TaskHold`]). The first
+    /// field, so it is dropped before the buffers it may name.
+    hold: Option<TaskHold>,
     lun: [u8; 8],
     /// The caller's write data, held (shared, not copied) until the final
     /// response: in-band it feeds the Data-Out for each R2T, direct the
@@ -423,8 +455,8 @@ struct CommandTask {
 /// Where a command's read data goes: in-band a buffer of the read length,
 /// taken from a pool when the first Data-In arrives
 /// ([`crate::iobuf::read_pool`]; empty until then), that the receive path
-/// reads each payload straight into ([`Session::lend_read_buffer`]), or a
-/// PDU's data segment is copied into ([`Session::handle_pdu`]); direct a
+/// reads each payload straight into ([`Connection::lend_read_buffer`]), or a
+/// PDU's data segment is copied into ([`Connection::handle_pdu`]); direct a
 /// fixed-address buffer (from the registered pool when the transport
 /// enabled it, see [`crate::iobuf`]) that the target writes by RDMA.
 ///
@@ -507,10 +539,10 @@ fn check_data_in(c: &CommandTask, h: &DataIn, len: u32) -> Result<(), ProtocolEr
 
 /// The read buffer of one in-band command, lent to the receive path while
 /// one Data-In payload is read straight into it
-/// ([`Session::lend_read_buffer`]). It holds the buffer itself, not a
+/// ([`Connection::lend_read_buffer`]). It holds the buffer itself, not a
 /// reference: whatever happens to the command meanwhile (abort, timeout,
 /// connection loss), the payload lands in memory no caller has, and
-/// [`Session::handle_placed`] gives it back to the command only if that
+/// [`Connection::handle_placed`] gives it back to the command only if that
 /// command still exists.
 #[derive(Debug)]
 pub struct Lent {
@@ -586,7 +618,7 @@ struct Task {
 /// allocation. ITTs still count up and come round only after 2^32 tasks,
 /// so a late answer for a finished task names an ITT that is in no slot
 /// (the slot holds a newer task with another ITT, or nothing) and is
-/// rejected, never delivered to the newer task. [`Session::alloc_itt`]
+/// rejected, never delivered to the newer task. [`Connection::alloc_itt`]
 /// skips an ITT whose slot is taken (by a long-lived task) and the table
 /// doubles before it is half full.
 #[derive(Debug, Default)]
@@ -647,7 +679,7 @@ enum Queued {
 
 /// The Full Feature Phase state of one connection. See the module docs.
 #[derive(Debug)]
-pub struct Session {
+pub struct Connection {
     params: FeatureParams,
     cmd_sn: u32,
     exp_cmd_sn: u32,
@@ -665,9 +697,9 @@ pub struct Session {
     last_heard: Option<Instant>,
     ping_outstanding: Option<(u32, Instant)>,
     /// SCSI data bytes this core copied from PDUs into read buffers
-    /// (in-band Data-In); see [`Session::take_copied_bytes`].
+    /// (in-band Data-In); see [`Connection::take_copied_bytes`].
     copied_bytes: u64,
-    /// Of `copied_bytes`, those not yet taken by [`Session::take_copied_bytes`].
+    /// Of `copied_bytes`, those not yet taken by [`Connection::take_copied_bytes`].
     copied_untaken: u64,
     /// Where in-band read buffers come from; `None`: the process's
     /// ([`crate::iobuf::read_pool`]).
@@ -692,9 +724,9 @@ pub fn sn_lte(a: u32, b: u32) -> bool {
     a == b || sn_lt(a, b)
 }
 
-impl Session {
-    pub fn new(params: FeatureParams, numbers: SessionNumbers) -> Session {
-        Session {
+impl Connection {
+    pub fn new(params: FeatureParams, numbers: SessionNumbers) -> Connection {
+        Connection {
             params,
             cmd_sn: numbers.cmd_sn,
             exp_cmd_sn: numbers.exp_cmd_sn,
@@ -727,16 +759,16 @@ impl Session {
     }
 
     /// SCSI data bytes this core copied between PDUs and the callers'
-    /// buffers: the Data-In payloads handed to [`Session::handle_pdu`] in a
+    /// buffers: the Data-In payloads handed to [`Connection::handle_pdu`] in a
     /// PDU's data segment; none of those the receive path read in place
-    /// ([`Session::handle_placed`]) and none when the data moves directly
+    /// ([`Connection::handle_placed`]) and none when the data moves directly
     /// (a driver adds them to its own counters with
-    /// [`Session::take_copied_bytes`]).
+    /// [`Connection::take_copied_bytes`]).
     pub fn copied_bytes(&self) -> u64 {
         self.copied_bytes
     }
 
-    /// The bytes copied (see [`Session::copied_bytes`]) since the last call:
+    /// The bytes copied (see [`Connection::copied_bytes`]) since the last call:
     /// a driver adds them to its process-wide counters once per turn.
     pub fn take_copied_bytes(&mut self) -> u64 {
         std::mem::take(&mut self.copied_untaken)
@@ -796,7 +828,7 @@ impl Session {
         id
     }
 
-    /// [`Session::submit`] under a task id the caller chose: one with
+    /// [`Connection::submit`] under a task id the caller chose: one with
     /// [`CALLER_TASK_IDS`] set (the core's own ids never have it), not used
     /// by another task of this core that has not completed yet. The
     /// recovery machine puts its own request id there, so the
@@ -1062,6 +1094,7 @@ impl Session {
                 Bhs::ScsiCommand(cmd),
                 req.data_out.slice(..immediate_len as usize),
             ),
+            kind: TransmitKind::ScsiCommand,
             direct: buffers,
         });
         if unsolicited_end > immediate_len {
@@ -1080,6 +1113,7 @@ impl Session {
             itt,
             cmd_sn,
             kind: TaskKind::Command(CommandTask {
+                hold: None,
                 lun: req.lun,
                 data_out: req.data_out,
                 read_len: req.read_len,
@@ -1109,18 +1143,22 @@ impl Session {
         let mut data_sn = 0;
         while offset < end {
             let len = seg.min(end - offset);
-            self.queue(Pdu::with_data(
-                Bhs::DataOut(DataOut {
-                    final_: offset + len == end,
-                    lun,
-                    itt,
-                    ttt,
-                    exp_stat_sn: self.exp_stat_sn,
-                    data_sn,
-                    buffer_offset: offset,
-                }),
-                data.slice(offset as usize..(offset + len) as usize),
-            ));
+            self.transmit.push_back(Transmit {
+                pdu: Pdu::with_data(
+                    Bhs::DataOut(DataOut {
+                        final_: offset + len == end,
+                        lun,
+                        itt,
+                        ttt,
+                        exp_stat_sn: self.exp_stat_sn,
+                        data_sn,
+                        buffer_offset: offset,
+                    }),
+                    data.slice(offset as usize..(offset + len) as usize),
+                ),
+                kind: TransmitKind::DataOut,
+                direct: None,
+            });
             offset += len;
             data_sn += 1;
         }
@@ -1178,13 +1216,13 @@ impl Session {
     /// Lend the read buffer of the command a Data-In header names, so the
     /// receive path can read the header's `len`-byte payload straight into
     /// it ([`Lent::dest`]) and then hand both back with
-    /// [`Session::handle_placed`]: no copy of the payload in user space.
+    /// [`Connection::handle_placed`]: no copy of the payload in user space.
     ///
     /// `None` when the header is anything but the next in-order Data-In of
     /// a live in-band read with room for `len` bytes at its offset (unknown
     /// or finished task, a direct task, wrong DataSN or offset, overrun,
     /// an S bit without F): the receive path then reads the payload into a
-    /// PDU as usual and [`Session::handle_pdu`] reports the violation
+    /// PDU as usual and [`Connection::handle_pdu`] reports the violation
     /// without writing the payload anywhere.
     pub fn lend_read_buffer(&mut self, h: &DataIn, len: u32) -> Option<Lent> {
         if len == 0 {
@@ -1219,7 +1257,7 @@ impl Session {
     }
 
     /// A Data-In whose payload the receive path read into the buffer
-    /// [`Session::lend_read_buffer`] lent it (`pdu` carries the header and
+    /// [`Connection::lend_read_buffer`] lent it (`pdu` carries the header and
     /// no data). The buffer goes back to its command, then the header is
     /// processed like any Data-In. Should the command be gone meanwhile,
     /// the buffer is dropped here: it never reaches a caller.
@@ -1575,9 +1613,12 @@ impl Session {
         let Some(task) = self.remove(itt) else {
             return;
         };
-        let TaskKind::Command(c) = task.kind else {
+        let TaskKind::Command(mut c) = task.kind else {
             return;
         };
+        // The target is done with the buffers: let the transport release
+        // what it kept for them before they change hands.
+        drop(c.hold.take());
         let len = if c.direct {
             // The target placed the data without telling us how much: the
             // residual says (RFC 7143 §11.4.5).
@@ -1608,7 +1649,20 @@ impl Session {
     }
 
     fn queue(&mut self, pdu: Pdu) {
-        self.transmit.push_back(Transmit { pdu, direct: None });
+        self.transmit.push_back(Transmit::from(pdu));
+    }
+
+    /// Keep `hold` for as long as task `itt` lives (see [`TaskHold`]).
+    /// Given back when no command task has that tag (it has ended already:
+    /// the caller drops it).
+    pub fn hold(&mut self, itt: u32, hold: TaskHold) -> Result<(), TaskHold> {
+        match self.tasks.get_mut(&itt).and_then(|t| t.kind.command()) {
+            Some(c) => {
+                c.hold = Some(hold);
+                Ok(())
+            }
+            None => Err(hold),
+        }
     }
 
     /// Next completed task or target event.
@@ -1616,7 +1670,7 @@ impl Session {
         self.events.pop_front()
     }
 
-    /// When [`Session::handle_timeout`] should next be called, if ever.
+    /// When [`Connection::handle_timeout`] should next be called, if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if let Some((_, sent)) = self.ping_outstanding {
             return Some(sent + self.params.nop_timeout);
@@ -1625,7 +1679,7 @@ impl Session {
         Some(self.last_heard? + interval)
     }
 
-    /// Called at (or after) the instant from [`Session::poll_timeout`]: sends
+    /// Called at (or after) the instant from [`Connection::poll_timeout`]: sends
     /// a keepalive ping when the target has been quiet, and reports a dead
     /// connection when a ping went unanswered.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), ProtocolError> {
@@ -1710,8 +1764,8 @@ pub(crate) mod tests {
         FeatureParams::default()
     }
 
-    fn session(p: FeatureParams, max_cmd_sn: u32) -> Session {
-        Session::new(
+    fn session(p: FeatureParams, max_cmd_sn: u32) -> Connection {
+        Connection::new(
             p,
             SessionNumbers {
                 cmd_sn: 1,
@@ -1742,7 +1796,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn drain(s: &mut Session) -> Vec<Pdu> {
+    fn drain(s: &mut Connection) -> Vec<Pdu> {
         std::iter::from_fn(|| s.poll_transmit().map(|t| t.pdu)).collect()
     }
 
@@ -1984,7 +2038,7 @@ pub(crate) mod tests {
 
     /// Submit a read, answer it GOOD, and return its ITT; `sn` is the
     /// StatSN the answer carries (bumped).
-    fn run_one(s: &mut Session, sn: &mut u32) -> u32 {
+    fn run_one(s: &mut Connection, sn: &mut u32) -> u32 {
         let id = s.submit(read(0));
         let itt = itt_of(&drain(s)[0]);
         s.handle_pdu(response(itt, *sn, *sn + 1, *sn + 1000, 0), Instant::now())
@@ -2561,7 +2615,7 @@ pub(crate) mod tests {
 
     #[test]
     fn window_works_across_cmd_sn_wraparound() {
-        let mut s = Session::new(
+        let mut s = Connection::new(
             params(),
             SessionNumbers {
                 cmd_sn: 0xffff_fffe,
@@ -2585,7 +2639,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn transmits(s: &mut Session) -> Vec<Transmit> {
+    fn transmits(s: &mut Connection) -> Vec<Transmit> {
         std::iter::from_fn(|| s.poll_transmit()).collect()
     }
 
@@ -2615,7 +2669,7 @@ pub(crate) mod tests {
         }))
     }
 
-    fn completed(s: &mut Session) -> CommandResult {
+    fn completed(s: &mut Connection) -> CommandResult {
         match s.poll_event() {
             Some(Event::Command { result, .. }) => result.expect("command succeeds"),
             other => panic!("expected a command completion, got {other:?}"),
@@ -2628,14 +2682,14 @@ pub(crate) mod tests {
         Box::leak(Box::new(Pool::new(crate::iobuf::ARENA_LEN)))
     }
 
-    fn pooled_session(pool: &'static Pool) -> Session {
+    fn pooled_session(pool: &'static Pool) -> Connection {
         let mut s = session(params(), 40);
         s.set_read_pool(pool);
         s
     }
 
     /// Submit a read of `len` bytes and send it; its ITT.
-    fn sent_read(s: &mut Session, len: u32) -> (TaskId, u32) {
+    fn sent_read(s: &mut Connection, len: u32) -> (TaskId, u32) {
         let id = s.submit(read(len));
         let itt = itt_of(&drain(s)[0]);
         (id, itt)
@@ -2643,7 +2697,7 @@ pub(crate) mod tests {
 
     /// Lend `itt`'s buffer for a Data-In at `offset`, fill it with `data` as
     /// the receive path would, and hand it back.
-    fn place(s: &mut Session, h: Pdu, data: &[u8]) -> Result<(), ProtocolError> {
+    fn place(s: &mut Connection, h: Pdu, data: &[u8]) -> Result<(), ProtocolError> {
         let Bhs::DataIn(d) = &h.bhs else {
             panic!("not a Data-In")
         };
