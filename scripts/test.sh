@@ -22,8 +22,12 @@ scripts/install-test-deps.sh
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+# Every crate of the workspace: rlun, rlun-iscsi (the sans-IO core) and
+# rlun-sys (the one crate with unsafe code); also rlun without its `rdma`
+# feature, which drops the iSER transport.
 step "cargo clippy"
-cargo clippy --all-targets -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy -p rlun --no-default-features --all-targets -- -D warnings
 
 # Integration tests run the debug binary cargo builds for them
 # (CARGO_BIN_EXE_rlun; dependencies are optimised by the dev profile). The
@@ -34,11 +38,14 @@ if [ "${CI:-}" = "true" ]; then
     cargo build --release
 fi
 
-# Unit tests, integration tests against private tgtd instances, etc.
-# Each binary prints a "test result:" line.
+# Unit tests of the three crates, integration tests against private tgtd
+# instances, the architecture check (tests/architecture: layers, import
+# cycles, file sizes, unsafe only in rlun-sys), doc tests (the worked
+# example of rlun-iscsi's crate docs among them). Each binary prints a
+# "test result:" line.
 step "cargo test"
-cargo test --all-targets
-cargo test --doc
+cargo test --workspace --all-targets
+cargo test --workspace --doc
 
 # Coverage-guided fuzzing (fuzz/, scripts/fuzz.sh): every parser that takes
 # network or user input runs under libFuzzer for a short fixed time, all
