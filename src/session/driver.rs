@@ -30,7 +30,7 @@ use tracing::{debug, info, trace, warn};
 
 use super::config::SessionConfig;
 use super::error::SessionError;
-use super::login::{establish, session_info, LoggedIn, SessionInfo};
+use super::login::{establish, LoggedIn, SessionInfo};
 use super::queue::{CmdWaiter, Completions, Request};
 use crate::clock;
 use crate::stats;
@@ -53,8 +53,9 @@ pub(super) fn start_driver<T: Transport>(
     isid: [u8; 6],
     conn: LoggedIn<T>,
 ) -> (mpsc::UnboundedSender<Request>, Arc<Shared>) {
+    let ffp = enter_full_feature_phase(&cfg, conn);
     let shared = Arc::new(Shared {
-        info: std::sync::RwLock::new(session_info(&cfg, isid, &conn)),
+        info: std::sync::RwLock::new(ffp.info),
         reconnects: AtomicU64::new(0),
         capacity_changes: AtomicU64::new(0),
     });
@@ -64,13 +65,12 @@ pub(super) fn start_driver<T: Transport>(
         cfg.replacement_timeout,
         cfg.target_name.is_some(),
     );
-    let (live, core, time2wait) = go_live::<T>(&cfg, isid, &shared, conn);
     let driver = Driver::<T> {
         cfg,
         isid,
         shared: shared.clone(),
-        machine: Recovery::new(policy, core, time2wait, Instant::now()),
-        live: Some(live),
+        machine: Recovery::new(policy, ffp.core, ffp.time2wait, Instant::now()),
+        live: Some(ffp.live),
         attempt: None,
         waiters: IdMap::default(),
         to_wake: Vec::new(),
@@ -177,11 +177,20 @@ impl Timer {
 }
 
 impl<T: Transport> Driver<T> {
-    /// Take a logged-in connection into use (see [`go_live`]).
-    fn go_live(&mut self, conn: LoggedIn<T>) -> (Connection, Duration) {
-        let (live, core, time2wait) = go_live::<T>(&self.cfg, self.isid, &self.shared, conn);
-        self.live = Some(live);
-        (core, time2wait)
+    /// A reconnect attempt logged in: the new connection replaces the lost
+    /// one. Its facts become what handles see, and the machine gets its
+    /// core (and may still refuse it, e.g. when the session ended
+    /// meanwhile).
+    fn replace_connection(&mut self, conn: LoggedIn<T>) {
+        let ffp = enter_full_feature_phase(&self.cfg, conn);
+        *self.shared.info.write().unwrap_or_else(|e| e.into_inner()) = ffp.info;
+        self.live = Some(ffp.live);
+        self.machine
+            .handle_connected(ffp.core, ffp.time2wait, Instant::now());
+        if !self.machine.is_live() {
+            self.live = None;
+            drop(self.machine.take_retired());
+        }
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Request>) {
@@ -258,14 +267,7 @@ impl<T: Transport> Driver<T> {
                     self.attempt = None;
                     let now = Instant::now();
                     match r {
-                        Ok(conn) => {
-                            let (core, time2wait) = self.go_live(conn);
-                            self.machine.handle_connected(core, time2wait, Instant::now());
-                            if !self.machine.is_live() {
-                                self.live = None;
-                                drop(self.machine.take_retired());
-                            }
-                        }
+                        Ok(conn) => self.replace_connection(conn),
                         Err(e) => {
                             debug!(error = %error_chain(&e), "reconnect attempt failed");
                             self.last = Arc::new(e);
@@ -574,16 +576,31 @@ fn loss_error(cause: &Loss) -> Option<SessionError> {
     })
 }
 
-/// Take a logged-in connection into use: reader limits, writer task, the
-/// facts handles see; returns its I/O, its protocol core and its
-/// DefaultTime2Wait.
-fn go_live<T: Transport>(
+/// A logged-in connection, taken into use by the driver
+/// ([`enter_full_feature_phase`]).
+struct FullFeature<T: Transport> {
+    /// Its I/O: the receive half, and the channel to its writer task.
+    live: Live<T>,
+    /// Its protocol core, set up with the negotiated parameters.
+    core: Connection,
+    /// The negotiated DefaultTime2Wait: how long to wait before
+    /// reconnecting once it is lost.
+    time2wait: Duration,
+    /// What handles see of the session while it lasts.
+    info: SessionInfo,
+}
+
+/// Take a logged-in connection into its full feature phase: the reader's
+/// limits and the encoder's digests from the negotiated parameters, its
+/// writer task started, its protocol core built, and the facts handles
+/// see. The one place a connection's [`SessionInfo`] is made, for the
+/// first connection ([`start_driver`]) and every reconnect
+/// ([`Driver::replace_connection`]).
+fn enter_full_feature_phase<T: Transport>(
     cfg: &SessionConfig,
-    isid: [u8; 6],
-    shared: &Shared,
     conn: LoggedIn<T>,
-) -> (Live<T>, Connection, Duration) {
-    let info = session_info(cfg, isid, &conn);
+) -> FullFeature<T> {
+    let info = conn.info(cfg);
     let LoggedIn {
         portal,
         mut reader,
@@ -623,7 +640,6 @@ fn go_live<T: Transport>(
         "logged in"
     );
     let time2wait = Duration::from_secs(u64::from(p.default_time2wait.min(3600)));
-    *shared.info.write().unwrap_or_else(|e| e.into_inner()) = info;
     let core = Connection::new(feature, result.numbers);
     let (frames_tx, frames_rx) = mpsc::unbounded_channel();
     let (werr_tx, werr_rx) = oneshot::channel();
@@ -634,7 +650,12 @@ fn go_live<T: Transport>(
         write_error: werr_rx,
         encoder,
     };
-    (live, core, time2wait)
+    FullFeature {
+        live,
+        core,
+        time2wait,
+        info,
+    }
 }
 
 async fn read_pdu<W: Send>(

@@ -167,19 +167,18 @@ async fn run_login<T: Transport>(
     }
 }
 
-pub(super) fn session_info<T: Transport>(
-    cfg: &SessionConfig,
-    isid: [u8; 6],
-    conn: &LoggedIn<T>,
-) -> SessionInfo {
-    SessionInfo {
-        portal: conn.portal.clone(),
-        target_name: cfg.target_name.clone(),
-        isid,
-        tsih: conn.result.tsih,
-        params: conn.result.params.clone(),
-        target_alias: conn.result.target_alias.clone(),
-        target_portal_group_tag: conn.result.target_portal_group_tag,
-        max_transfer: T::MAX_TRANSFER,
+impl<T: Transport> LoggedIn<T> {
+    /// What handles see of the session while this connection lasts.
+    pub(super) fn info(&self, cfg: &SessionConfig) -> SessionInfo {
+        SessionInfo {
+            portal: self.portal.clone(),
+            target_name: cfg.target_name.clone(),
+            isid: self.result.isid,
+            tsih: self.result.tsih,
+            params: self.result.params.clone(),
+            target_alias: self.result.target_alias.clone(),
+            target_portal_group_tag: self.result.target_portal_group_tag,
+            max_transfer: T::MAX_TRANSFER,
+        }
     }
 }
