@@ -11,8 +11,9 @@ use crate::transport::TransportKind;
 /// How to reach and log in to a target (or a portal, for discovery).
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
-    /// Which transport carries the session (`iscsi://` is TCP, `iser://`
-    /// is iSER, which is not available yet).
+    /// Which transport carries the session: TCP for `iscsi://`, iSER over
+    /// RDMA for `iser://` (a build without the `rdma` feature refuses it
+    /// with [`TransportError::Unavailable`](crate::transport::TransportError::Unavailable)).
     pub transport: TransportKind,
     pub host: String,
     pub port: u16,
@@ -40,7 +41,7 @@ pub struct SessionConfig {
 impl SessionConfig {
     pub fn new(host: impl Into<String>, port: u16, initiator_name: impl Into<String>) -> Self {
         SessionConfig {
-            transport: TransportKind::Tcp,
+            transport: TransportKind::default(),
             host: host.into(),
             port,
             initiator_name: initiator_name.into(),

@@ -112,7 +112,8 @@ async fn run_login<T: Transport>(
 ) -> Result<LoginStep, SessionError> {
     let mut proposal = cfg.proposal.clone();
     T::adjust_proposal(&mut proposal);
-    // A transport that moves data itself needs iSER-assisted mode.
+    // A transport that moves the data itself logs in asking for
+    // iSER-assisted mode (RDMAExtensions=Yes, RFC 7145).
     proposal.rdma_extensions = T::DATA_MOVEMENT == DataMovement::Direct;
     let login_cfg = LoginConfig {
         initiator_name: cfg.initiator_name.clone(),

@@ -1,10 +1,13 @@
-//! The session driver: one tokio task per session that does the I/O and
-//! the timers around two sans-IO state machines — the recovery policy
+//! The session layer: one iSCSI session with a target (or, for discovery,
+//! a portal), kept up by a driver task, and the [`SessionHandle`] callers
+//! reach it through.
+//!
+//! The driver is one tokio task per session that does the I/O and the
+//! timers around two sans-IO state machines — the recovery policy
 //! ([`rlun_iscsi::proto::recovery::Recovery`]) and, inside it, the current
-//! connection's protocol core ([`rlun_iscsi::proto::connection::Connection`]) — and
-//! the receive half of a [`Transport`], plus a small writer task that owns
-//! its send half ([`FrameWriter::run`]). The driver is generic over the
-//! transport (`Driver<T>`); [`SessionConfig::transport`] picks it.
+//! connection's protocol core ([`rlun_iscsi::proto::connection::Connection`])
+//! — and the receive half of a [`Transport`], plus a small writer task that
+//! owns its send half ([`crate::transport::FrameWriter::run`]).
 //!
 //! ```text
 //!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
@@ -25,6 +28,32 @@
 //! Buffers belong to the machine's command records until their final
 //! answer arrives: a caller that drops its future early leaves the command
 //! running harmlessly; its result is discarded.
+//!
+//! # Transports
+//!
+//! The driver is generic over the transport (`Driver<T>`: no `dyn` on the
+//! hot path), and everything it needs to know about one comes through the
+//! [`Transport`] trait: how data moves, the most one command may move,
+//! what the login proposes. This layer names a concrete transport in one
+//! place only: [`SessionHandle::connect`] maps [`SessionConfig::transport`]
+//! (the URL scheme: `iscsi://` is TCP, `iser://` is iSER) to a transport
+//! type. Everything else, [`SessionHandle::connect_over`] included, works
+//! for any `T: Transport`; keep it that way.
+//!
+//! # Files
+//!
+//! Each file uses only the ones listed after it:
+//!
+//! - `mod.rs` (this file): [`SessionHandle`], the API callers use, and
+//!   [`discover`].
+//! - `driver.rs`: the driver task: its loop, its timer, taking a logged-in
+//!   connection into its full feature phase, delivering answers.
+//! - `login.rs`: connecting and logging in, following redirections;
+//!   [`SessionInfo`], what a login established.
+//! - `queue.rs`: the requests handles send the driver, and the completion
+//!   queue ([`CommandQueue`]) with its tickets.
+//! - `config.rs`: [`SessionConfig`].
+//! - `error.rs`: [`SessionError`] and how it is classified.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
