@@ -729,3 +729,190 @@ async fn attempt_done<T: Transport>(
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use rlun_iscsi::proto::connection::SessionNumbers;
+    use rlun_iscsi::proto::login::LoginResult;
+    use rlun_iscsi::proto::negotiate::OperationalParams;
+
+    use super::*;
+    use crate::transport::{DataMovement, Transmit};
+
+    /// What the driver did to a [`Fake`] connection's halves.
+    #[derive(Default)]
+    struct Seen {
+        limits: Option<FrameLimits>,
+        digests: Option<Digests>,
+        shut_down: bool,
+    }
+
+    /// A transport that carries nothing and records how the driver sets
+    /// its halves up.
+    struct Fake(Arc<Mutex<Seen>>);
+    struct FakeReader(Arc<Mutex<Seen>>);
+    struct FakeWriter(Arc<Mutex<Seen>>);
+    struct FakeEncoder(Arc<Mutex<Seen>>);
+
+    impl Transport for Fake {
+        const DATA_MOVEMENT: DataMovement = DataMovement::InBand;
+        const MAX_TRANSFER: Option<u64> = Some(1 << 20);
+        type Reader = FakeReader;
+        type Writer = FakeWriter;
+        type Encoder = FakeEncoder;
+
+        async fn connect(_: &str, _: u16, _: Duration) -> Result<Self, TransportError> {
+            Err(TransportError::Closed)
+        }
+
+        fn split(self, limits: FrameLimits) -> (FakeReader, FakeWriter, FakeEncoder) {
+            self.0.lock().unwrap().limits = Some(limits);
+            (
+                FakeReader(self.0.clone()),
+                FakeWriter(self.0.clone()),
+                FakeEncoder(self.0),
+            )
+        }
+    }
+
+    impl PduReader for FakeReader {
+        fn set_limits(&mut self, limits: FrameLimits) {
+            self.0.lock().unwrap().limits = Some(limits);
+        }
+
+        async fn read_pdu(
+            &mut self,
+            _: &mut (dyn Placement + Send),
+        ) -> Result<Received, TransportError> {
+            std::future::pending().await
+        }
+
+        fn try_next(
+            &mut self,
+            _: &mut (dyn Placement + Send),
+        ) -> Result<Option<Received>, TransportError> {
+            Ok(None)
+        }
+    }
+
+    impl FrameWriter for FakeWriter {
+        type Frame = ();
+
+        async fn write_frames(&mut self, _: &[()]) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        async fn shutdown(&mut self) {
+            self.0.lock().unwrap().shut_down = true;
+        }
+    }
+
+    impl FrameEncoder for FakeEncoder {
+        type Frame = ();
+
+        fn set_digests(&mut self, digests: Digests) {
+            self.0.lock().unwrap().digests = Some(digests);
+        }
+
+        fn encode(&mut self, _: Transmit) -> Result<Encoded<()>, TransportError> {
+            Ok(Encoded {
+                frame: (),
+                hold: None,
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_logged_in_connection_enters_its_full_feature_phase_with_what_login_negotiated() {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (reader, wr, encoder) = Fake(seen.clone()).split(FrameLimits::default());
+        let params = OperationalParams {
+            header_digest: DigestType::Crc32c,
+            max_recv_data_segment_length: 65536,
+            default_time2wait: 7,
+            ..OperationalParams::default()
+        };
+        let conn = LoggedIn::<Fake> {
+            portal: "192.0.2.1:3260".into(),
+            reader,
+            wr,
+            encoder,
+            result: LoginResult {
+                tsih: 0x1234,
+                isid: [0x80, 1, 2, 3, 4, 5],
+                params: params.clone(),
+                numbers: SessionNumbers {
+                    cmd_sn: 1,
+                    exp_cmd_sn: 1,
+                    max_cmd_sn: 32,
+                    exp_stat_sn: 1,
+                },
+                target_alias: Some("store".into()),
+                target_portal_group_tag: Some(1),
+            },
+        };
+        let mut cfg = SessionConfig::new("192.0.2.1", 3260, "iqn.2026-12.org.example:host");
+        cfg.target_name = Some("iqn.2026-12.org.example:store".into());
+
+        let ffp = enter_full_feature_phase(&cfg, conn);
+
+        let digests = Digests {
+            header: true,
+            data: false,
+        };
+        {
+            let seen = seen.lock().unwrap();
+            let limits = FrameLimits {
+                digests,
+                max_data_segment: 65536,
+            };
+            assert_eq!(seen.limits, Some(limits), "the reader's limits");
+            assert_eq!(seen.digests, Some(digests), "the encoder's digests");
+        }
+        assert_eq!(ffp.time2wait, Duration::from_secs(7));
+        let info = &ffp.info;
+        assert_eq!(info.portal, "192.0.2.1:3260");
+        assert_eq!(info.target_name, cfg.target_name);
+        assert_eq!(info.isid, [0x80, 1, 2, 3, 4, 5]);
+        assert_eq!(info.tsih, 0x1234);
+        assert_eq!(info.params, params);
+        assert_eq!(info.target_alias.as_deref(), Some("store"));
+        assert_eq!(info.target_portal_group_tag, Some(1));
+        assert_eq!(info.max_transfer, Some(1 << 20));
+
+        // The writer task lives until the connection's I/O is dropped,
+        // then closes its half.
+        assert!(!seen.lock().unwrap().shut_down);
+        drop(ffp.live);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !seen.lock().unwrap().shut_down {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the writer task shuts its half down");
+    }
+
+    #[tokio::test]
+    async fn the_timer_moves_only_to_an_earlier_deadline_and_disarms_when_it_fires() {
+        let mut timer = Timer::new();
+        let now = Instant::now();
+        timer.arm(None);
+        assert_eq!(timer.armed, None);
+
+        timer.arm(Some(now + Duration::from_secs(10)));
+        timer.arm(Some(now + Duration::from_secs(20)));
+        assert_eq!(timer.armed, Some(now + Duration::from_secs(10)), "later");
+        timer.arm(None);
+        assert_eq!(timer.armed, Some(now + Duration::from_secs(10)), "none");
+        timer.arm(Some(now + Duration::from_millis(1)));
+        assert_eq!(timer.armed, Some(now + Duration::from_millis(1)), "earlier");
+
+        tokio::time::timeout(Duration::from_secs(5), timer.fired())
+            .await
+            .expect("the timer fires at its deadline");
+        assert_eq!(timer.armed, None);
+    }
+}

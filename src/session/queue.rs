@@ -227,3 +227,140 @@ impl Drop for CommandQueue {
         self.flush();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rlun_iscsi::proto::pdu::{Residual, TaskAttr};
+
+    use super::*;
+
+    /// READ(10) of one block at `lba`.
+    fn read_of(lba: u8) -> CommandRequest {
+        let mut cdb = [0; 16];
+        cdb[0] = 0x28;
+        cdb[5] = lba;
+        cdb[8] = 1;
+        CommandRequest {
+            lun: [0; 8],
+            cdb,
+            data_out: Bytes::new(),
+            read_len: 512,
+            attr: TaskAttr::Simple,
+        }
+    }
+
+    fn good() -> CommandResult {
+        CommandResult {
+            status: 0,
+            sense: None,
+            data: Bytes::new(),
+            residual: Residual::default(),
+        }
+    }
+
+    /// The one message the queue sent, as the driver receives it.
+    fn the_batch(
+        rx: &mut mpsc::UnboundedReceiver<Request>,
+    ) -> (Arc<Completions>, Vec<(CommandRequest, Ticket)>) {
+        let Ok(Request::Batch(done, batch)) = rx.try_recv() else {
+            panic!("expected a batch");
+        };
+        assert!(rx.try_recv().is_err(), "one message per flush");
+        (done, batch)
+    }
+
+    #[tokio::test]
+    async fn queued_commands_reach_the_driver_in_one_batch_and_wake_their_reader_once_answered() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut queue = CommandQueue::new(tx);
+        queue.submit(read_of(1), 10);
+        queue.submit(read_of(2), 20);
+        assert!(rx.try_recv().is_err(), "nothing goes before a flush");
+        queue.flush();
+        let (done, mut batch) = the_batch(&mut rx);
+        assert_eq!(batch.len(), 2);
+        let reader = tokio::spawn(async move {
+            let mut out = Vec::new();
+            queue.completions(&mut out).await;
+            out
+        });
+        tokio::task::yield_now().await;
+
+        // The driver's turn: answer both, then wake the reader once.
+        for (_, ticket) in batch.drain(..) {
+            let q = ticket.complete(Ok(good()));
+            assert!(Arc::ptr_eq(&q, &done));
+        }
+        done.recycle(batch);
+        done.wake();
+
+        let out = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("the reader is woken")
+            .unwrap();
+        let tags: Vec<u64> = out.iter().map(|(tag, _)| *tag).collect();
+        assert_eq!(tags, [10, 20]);
+        assert!(out
+            .iter()
+            .all(|(_, r)| r.as_ref().is_ok_and(|r| r.status == 0)));
+    }
+
+    #[test]
+    fn the_next_batch_travels_in_the_vector_the_driver_emptied() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut queue = CommandQueue::new(tx);
+        queue.submit(read_of(1), 1);
+        queue.submit(read_of(2), 2);
+        queue.flush();
+        let (done, mut batch) = the_batch(&mut rx);
+        let buffer = batch.as_ptr();
+        for (_, ticket) in batch.drain(..) {
+            ticket.complete(Ok(good()));
+        }
+        done.recycle(batch);
+
+        queue.submit(read_of(3), 3);
+        queue.flush();
+
+        let (_, batch) = the_batch(&mut rx);
+        assert_eq!(batch.as_ptr(), buffer, "no new allocation per batch");
+        assert_eq!(batch.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn commands_left_unanswered_complete_as_closed() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut queue = CommandQueue::new(tx);
+        queue.submit(read_of(1), 7);
+        // The driver is gone: the batch comes back and is dropped.
+        drop(rx);
+        let mut out = Vec::new();
+
+        tokio::time::timeout(Duration::from_secs(5), queue.completions(&mut out))
+            .await
+            .expect("a completion for the dropped command");
+
+        assert!(
+            matches!(out.as_slice(), [(7, Err(SessionError::Closed))]),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_ticket_answered_is_not_completed_again_when_dropped() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut queue = CommandQueue::new(tx);
+        queue.submit(read_of(1), 5);
+        queue.flush();
+        let (done, mut batch) = the_batch(&mut rx);
+        let (_, ticket) = batch.pop().unwrap();
+
+        ticket.complete(Ok(good()));
+
+        let st = done.state.lock().unwrap();
+        assert_eq!(st.done.len(), 1, "exactly one completion");
+        assert!(st.done[0].1.is_ok());
+    }
+}
