@@ -178,9 +178,9 @@ impl Timer {
 
 impl<T: Transport> Driver<T> {
     /// A reconnect attempt logged in: the new connection replaces the lost
-    /// one. Its facts become what handles see, and the machine gets its
-    /// core (and may still refuse it, e.g. when the session ended
-    /// meanwhile).
+    /// one. Its facts become what handles see and the machine gets its
+    /// core; when the machine no longer wanted a connection it retires the
+    /// core at once, and the new connection's I/O is dropped before it.
     fn replace_connection(&mut self, conn: LoggedIn<T>) {
         let ffp = enter_full_feature_phase(&self.cfg, conn);
         *self.shared.info.write().unwrap_or_else(|e| e.into_inner()) = ffp.info;
@@ -193,6 +193,10 @@ impl<T: Transport> Driver<T> {
         }
     }
 
+    /// The task's body, one turn per loop: send and deliver what the
+    /// machine has, then wait for the first of a PDU, a request, a write
+    /// failure, a connection attempt's end or the timer; ends when the
+    /// machine says the session is over.
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Request>) {
         let one_thread = tokio::runtime::Handle::current().runtime_flavor()
             == tokio::runtime::RuntimeFlavor::CurrentThread;
