@@ -1,0 +1,125 @@
+//! [`SessionError`], the errors of the session layer, and how each is
+//! classified ([`SessionError::kind`]). A leaf of the session module: every
+//! other file of it uses this one, and it uses none of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rlun_iscsi::proto::connection::{ProtocolError, TaskError};
+use rlun_iscsi::proto::login::LoginError;
+use rlun_iscsi::ErrorKind;
+use thiserror::Error;
+
+use crate::transport::TransportError;
+
+/// Errors of the session layer. Each says which step failed; the cause is
+/// in `source()`.
+#[derive(Debug, Error)]
+pub enum SessionError {
+    #[error("cannot reach portal {portal}")]
+    Connect {
+        portal: String,
+        #[source]
+        source: TransportError,
+    },
+    #[error("login to {portal} failed")]
+    Login {
+        portal: String,
+        #[source]
+        source: LoginError,
+    },
+    #[error("login to {portal} timed out after {timeout:?}")]
+    LoginTimeout { portal: String, timeout: Duration },
+    #[error("login to {portal}: connection failed during login")]
+    LoginTransport {
+        portal: String,
+        #[source]
+        source: TransportError,
+    },
+    #[error("too many login redirections (last: {0})")]
+    TooManyRedirects(String),
+    #[error("connection to the target lost")]
+    ConnectionLost(#[source] Arc<TransportError>),
+    #[error("target violated the iSCSI protocol")]
+    Protocol(#[source] ProtocolError),
+    #[error("task failed")]
+    Task(#[source] TaskError),
+    #[error("session is closed")]
+    Closed,
+    #[error("discovery answer is malformed: {0}")]
+    BadDiscovery(String),
+    #[error("target unreachable for more than the replacement timeout ({timeout:?})")]
+    ReplacementTimeout {
+        timeout: Duration,
+        #[source]
+        last: Arc<SessionError>,
+    },
+    #[error("task management did not answer within {0:?}")]
+    TaskManagementTimeout(Duration),
+    #[error("target asked us to log out")]
+    LogoutRequested,
+    #[error("target stopped answering (no answer to a NOP-Out ping within {0:?})")]
+    NotResponding(Duration),
+}
+
+impl SessionError {
+    /// How this failure is classified.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SessionError::Connect { .. }
+            | SessionError::LoginTimeout { .. }
+            | SessionError::ConnectionLost(_)
+            | SessionError::Closed
+            | SessionError::TooManyRedirects(_)
+            | SessionError::ReplacementTimeout { .. }
+            | SessionError::TaskManagementTimeout(_)
+            | SessionError::LogoutRequested
+            | SessionError::NotResponding(_) => ErrorKind::Unreachable,
+            SessionError::LoginTransport { source, .. } => source.kind(),
+            SessionError::Login { source, .. } => source.kind(),
+            SessionError::Protocol(_) | SessionError::BadDiscovery(_) => ErrorKind::Protocol,
+            SessionError::Task(t) => t.kind(),
+        }
+    }
+}
+
+impl SessionError {
+    /// True when the network or target went away (as opposed to the target refusing).
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(
+            self,
+            SessionError::ConnectionLost(_)
+                | SessionError::Closed
+                | SessionError::ReplacementTimeout { .. }
+                | SessionError::NotResponding(_)
+                | SessionError::Task(TaskError::ConnectionLost(_))
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_errors_look_through_to_the_login_and_the_transport() {
+        let e = SessionError::Login {
+            portal: "p".into(),
+            source: LoginError::NotAuthorized,
+        };
+        assert_eq!(e.kind(), ErrorKind::Auth);
+        let e = SessionError::LoginTransport {
+            portal: "p".into(),
+            source: TransportError::Truncated { have: 1, need: 48 },
+        };
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        let e = SessionError::LoginTransport {
+            portal: "p".into(),
+            source: TransportError::Closed,
+        };
+        assert_eq!(e.kind(), ErrorKind::Unreachable);
+        let e = SessionError::Task(TaskError::ConnectionLost("x".into()));
+        assert_eq!(e.kind(), ErrorKind::Unreachable);
+        assert_eq!(SessionError::Task(TaskError::Aborted).kind(), ErrorKind::Io);
+    }
+}

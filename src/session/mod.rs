@@ -1,0 +1,241 @@
+//! The session layer: one iSCSI session with a target (or, for discovery,
+//! a portal), kept up by a driver task, and the [`SessionHandle`] callers
+//! reach it through.
+//!
+//! The driver is one tokio task per session that does the I/O and the
+//! timers around two sans-IO state machines — the recovery policy
+//! ([`rlun_iscsi::proto::recovery::Recovery`]) and, inside it, the current
+//! connection's protocol core ([`rlun_iscsi::proto::connection::Connection`])
+//! — and the receive half of a [`Transport`], plus a small writer task that
+//! owns its send half ([`crate::transport::FrameWriter::run`]).
+//!
+//! ```text
+//!  callers ──Request──► driver task ──frames──► writer task ──writev──► socket
+//!     ▲                   │  ▲ reads PDUs itself (PduReader)
+//!     └──oneshot result───┘  └──────────────────────────────────────── socket
+//!        or a batch per turn (CommandQueue)
+//! ```
+//!
+//! Reading in the driver task keeps the hot path (Data-In → core → caller)
+//! free of channel hops; writing in its own task means a target that is
+//! busy sending us Data-In can never deadlock against us while we push
+//! Data-Out. The driver turns requests into machine inputs, hands whatever
+//! the core wants sent to the writer in batches, sleeps until the machine's
+//! next deadline, connects and logs in when the machine asks for it, and
+//! delivers the machine's answers to their callers. Every decision about
+//! retries, aborts, reconnects and logout is the machine's.
+//!
+//! Buffers belong to the machine's command records until their final
+//! answer arrives: a caller that drops its future early leaves the command
+//! running harmlessly; its result is discarded.
+//!
+//! # Transports
+//!
+//! The driver is generic over the transport (`Driver<T>`: no `dyn` on the
+//! hot path), and everything it needs to know about one comes through the
+//! [`Transport`] trait: how data moves, the most one command may move,
+//! what the login proposes. This layer names a concrete transport in one
+//! place only: [`SessionHandle::connect`] maps [`SessionConfig::transport`]
+//! (the URL scheme: `iscsi://` is TCP, `iser://` is iSER) to a transport
+//! type. Everything else, [`SessionHandle::connect_over`] included, works
+//! for any `T: Transport`; keep it that way.
+//!
+//! # Files
+//!
+//! Each file uses only the ones listed after it:
+//!
+//! - `mod.rs` (this file): [`SessionHandle`], the API callers use, and
+//!   [`discover`].
+//! - `driver.rs`: the driver task: its loop, its timer, taking a logged-in
+//!   connection into its full feature phase, delivering answers.
+//! - `login.rs`: connecting and logging in, following redirections;
+//!   [`SessionInfo`], what a login established.
+//! - `queue.rs`: the requests handles send the driver, and the completion
+//!   queue ([`CommandQueue`]) with its tickets.
+//! - `config.rs`: [`SessionConfig`].
+//! - `error.rs`: [`SessionError`] and how it is classified.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rlun_iscsi::proto::connection::{CommandRequest, CommandResult, TmfOutcome};
+use rlun_iscsi::proto::negotiate::{parse_send_targets, DiscoveredTarget};
+use rlun_iscsi::proto::pdu;
+use rlun_iscsi::proto::text::{encode_text, parse_text};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::transport::{Transport, TransportKind};
+
+mod config;
+mod driver;
+mod error;
+mod login;
+mod queue;
+
+pub use config::SessionConfig;
+pub use error::SessionError;
+pub use login::SessionInfo;
+pub use queue::{CommandQueue, Completion};
+
+use driver::{start_driver, Shared};
+use login::establish;
+use queue::{CmdWaiter, Request};
+
+/// A cheap, cloneable handle to a running session.
+#[derive(Clone)]
+pub struct SessionHandle {
+    tx: mpsc::UnboundedSender<Request>,
+    shared: Arc<Shared>,
+}
+
+/// A command submitted with [`SessionHandle::submit`], awaiting its result.
+pub struct PendingCommand {
+    rx: oneshot::Receiver<Result<CommandResult, SessionError>>,
+}
+
+impl PendingCommand {
+    pub async fn wait(self) -> Result<CommandResult, SessionError> {
+        self.rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+}
+
+impl SessionHandle {
+    /// Connect and log in (following login redirections), then start the driver task.
+    pub async fn connect(cfg: SessionConfig) -> Result<SessionHandle, SessionError> {
+        match cfg.transport {
+            TransportKind::Tcp => {
+                Self::connect_over::<crate::transport::tcp::TcpTransport>(cfg).await
+            }
+            #[cfg(feature = "rdma")]
+            TransportKind::Iser => {
+                Self::connect_over::<crate::transport::iser::IserTransport>(cfg).await
+            }
+            #[cfg(not(feature = "rdma"))]
+            kind @ TransportKind::Iser => Err(SessionError::Connect {
+                portal: login::portal_string(&cfg.host, cfg.port),
+                source: crate::transport::TransportError::Unavailable(kind),
+            }),
+        }
+    }
+
+    /// [`SessionHandle::connect`] over the transport `T` (whatever
+    /// `cfg.transport` says).
+    pub async fn connect_over<T: Transport>(
+        cfg: SessionConfig,
+    ) -> Result<SessionHandle, SessionError> {
+        let isid = crate::entropy::random_isid();
+        let conn = establish::<T>(&cfg, isid).await?;
+        let (tx, shared) = start_driver(cfg, isid, conn);
+        Ok(SessionHandle { tx, shared })
+    }
+
+    /// Facts about the session as of now (they change after a reconnect).
+    pub fn info(&self) -> SessionInfo {
+        self.shared
+            .info
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// How many times the session has been re-established.
+    pub fn reconnects(&self) -> u64 {
+        self.shared.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// A counter bumped whenever the target reports that a LUN's capacity
+    /// changed (UNIT ATTENTION 2A/09 or an asynchronous event); layers above
+    /// compare it with the value they saw last and re-read the capacity.
+    pub fn capacity_generation(&self) -> u64 {
+        self.shared.capacity_changes.load(Ordering::Relaxed)
+    }
+
+    /// Record a capacity change seen in sense data.
+    pub fn note_capacity_change(&self) {
+        self.shared.capacity_changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Queue a SCSI command; the returned future resolves when it completes.
+    pub fn submit(&self, req: CommandRequest) -> PendingCommand {
+        let (tx, rx) = oneshot::channel();
+        // If the driver is gone, `tx` is dropped and `wait` reports Closed.
+        let _ = self.tx.send(Request::Command(req, CmdWaiter::One(tx)));
+        PendingCommand { rx }
+    }
+
+    /// A completion queue on this session, for a task that keeps many
+    /// commands in flight (see [`CommandQueue`]).
+    pub fn queue(&self) -> CommandQueue {
+        CommandQueue::new(self.tx.clone())
+    }
+
+    /// Execute a SCSI command and wait for its result.
+    pub async fn command(&self, req: CommandRequest) -> Result<CommandResult, SessionError> {
+        self.submit(req).wait().await
+    }
+
+    /// A Text Request exchange; returns the reassembled answer.
+    pub async fn text(&self, data: Bytes) -> Result<Bytes, SessionError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Text(data, tx))
+            .map_err(|_| SessionError::Closed)?;
+        rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+
+    /// Send a NOP-Out ping and wait for the answer; returns the round trip.
+    pub async fn ping(&self) -> Result<Duration, SessionError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Ping(tx))
+            .map_err(|_| SessionError::Closed)?;
+        rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+
+    /// LOGICAL UNIT RESET on `lun` (8-byte LUN field).
+    pub async fn lun_reset(&self, lun: [u8; 8]) -> Result<TmfOutcome, SessionError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::LunReset(lun, tx))
+            .map_err(|_| SessionError::Closed)?;
+        rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+
+    /// Log out cleanly (waits for in-flight commands to finish first).
+    pub async fn logout(&self) -> Result<(), SessionError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Logout(tx))
+            .map_err(|_| SessionError::Closed)?;
+        rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+}
+
+/// Log in to a portal with a discovery session, ask `SendTargets=All`, log out.
+/// Targets come back as [`DiscoveredTarget`]s (RFC 7143 Appendix C).
+pub async fn discover(cfg: SessionConfig) -> Result<Vec<DiscoveredTarget>, SessionError> {
+    let mut cfg = cfg;
+    cfg.target_name = None;
+    let session = SessionHandle::connect(cfg).await?;
+    let text = session
+        .text(Bytes::from(encode_text(&[(
+            "SendTargets".to_string(),
+            "All".to_string(),
+        )])))
+        .await?;
+    let _ = session.logout().await;
+    let keys = parse_text(&text).map_err(|e| SessionError::BadDiscovery(e.to_string()))?;
+    parse_send_targets(&keys).map_err(|e| SessionError::BadDiscovery(e.to_string()))
+}
+
+/// Re-exported so users of the driver need not reach into `proto`.
+pub use rlun_iscsi::proto::pdu::RESERVED_TAG as NO_TASK;
+
+#[allow(dead_code)]
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<SessionHandle>();
+    is_send::<pdu::Pdu>();
+}
