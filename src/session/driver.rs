@@ -30,7 +30,7 @@ use tracing::{debug, info, trace, warn};
 
 use super::config::SessionConfig;
 use super::error::SessionError;
-use super::login::{establish, LoggedIn, SessionInfo};
+use super::login::{establish, Established, SessionInfo};
 use super::queue::{CmdWaiter, Completions, Request};
 use crate::clock;
 use crate::stats;
@@ -51,7 +51,7 @@ pub(super) struct Shared {
 pub(super) fn start_driver<T: Transport>(
     cfg: SessionConfig,
     isid: [u8; 6],
-    conn: LoggedIn<T>,
+    conn: Established<T>,
 ) -> (mpsc::UnboundedSender<Request>, Arc<Shared>) {
     let ffp = enter_full_feature_phase(&cfg, conn);
     let shared = Arc::new(Shared {
@@ -110,7 +110,7 @@ struct Live<T: Transport> {
 }
 
 /// A connection attempt (connect and log in) under way.
-type Attempt<T> = Pin<Box<dyn Future<Output = Result<LoggedIn<T>, SessionError>> + Send>>;
+type Attempt<T> = Pin<Box<dyn Future<Output = Result<Established<T>, SessionError>> + Send>>;
 
 /// The thin tokio loop around [`Recovery`]: it does the I/O, sleeps until
 /// the machine's next deadline, turns requests into machine inputs and
@@ -181,7 +181,7 @@ impl<T: Transport> Driver<T> {
     /// one. Its facts become what handles see and the machine gets its
     /// core; when the machine no longer wanted a connection it retires the
     /// core at once, and the new connection's I/O is dropped before it.
-    fn replace_connection(&mut self, conn: LoggedIn<T>) {
+    fn replace_connection(&mut self, conn: Established<T>) {
         let ffp = enter_full_feature_phase(&self.cfg, conn);
         *self.shared.info.write().unwrap_or_else(|e| e.into_inner()) = ffp.info;
         self.live = Some(ffp.live);
@@ -602,10 +602,10 @@ struct FullFeature<T: Transport> {
 /// ([`Driver::replace_connection`]).
 fn enter_full_feature_phase<T: Transport>(
     cfg: &SessionConfig,
-    conn: LoggedIn<T>,
+    conn: Established<T>,
 ) -> FullFeature<T> {
     let info = conn.info(cfg);
-    let LoggedIn {
+    let Established {
         portal,
         mut reader,
         wr,
@@ -727,7 +727,7 @@ async fn write_failed(
 
 async fn attempt_done<T: Transport>(
     attempt: Option<&mut Attempt<T>>,
-) -> Result<LoggedIn<T>, SessionError> {
+) -> Result<Established<T>, SessionError> {
     match attempt {
         Some(a) => a.await,
         None => std::future::pending().await,
@@ -838,7 +838,7 @@ mod tests {
             default_time2wait: 7,
             ..OperationalParams::default()
         };
-        let conn = LoggedIn::<Fake> {
+        let conn = Established::<Fake> {
             portal: "192.0.2.1:3260".into(),
             reader,
             wr,

@@ -1,5 +1,5 @@
 //! Connecting to a portal and logging in, following login redirections
-//! ([`establish`]), and what a login established ([`LoggedIn`],
+//! ([`establish`]), and what a login established ([`Established`],
 //! [`SessionInfo`]). The driver calls [`establish`] for the first
 //! connection and for every reconnect; the login itself is the sans-IO
 //! state machine [`rlun_iscsi::proto::login::Login`], driven here over the
@@ -43,7 +43,7 @@ pub(super) fn portal_string(host: &str, port: u16) -> String {
 }
 
 /// A connected transport that has completed login.
-pub(super) struct LoggedIn<T: Transport> {
+pub(super) struct Established<T: Transport> {
     pub(super) portal: String,
     pub(super) reader: T::Reader,
     pub(super) wr: T::Writer,
@@ -57,7 +57,7 @@ pub(super) struct LoggedIn<T: Transport> {
 pub(super) async fn establish<T: Transport>(
     cfg: &SessionConfig,
     isid: [u8; 6],
-) -> Result<LoggedIn<T>, SessionError> {
+) -> Result<Established<T>, SessionError> {
     let mut host = cfg.host.clone();
     let mut port = cfg.port;
     for _ in 0..5 {
@@ -80,7 +80,7 @@ pub(super) async fn establish<T: Transport>(
         })??;
         match outcome {
             LoginStep::Complete(result) => {
-                return Ok(LoggedIn {
+                return Ok(Established {
                     portal,
                     reader,
                     wr,
@@ -168,7 +168,7 @@ async fn run_login<T: Transport>(
     }
 }
 
-impl<T: Transport> LoggedIn<T> {
+impl<T: Transport> Established<T> {
     /// What handles see of the session while this connection lasts.
     pub(super) fn info(&self, cfg: &SessionConfig) -> SessionInfo {
         SessionInfo {
