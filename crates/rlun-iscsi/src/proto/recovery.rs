@@ -1445,7 +1445,7 @@ mod tests {
     //! PDUs: no socket, no clock (instants are `t0` plus offsets).
 
     use super::*;
-    use crate::proto::connection::{FeatureParams, SessionNumbers};
+    use crate::proto::connection::{FeatureParams, SequenceNumbers};
     use crate::proto::pdu::{
         tmf, AsyncMessage, Bhs, LogoutResponse, NopIn, Residual, ScsiResponse, TaskAttr,
         TaskMgmtResponse, RESERVED_TAG,
@@ -1469,7 +1469,7 @@ mod tests {
     fn core_of(params: FeatureParams) -> Connection {
         Connection::new(
             params,
-            SessionNumbers {
+            SequenceNumbers {
                 cmd_sn: 1,
                 exp_cmd_sn: 1,
                 max_cmd_sn: 64,
@@ -1895,7 +1895,7 @@ mod tests {
                 nop_interval: None,
                 ..FeatureParams::default()
             },
-            SessionNumbers {
+            SequenceNumbers {
                 cmd_sn: 1,
                 exp_cmd_sn: 1,
                 max_cmd_sn,
@@ -2396,7 +2396,7 @@ mod tests {
                 nop_interval: None,
                 ..FeatureParams::default()
             },
-            SessionNumbers {
+            SequenceNumbers {
                 cmd_sn: 1,
                 exp_cmd_sn: 1,
                 max_cmd_sn: 0,
