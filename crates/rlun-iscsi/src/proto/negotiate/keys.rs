@@ -258,7 +258,7 @@ use KeyDefault::{Bool as B, None as NoDefault, Number as N, Text as T};
 
 /// The key table, indexed by [`Key`]. RFC 7143 §13 unless noted; the iSER
 /// keys from RFC 7145 §6 (what Linux and libiscsi do with them is in the
-/// comments of [`InitiatorProposal`]).
+/// comments of [`InitiatorProposal`](crate::proto::negotiate::InitiatorProposal)).
 #[rustfmt::skip]
 pub static KEYS: [KeySpec; 32] = [
     row!(HeaderDigest, "HeaderDigest", List, None, DIGESTS, T("None"),

@@ -210,7 +210,8 @@ pub(super) enum Typed<'a> {
     Text(&'a str),
 }
 
-/// What the initiator wants; the input to [`Negotiator::new`].
+/// What the initiator wants; the input to
+/// [`Negotiator::new`](crate::proto::negotiate::Negotiator::new).
 ///
 /// The defaults suit a fast initiator talking to tgtd or LIO: values under a
 /// minimum rule are offered at their maximum so the target's own limit
