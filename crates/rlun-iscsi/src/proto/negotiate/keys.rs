@@ -6,13 +6,16 @@
 //! `SessionType` (§13.21) and `TaskReporting` (§13.23), and the declarative
 //! identity keys every connection's first Login Request carries (§6.3).
 
+use crate::proto::pdu::MAX_DATA_SEGMENT;
+
 /// The iSCSIProtocolLevel this crate implements: RFC 7143 is level 1
 /// (RFC 7143 §13.24, RFC 7144).
 pub const RFC7143_PROTOCOL_LEVEL: u32 = 1;
 
-/// Largest data segment length / burst length a key may carry: 2^24 - 1
-/// (DataSegmentLength is a 24-bit field).
-pub const MAX_SEGMENT_LEN: u32 = (1 << 24) - 1;
+/// Largest data segment length / burst length a key may carry: 2^24 - 1,
+/// the largest value of the 24-bit DataSegmentLength field
+/// ([`MAX_DATA_SEGMENT`]).
+pub const MAX_SEGMENT_LEN: u32 = MAX_DATA_SEGMENT;
 
 /// `SessionType` (RFC 7143 §13.21).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

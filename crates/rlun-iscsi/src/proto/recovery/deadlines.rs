@@ -1,6 +1,10 @@
 //! Time bookkeeping that does not need the machine: the kept commands'
 //! deadlines, earliest first, at a push per submitted command and nothing
 //! per completion, and the pause between failed connection attempts.
+//!
+//! The queue's methods are `#[inline]`: the machine calls them for every
+//! command from other files (`machine.rs`, `timers.rs`), and they were
+//! inlined there when all of it was one file.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -25,11 +29,13 @@ pub(super) struct Deadlines {
 }
 
 impl Deadlines {
+    #[inline]
     fn is_current<W>(cmds: &SlotTable<CmdRecord<W>>, t: Instant, id: RequestId) -> bool {
         cmds.get(id.0).and_then(|c| c.deadline) == Some(t)
     }
 
     /// Watch command `id`, which has just been given deadline `t`.
+    #[inline]
     pub(super) fn push<W>(&mut self, t: Instant, id: RequestId, cmds: &SlotTable<CmdRecord<W>>) {
         if self.q.back().is_none_or(|&(last, _)| last <= t) {
             self.q.push_back((t, id));
@@ -45,6 +51,7 @@ impl Deadlines {
     }
 
     /// Drop stale entries from the front (after a deadline went away).
+    #[inline]
     pub(super) fn prune<W>(&mut self, cmds: &SlotTable<CmdRecord<W>>) {
         while let Some(&(t, id)) = self.q.front() {
             if Self::is_current(cmds, t, id) {
@@ -55,6 +62,7 @@ impl Deadlines {
     }
 
     /// The earliest current deadline.
+    #[inline]
     pub(super) fn first<W>(&self, cmds: &SlotTable<CmdRecord<W>>) -> Option<Instant> {
         // The front is current after every change; the filter only guards.
         self.q
@@ -64,6 +72,7 @@ impl Deadlines {
     }
 
     /// Take the earliest current entry if it is due at `now`.
+    #[inline]
     pub(super) fn pop_due<W>(
         &mut self,
         now: Instant,
@@ -76,6 +85,7 @@ impl Deadlines {
         }
     }
 
+    #[inline]
     pub(super) fn clear(&mut self) {
         self.q.clear();
     }

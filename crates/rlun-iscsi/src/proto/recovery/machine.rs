@@ -133,6 +133,8 @@ impl<W> Recovery<W> {
 
     /// The next request id: ids count up, skipping one whose slot in the
     /// command table a long-lived command holds (see [`SlotTable`]).
+    // `#[inline]` (and `logout_by`'s): called per command from `handle.rs`.
+    #[inline]
     pub(super) fn alloc_id(&mut self) -> RequestId {
         loop {
             let id = self.next_id;
@@ -143,6 +145,7 @@ impl<W> Recovery<W> {
         }
     }
 
+    #[inline]
     pub(super) fn logout_by(&self) -> Option<LogoutBy> {
         self.logout_sent.map(|(_, by)| by)
     }
