@@ -49,9 +49,9 @@
 //! | [`proto::idmap`] | tables keyed by the ids the initiator allocates | — |
 //! | [`proto::chap`] | CHAP, one-way and mutual | RFC 1994, RFC 7143 §12.1.3 |
 //! | [`proto::negotiate`] | the key table, operational negotiation, SendTargets answers | RFC 7143 §6.2, §13; RFC 7145 §6 |
-//! | [`proto::connection`] | one connection's full feature phase: command window, task table, data movement, NOP, text, task management, logout | RFC 7143 §3.2, §4.2, §11; RFC 7145 §7 |
+//! | [`proto::connection`] | one connection's full feature phase: command window, task table, data movement, NOP, text, task management, logout | RFC 7143 §4.2, §11; RFC 7145 |
 //! | [`proto::login`] | the login phase as a chain of owned states | RFC 7143 §6.3, §11.12, §11.13 |
-//! | [`proto::recovery`] | what outlives one connection: kept commands, timeouts, task management escalation, reconnect and logout policy | RFC 7143 §6.1, §7 |
+//! | [`proto::recovery`] | what outlives one connection: kept commands, timeouts, task management escalation, reconnect and logout policy | RFC 7143 §7, §13.15 |
 //! | `testing` | canned target PDUs for the tests of crates built on this one (feature `test-utils`) | — |
 //!
 //! # Data movement
@@ -209,7 +209,7 @@
 //! let p = &logged_in.params;
 //! assert_eq!((logged_in.tsih, p.max_burst_length, p.first_burst_length), (1, 262144, 65536));
 //!
-//! // ---- Full feature phase on this connection (RFC 7143 §3.2, §11.3–§11.7).
+//! // ---- Full feature phase on this connection (RFC 7143 §4.2.5, §11.3–§11.7).
 //! let mut conn = Connection::new(
 //!     FeatureParams {
 //!         immediate_data: p.immediate_data,

@@ -1,10 +1,12 @@
-//! What a driver of [`Connection`](crate::proto::connection::Connection) sees: the parameters
-//! of the Full Feature Phase (RFC 7143 §3.2, negotiated at login), the SCSI
-//! commands it submits and their results, the [`Event`]s it drains, the
-//! PDUs it sends ([`Transmit`], with a direct command's buffers, RFC 7145
-//! §7), the errors — [`TaskError`] fails one task, [`ProtocolError`] the
-//! connection (§7.1.5) — and RFC 1982 serial-number arithmetic on CmdSN
-//! and StatSN (§3.2.2).
+//! What a driver of [`Connection`]
+//! sees: the parameters of the Full Feature Phase (RFC 7143 §4.2.5,
+//! negotiated at login), the SCSI commands it submits and their results,
+//! the [`Event`]s it drains, the PDUs it sends ([`Transmit`], with a direct
+//! command's buffers for an iSER transport, RFC 7145), the errors —
+//! [`TaskError`] fails one task, [`ProtocolError`] the connection (§7.1.5)
+//! — and RFC 1982 serial-number arithmetic on CmdSN and StatSN (§4.2.2).
+//!
+//! [`Connection`]: crate::proto::connection::Connection
 
 use std::time::Duration;
 
@@ -108,10 +110,12 @@ impl From<Pdu> for Transmit {
 /// Something a transport keeps alive for exactly as long as a task lives:
 /// a direct transport's registration of the task's buffers with its
 /// device. The transport hands it to the core right after encoding the
-/// task's command ([`Connection::hold`](crate::proto::connection::Connection::hold)); the core drops it when the task
+/// task's command ([`Connection::hold`]); the core drops it when the task
 /// ends (its final response, task management ending it, a failure, or the
 /// core itself being dropped), before the task's buffers, so no
 /// bookkeeping of task lifetimes is needed outside the core.
+///
+/// [`Connection::hold`]: crate::proto::connection::Connection::hold
 pub type TaskHold = Box<dyn std::any::Any + Send>;
 
 /// The buffers of one SCSI command in [`DataMovement::Direct`] mode, for
@@ -155,8 +159,11 @@ pub struct WriteRegion {
 }
 
 /// The command and status sequence numbers of a connection (RFC 7143
-/// §3.2.2.1, §3.2.2.2): where login left them ([`Connection::new`](crate::proto::connection::Connection::new)) or
-/// where they are now ([`Connection::numbers`](crate::proto::connection::Connection::numbers)).
+/// §4.2.2.1, §4.2.2.2): where login left them ([`Connection::new`]) or
+/// where they are now ([`Connection::numbers`]).
+///
+/// [`Connection::new`]: crate::proto::connection::Connection::new
+/// [`Connection::numbers`]: crate::proto::connection::Connection::numbers
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SequenceNumbers {
     /// CmdSN of the next non-immediate command.
@@ -168,12 +175,16 @@ pub struct SequenceNumbers {
 
 /// Handle for a task submitted to the connection. The ids the core
 /// allocates are unique for the connection's life and count up from 1; ids with
-/// [`CALLER_TASK_IDS`] set are chosen by the caller ([`Connection::submit_as`](crate::proto::connection::Connection::submit_as)).
+/// [`CALLER_TASK_IDS`] set are chosen by the caller ([`Connection::submit_as`]).
+///
+/// [`Connection::submit_as`]: crate::proto::connection::Connection::submit_as
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId(pub u64);
 
 /// The bit that marks a [`TaskId`] chosen by the caller
-/// ([`Connection::submit_as`](crate::proto::connection::Connection::submit_as)); the core's own ids never reach it.
+/// ([`Connection::submit_as`]); the core's own ids never reach it.
+///
+/// [`Connection::submit_as`]: crate::proto::connection::Connection::submit_as
 pub const CALLER_TASK_IDS: u64 = 1 << 63;
 
 /// A SCSI command to execute.
@@ -216,7 +227,7 @@ pub enum TaskError {
     #[error("command does not fit in a PDU: {0}")]
     Invalid(&'static str),
     /// Aborted before it could be sent: the target kept the command window
-    /// closed (MaxCmdSN below the next CmdSN, §3.2.2.1) until the command's
+    /// closed (MaxCmdSN below the next CmdSN, §4.2.2.1) until the command's
     /// deadline.
     #[error(
         "not sent: the target kept its command window closed (next CmdSN {cmd_sn}, \
@@ -350,7 +361,7 @@ pub const MAX_TEXT_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// still fit. A target that keeps asking to continue is cut off here.
 pub const MAX_TEXT_RESPONSES: u32 = 1024;
 
-/// RFC 1982 serial-number "less than" on 32-bit sequence numbers (§3.2.2.1).
+/// RFC 1982 serial-number "less than" on 32-bit sequence numbers (§4.2.2.1).
 pub fn sn_lt(a: u32, b: u32) -> bool {
     a != b && (b.wrapping_sub(a) as i32) > 0
 }

@@ -1,4 +1,4 @@
-//! Direct data movement (RFC 7145 §7.3): on iSER the target moves SCSI
+//! Direct data movement (iSER, RFC 7145): on iSER the target moves SCSI
 //! data itself, by RDMA Write into our read buffer and RDMA Read from our
 //! write buffer. The core gives the transport each such command's buffers
 //! with its SCSI Command PDU ([`DirectBuffers`]); the read buffer is

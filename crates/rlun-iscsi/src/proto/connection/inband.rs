@@ -5,7 +5,7 @@
 //! into it ([`Lent`]), or copied from a PDU's data segment; the write data
 //! leaves as immediate data in the command, unsolicited Data-Out up to
 //! FirstBurstLength and, for each R2T, solicited Data-Out within
-//! MaxBurstLength (§3.2.4.2), each PDU within the target's
+//! MaxBurstLength (§4.2.5.2), each PDU within the target's
 //! MaxRecvDataSegmentLength.
 
 use bytes::Bytes;

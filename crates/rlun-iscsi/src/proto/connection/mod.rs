@@ -1,10 +1,10 @@
-//! Full Feature Phase of one iSCSI connection, sans-IO (RFC 7143 §3.2, §4.2).
+//! Full Feature Phase of one iSCSI connection, sans-IO (RFC 7143 §4.2.5).
 //!
 //! [`Connection`] owns everything a logged-in connection has to track: the
 //! Initiator Task Tags in use, the command window (CmdSN, ExpCmdSN, MaxCmdSN,
-//! §3.2.2.1), ExpStatSN (§3.2.2.2), Data-In reassembly with DataSN checks
+//! §4.2.2.1), ExpStatSN (§4.2.2.2), Data-In reassembly with DataSN checks
 //! (§11.7.5), R2T → Data-Out sequences (§11.8) within MaxBurstLength,
-//! immediate and unsolicited data within FirstBurstLength (§3.2.4.2), NOP
+//! immediate and unsolicited data within FirstBurstLength (§4.2.5.2), NOP
 //! keepalives in both directions (§11.18/§11.19), Text exchanges with
 //! continuation (SendTargets, §11.10), task management and logout.
 //!
@@ -59,7 +59,7 @@
 //! - one Text exchange keeps at most [`MAX_TEXT_RESPONSE_BYTES`] (16 MiB)
 //!   of text over at most [`MAX_TEXT_RESPONSES`] (1024) responses;
 //! - StatSN, ExpCmdSN and MaxCmdSN that go backwards are ignored
-//!   (§3.2.2.1, §4.2.2.1); a command window that never reopens holds
+//!   (§4.2.2.1); a command window that never reopens holds
 //!   commands back only until their deadline: aborted unsent, they fail
 //!   with [`TaskError::WindowClosed`] after the recovery layer's retries;
 //! - tasks in flight are bounded by the queue depth, and an ITT is freed
@@ -76,12 +76,12 @@
 //!   table), and the requests waiting for the window;
 //! - `direct.rs`: direct data movement (RFC 7145): a command's buffers for
 //!   the transport, and how much of a read the target placed;
-//! - `state.rs`: [`Connection`] itself, its sequence numbers (§3.2.2),
+//! - `state.rs`: [`Connection`] itself, its sequence numbers (§4.2.2),
 //!   task bookkeeping, completion and failure of tasks, the output queues;
 //! - `inband.rs`: in-band data movement — Data-In into the read buffer
 //!   (lent to the receive path, [`Lent`], or copied), Data-Out for
 //!   immediate, unsolicited and solicited data (§11.7, §11.8);
-//! - `submit.rs`: the command window and queue depth (§3.2.2.1), sending
+//! - `submit.rs`: the command window and queue depth (§4.2.2.1), sending
 //!   SCSI Commands and Text Requests;
 //! - `control.rs`: NOP keepalives (§11.18, §11.19), task management
 //!   (§11.5, §11.6, §4.2.3), logout (§11.14);

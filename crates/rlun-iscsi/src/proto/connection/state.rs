@@ -1,7 +1,7 @@
 //! [`Connection`]: the state of one connection in its Full Feature Phase
 //! and the bookkeeping every part of it shares — task and request ids, the
 //! sequence numbers (CmdSN, ExpCmdSN, MaxCmdSN, ExpStatSN; RFC 7143
-//! §3.2.2.1, §3.2.2.2, §4.2.2.1), inserting, finding and removing tasks,
+//! §4.2.2.1, §4.2.2.2), inserting, finding and removing tasks,
 //! completing a SCSI command (§11.4) or failing everything when the
 //! connection is gone, and the queues of PDUs to send and events to report.
 //! The files beside it add what the connection does with them.
@@ -162,7 +162,7 @@ impl Connection {
         Some(t)
     }
 
-    /// Update ExpCmdSN/MaxCmdSN from a target PDU (§3.2.2.1): ignore values
+    /// Update ExpCmdSN/MaxCmdSN from a target PDU (§4.2.2.1): ignore values
     /// that would move backwards or describe an invalid window.
     pub(super) fn update_window(&mut self, exp_cmd_sn: u32, max_cmd_sn: u32) {
         if sn_lt(max_cmd_sn, exp_cmd_sn.wrapping_sub(1)) {

@@ -1,4 +1,4 @@
-//! Sending requests (RFC 7143 §3.2.2.1, §11.3, §11.10): SCSI commands and
+//! Sending requests (RFC 7143 §4.2.2.1, §11.3, §11.10): SCSI commands and
 //! Text Requests wait in order until the command window (CmdSN up to
 //! MaxCmdSN) and the queue depth admit them; then each gets its ITT and
 //! CmdSN and leaves — a command with its immediate data, followed by
@@ -28,7 +28,7 @@ impl Connection {
         })
     }
 
-    /// True when the window admits one more non-immediate command (§3.2.2.1).
+    /// True when the window admits one more non-immediate command (§4.2.2.1).
     pub fn window_open(&self) -> bool {
         sn_lte(self.cmd_sn, self.max_cmd_sn)
     }
@@ -102,7 +102,7 @@ impl Connection {
         self.cmd_sn = self.cmd_sn.wrapping_add(1);
         let total = req.data_out.len() as u32;
         let p = &self.params;
-        // Immediate data (§3.2.4.2): in the command PDU itself.
+        // Immediate data (§4.2.5.2): in the command PDU itself.
         let immediate_len = if p.immediate_data {
             total
                 .min(p.first_burst_length)

@@ -1,8 +1,8 @@
-//! The tasks of one connection (RFC 7143 §3.2.2.4, §11.2.1.8): every
-//! request on the wire by its Initiator Task Tag — a SCSI command with its
-//! buffers, a text exchange, a task management request, a NOP-Out ping or a
-//! logout — in a direct-mapped table, and the requests still waiting for
-//! the command window.
+//! The tasks of one connection: every request on the wire by its
+//! Initiator Task Tag (RFC 7143 §11.2.1.8) — a SCSI command with its
+//! buffers, a text exchange, a task management request, a NOP-Out ping or
+//! a logout — in a direct-mapped table, and the requests still waiting for
+//! the command window (§4.2.2.1).
 
 use std::time::Instant;
 
@@ -46,10 +46,14 @@ pub(super) struct CommandTask {
     pub(super) data_out: Bytes,
     pub(super) read_len: u32,
     /// The read destination, owned by the task until its final response
-    /// and then handed to the caller in [`CommandResult::data`](crate::proto::connection::CommandResult::data). In-band
+    /// and then handed to the caller in [`CommandResult::data`]. In-band
     /// the receive path reads each Data-In payload straight into it
-    /// ([`Lent`](crate::proto::connection::Lent)); direct it is `read_len` long from submission on, and
-    /// the transport has its address ([`ReadRegion`](crate::proto::connection::ReadRegion)).
+    /// ([`Lent`]); direct it is `read_len` long from submission on, and
+    /// the transport has its address ([`ReadRegion`]).
+    ///
+    /// [`CommandResult::data`]: crate::proto::connection::CommandResult::data
+    /// [`Lent`]: crate::proto::connection::Lent
+    /// [`ReadRegion`]: crate::proto::connection::ReadRegion
     pub(super) read_buf: ReadBuf,
     pub(super) received: u32,
     pub(super) next_data_sn: u32,
@@ -57,16 +61,18 @@ pub(super) struct CommandTask {
     pub(super) status_from_data_in: Option<(u8, Residual)>,
     /// The data moves directly: no Data-In and no R2T may name this task.
     pub(super) direct: bool,
-    /// The in-band read buffer is lent to the receive path ([`Lent`](crate::proto::connection::Lent)),
+    /// The in-band read buffer is lent to the receive path ([`Lent`]),
     /// which is reading one Data-In payload straight into it.
+    ///
+    /// [`Lent`]: crate::proto::connection::Lent
     pub(super) lent: bool,
 }
 
 /// Where a command's read data goes: in-band a buffer of the read length,
 /// taken from a pool when the first Data-In arrives
 /// ([`crate::iobuf::read_pool`]; empty until then), that the receive path
-/// reads each payload straight into ([`Connection::lend_read_buffer`](crate::proto::connection::Connection::lend_read_buffer)), or a
-/// PDU's data segment is copied into ([`Connection::handle_pdu`](crate::proto::connection::Connection::handle_pdu)); direct a
+/// reads each payload straight into ([`Connection::lend_read_buffer`]), or a
+/// PDU's data segment is copied into ([`Connection::handle_pdu`]); direct a
 /// fixed-address buffer (from the registered pool when the transport
 /// enabled it, see [`crate::iobuf`]) that the target writes by RDMA.
 ///
@@ -76,6 +82,9 @@ pub(super) struct CommandTask {
 /// `received` bytes, never more, whatever the residual says: a short
 /// Data-In sequence yields a short result (which a client reports
 /// as a short transfer), never bytes the target did not send.
+///
+/// [`Connection::lend_read_buffer`]: crate::proto::connection::Connection::lend_read_buffer
+/// [`Connection::handle_pdu`]: crate::proto::connection::Connection::handle_pdu
 #[derive(Debug)]
 pub(super) enum ReadBuf {
     InBand(IoBuf),

@@ -1,6 +1,6 @@
 //! The table of login and text keys (RFC 7143 §13, RFC 7144; the iSER keys
 //! of RFC 7145 §6): one [`KeySpec`] row per [`Key`] in [`KEYS`] with its
-//! negotiation rule, range, default, who may send it, when (§6.1–§6.3),
+//! negotiation rule, range, default, who may send it and when,
 //! whether it is leading-only or session-wide, irrelevant in a discovery
 //! session or needs iSER, and the section that defines it; the values of
 //! `SessionType` (§13.21) and `TaskReporting` (§13.23), and the declarative
@@ -261,7 +261,9 @@ use KeyDefault::{Bool as B, None as NoDefault, Number as N, Text as T};
 
 /// The key table, indexed by [`Key`]. RFC 7143 §13 unless noted; the iSER
 /// keys from RFC 7145 §6 (what Linux and libiscsi do with them is in the
-/// comments of [`InitiatorProposal`](crate::proto::negotiate::InitiatorProposal)).
+/// comments of [`InitiatorProposal`]).
+///
+/// [`InitiatorProposal`]: crate::proto::negotiate::InitiatorProposal
 #[rustfmt::skip]
 pub static KEYS: [KeySpec; 32] = [
     row!(HeaderDigest, "HeaderDigest", List, None, DIGESTS, T("None"),

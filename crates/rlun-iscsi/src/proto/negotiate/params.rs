@@ -211,13 +211,15 @@ pub(super) enum Typed<'a> {
 }
 
 /// What the initiator wants; the input to
-/// [`Negotiator::new`](crate::proto::negotiate::Negotiator::new).
+/// [`Negotiator::new`].
 ///
 /// The defaults suit a fast initiator talking to tgtd or LIO: values under a
 /// minimum rule are offered at their maximum so the target's own limit
 /// decides (tgtd answers MaxBurstLength=262144, FirstBurstLength=65536),
 /// and the boolean offers ask for the faster write path (immediate data,
 /// no initial R2T), which the target may still refuse.
+///
+/// [`Negotiator::new`]: crate::proto::negotiate::Negotiator::new
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitiatorProposal {
     /// HeaderDigest values we accept, most preferred first. Default

@@ -2,7 +2,7 @@
 //! policy's constants (timeouts, retries, back-off), the ids of callers'
 //! requests, the [`Output`]s it drains — answers, orders to connect or
 //! disconnect, notices — and why a connection ended ([`Loss`]) or a
-//! request failed ([`Failure`]). RFC 7143 §6.1 (DefaultTime2Wait),
+//! request failed ([`Failure`]). RFC 7143 §13.15 (DefaultTime2Wait),
 //! §7 (error recovery at level 0), §11.5 (task management), §11.9
 //! (asynchronous events).
 
@@ -132,8 +132,10 @@ pub enum Failure {
 }
 
 /// What the driver must do or deliver. `W` is what the driver handed in
-/// with each command ([`Recovery::handle_command`](crate::proto::recovery::Recovery::handle_command)) to reach its caller;
+/// with each command ([`Recovery::handle_command`]) to reach its caller;
 /// it comes back with the answer.
+///
+/// [`Recovery::handle_command`]: crate::proto::recovery::Recovery::handle_command
 #[derive(Debug)]
 pub enum Output<W = ()> {
     /// A caller's SCSI command has its final answer.
@@ -171,8 +173,11 @@ pub enum Output<W = ()> {
         pending: usize,
         quiet: bool,
     },
-    /// Connect and log in now; report with [`Recovery::handle_connected`](crate::proto::recovery::Recovery::handle_connected)
-    /// or [`Recovery::handle_connect_failed`](crate::proto::recovery::Recovery::handle_connect_failed).
+    /// Connect and log in now; report with [`Recovery::handle_connected`]
+    /// or [`Recovery::handle_connect_failed`].
+    ///
+    /// [`Recovery::handle_connected`]: crate::proto::recovery::Recovery::handle_connected
+    /// [`Recovery::handle_connect_failed`]: crate::proto::recovery::Recovery::handle_connect_failed
     Connect,
     /// A new connection is live; `after` is the time since the loss.
     Reconnected { after: Duration, reissued: usize },

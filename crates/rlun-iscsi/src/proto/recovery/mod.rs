@@ -2,7 +2,7 @@
 //! command, a task management request or the whole connection fails.
 //!
 //! [`Recovery`] sits on top of the connection core
-//! ([`Connection`](crate::proto::connection::Connection)) and owns
+//! ([`Connection`]) and owns
 //! what must outlive one connection: every SCSI command until it has a
 //! final answer (so it can be re-issued after an abort or on a new
 //! connection), the requests that live only as long as one connection
@@ -20,7 +20,7 @@
 //!   LOGICAL UNIT RESET; a reset that fails or is unanswered ends the
 //!   connection, and the kept commands go to a new one.
 //! - **Connection loss.** The connection-scoped requests fail, the core is
-//!   dropped, and after DefaultTime2Wait (§6.1) the driver is asked to
+//!   dropped, and after DefaultTime2Wait (§13.15) the driver is asked to
 //!   connect and log in again ([`Output::Connect`]), then again after 1 s,
 //!   2 s, 4 s… (at most [`MAX_BACKOFF`]) while attempts fail. On success the
 //!   kept commands are re-issued oldest first. Requests keep being accepted
@@ -72,7 +72,9 @@
 //!   (`handle_*`) and the outputs (`poll_*`);
 //! - `timers.rs`: the time input — when to be called next, command
 //!   timeouts and the escalation ABORT TASK → LOGICAL UNIT RESET → new
-//!   connection (RFC 7143 §6.1, §7.1.5, §11.5).
+//!   connection (RFC 7143 §7.1.5, §11.5, §13.15).
+//!
+//! [`Connection`]: crate::proto::connection::Connection
 
 mod api;
 mod deadlines;

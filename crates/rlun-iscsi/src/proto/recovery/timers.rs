@@ -3,7 +3,7 @@
 //! connection core's keepalive, a command past its deadline aborted (ABORT
 //! TASK, RFC 7143 §11.5.1) and re-issued, unanswered task management
 //! escalated to LOGICAL UNIT RESET and then to a new connection, the next
-//! connection attempt after DefaultTime2Wait or back-off (§6.1), and the
+//! connection attempt after DefaultTime2Wait (§13.15) or back-off, and the
 //! replacement timeout while disconnected.
 
 use std::time::Instant;
