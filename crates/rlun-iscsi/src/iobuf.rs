@@ -38,7 +38,7 @@
 //! the process's memory beyond the page cache's budget stays that
 //! constant plus what callers hold. In-band read data is only ever handed
 //! out up to the last byte the target sent in order (see
-//! [`crate::proto::connection`]), so the stale contents of a chunk never
+//! `proto::connection`), so the stale contents of a chunk never
 //! reach a caller.
 //!
 //! The whole pool is safe Rust: arenas are leaked boxed slices split into

@@ -21,8 +21,9 @@
 //!   [`MIN_CHALLENGE_LEN`] to [`MAX_CHALLENGE_LEN`] bytes. RFC 7143 §12.1.3
 //!   caps it at 1024 bytes; the 16-byte floor is our policy (the MD5 output
 //!   size; LIO, tgtd and FreeBSD's ctld all send at least that).
-//! - Our mutual challenge is 16 fresh bytes from the OS (drawn by the caller,
-//!   `rlun::entropy::chap_nonce`, and given with [`ChapInitiator::with_nonce`]) and
+//! - Our mutual challenge is 16 fresh bytes from the OS (drawn by the caller
+//!   — rlun's `entropy::chap_nonce` — and given with
+//!   [`ChapInitiator::with_nonce`]) and
 //!   never equals the target's (RFC 7143 §9.2.1). The initiator and target
 //!   secrets must differ (§9.2.1: a secret used to authenticate initiators
 //!   must not be used to authenticate targets), which defeats reflecting our
@@ -61,7 +62,7 @@ pub fn chap_response(id: u8, secret: &[u8], challenge: &[u8]) -> [u8; CHAP_MD5_L
 /// True for keys of the security negotiation stage: `AuthMethod` and the
 /// keys of the authentication methods of RFC 7143 §12 (`CHAP_*`, `SRP_*`,
 /// `KRB_*`, `SPKM_*`). The login state machine routes these to CHAP and
-/// everything else to the operational [`Negotiator`](super::negotiate::Negotiator).
+/// everything else to the operational `Negotiator` (`proto::negotiate`).
 pub fn is_security_key(name: &str) -> bool {
     name == "AuthMethod"
         || ["CHAP_", "SRP_", "KRB_", "SPKM_"]

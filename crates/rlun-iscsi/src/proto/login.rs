@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
 use super::chap::{ChapError, ChapInitiator, ChapNonce};
-use super::connection::SessionNumbers;
+use super::connection::SequenceNumbers;
 use super::negotiate::{
     InitiatorProposal, NegotiationError, Negotiator, OperationalParams, SessionType,
 };
@@ -65,7 +65,7 @@ pub struct LoginResult {
     pub tsih: u16,
     pub isid: [u8; 6],
     pub params: OperationalParams,
-    pub numbers: SessionNumbers,
+    pub numbers: SequenceNumbers,
     pub target_alias: Option<String>,
     pub target_portal_group_tag: Option<u16>,
 }
@@ -556,7 +556,7 @@ impl Login {
                 tsih: h.tsih,
                 isid: self.cfg.isid,
                 params,
-                numbers: SessionNumbers {
+                numbers: SequenceNumbers {
                     cmd_sn: self.cfg.cmd_sn,
                     exp_cmd_sn: h.exp_cmd_sn,
                     max_cmd_sn: h.max_cmd_sn,

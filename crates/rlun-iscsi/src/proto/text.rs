@@ -138,7 +138,7 @@ pub fn encode_text_checked<K: AsRef<str>, V: AsRef<str>>(
 /// by the [`push`](Self::push) that completes it. Usage:
 ///
 /// ```
-/// use rlun::proto::text::TextAccumulator;
+/// use rlun_iscsi::proto::text::TextAccumulator;
 /// let mut acc = TextAccumulator::new();
 /// acc.push(b"TargetAlias=st").unwrap();        // PDU 1, C=1
 /// acc.push(b"ore\0MaxBurstLength=").unwrap();  // PDU 2, C=1

@@ -1,11 +1,12 @@
 //! The SCSI layer: CDB builders and response/sense parsers (SPC-5, SBC-4).
 //!
 //! Everything here is a pure function over bytes: no I/O, no dependency on the
-//! rest of rlun. The layers above build a [`cdb::Cdb`] (which also carries the
+//! iSCSI layer. The layers above build a [`cdb::Cdb`] (which also carries the
 //! data direction and expected transfer length the iSCSI SCSI Command PDU
-//! needs), hand it to the session, and parse what comes back with the typed
-//! parsers below. A failed command becomes a [`sense::ScsiError`], which knows
-//! how to describe itself and which errno the FUSE/NBD front ends should return.
+//! needs), hand it to the connection core in a `CommandRequest`, and parse
+//! what comes back with the typed parsers below. A failed command becomes a
+//! [`sense::ScsiError`], which knows how to describe itself and which errno
+//! the FUSE/NBD front ends should return.
 //!
 //! | module | what |
 //! | --- | --- |
