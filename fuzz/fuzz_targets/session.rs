@@ -20,7 +20,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use rlun_iscsi::proto::pdu::{self, Bhs, Digests, TaskAttr, BHS_LEN, MAX_DATA_SEGMENT, RESERVED_TAG};
 use rlun_iscsi::proto::connection::{
-    CommandRequest, DataMovement, Event, FeatureParams, Connection, SessionNumbers, TaskId,
+    CommandRequest, DataMovement, Event, FeatureParams, Connection, SequenceNumbers, TaskId,
 };
 use rlun_fuzz::{frame, limits, Input};
 
@@ -233,7 +233,7 @@ fuzz_target!(|data: &[u8]| {
         },
     };
     let start = input.u32();
-    let numbers = SessionNumbers {
+    let numbers = SequenceNumbers {
         cmd_sn: start,
         exp_cmd_sn: start,
         max_cmd_sn: start.wrapping_add(u32::from(input.u8() % 8)),

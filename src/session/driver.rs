@@ -738,7 +738,7 @@ async fn attempt_done<T: Transport>(
 mod tests {
     use std::sync::Mutex;
 
-    use rlun_iscsi::proto::connection::SessionNumbers;
+    use rlun_iscsi::proto::connection::SequenceNumbers;
     use rlun_iscsi::proto::login::LoginResult;
     use rlun_iscsi::proto::negotiate::OperationalParams;
 
@@ -847,7 +847,7 @@ mod tests {
                 tsih: 0x1234,
                 isid: [0x80, 1, 2, 3, 4, 5],
                 params: params.clone(),
-                numbers: SessionNumbers {
+                numbers: SequenceNumbers {
                     cmd_sn: 1,
                     exp_cmd_sn: 1,
                     max_cmd_sn: 32,

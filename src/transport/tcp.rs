@@ -790,7 +790,7 @@ mod tests {
     mod in_place {
         use super::*;
         use rlun_iscsi::proto::connection::{
-            CommandRequest, Connection, Event, FeatureParams, ProtocolError, SessionNumbers,
+            CommandRequest, Connection, Event, FeatureParams, ProtocolError, SequenceNumbers,
         };
         use rlun_iscsi::proto::pdu::{DataIn, TaskAttr};
         use rlun_iscsi::testing::data_in;
@@ -809,7 +809,7 @@ mod tests {
         fn core() -> Connection {
             Connection::new(
                 FeatureParams::default(),
-                SessionNumbers {
+                SequenceNumbers {
                     cmd_sn: 1,
                     exp_cmd_sn: 1,
                     max_cmd_sn: 64,

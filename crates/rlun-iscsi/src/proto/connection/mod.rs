@@ -99,9 +99,6 @@ mod state;
 mod submit;
 mod tasks;
 
-/// The former name of [`SequenceNumbers`], kept for callers outside this
-/// crate.
-pub use api::SequenceNumbers as SessionNumbers;
 pub use api::{
     sn_lt, sn_lte, CommandRequest, CommandResult, DataMovement, DirectBuffers, Event,
     FeatureParams, ProtocolError, ReadRegion, SequenceNumbers, TaskError, TaskHold, TaskId,
