@@ -1,11 +1,13 @@
 //! The export layer: a target's LUNs as byte-addressed exports, with the
-//! rules every front end needs — the FUSE mount ([`crate::fuse`]) now, the
-//! NBD server and kernel attach next.
+//! rules every front end needs — the FUSE mount, the NBD server and the
+//! kernel attach over it.
 //!
 //! An [`ExportSet`] holds one [`Export`] per disk LUN, each over its own
 //! [`LunDevice`] (page cache, read-ahead, write-back). Front ends translate
 //! their requests into the calls below and their answers back; they do not
-//! talk to [`LunDevice`] or SCSI themselves.
+//! talk to [`LunDevice`] or SCSI themselves. An export's LUN is any
+//! [`LunBackend`]: the client's remote `Lun` (its implementation is in
+//! [`crate::remote`]), or an in-memory one in the tests.
 //!
 //! # Which LUNs
 //!

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
+use rlun_iscsi::scsi::sense::errno;
 
 const KIB: u64 = 1024;
 
