@@ -187,7 +187,7 @@ struct State {
     dirty: BTreeMap<u64, Arc<Page>>,
     /// This cache's share of the budget's charge.
     charged: u64,
-    /// Pages put at the MRU end of `clean` so far (see [`Cache::lookup`]).
+    /// Pages put at the MRU end of `clean` so far (see [`lookup`]).
     tick: u64,
 }
 

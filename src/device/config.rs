@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::budget::CacheBudget;
 use super::error::DeviceError;
 
-/// How [`LunDevice`] caches; see the module docs.
+/// How `LunDevice` caches; see the `device` module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CacheMode {
@@ -53,7 +53,7 @@ impl FromStr for CacheMode {
     }
 }
 
-/// Settings of a [`LunDevice`].
+/// Settings of a `LunDevice`.
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
     pub mode: CacheMode,

@@ -32,7 +32,7 @@ impl fmt::Display for Op {
     }
 }
 
-/// Errors of [`LunDevice`], each with the operation and byte range.
+/// Errors of `LunDevice`, each with the operation and byte range.
 #[derive(Debug, Error)]
 pub enum DeviceError {
     #[error("{op} of {len} bytes at offset {offset}: the LUN is read-only")]

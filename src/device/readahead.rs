@@ -81,7 +81,7 @@ pub(crate) struct Advice {
 }
 
 /// The stream table. Not thread-safe by itself; the device keeps it under a
-/// mutex held only for [`Streams::on_read`].
+/// mutex held only for [`Streams::observe`] and [`Streams::done`].
 #[derive(Debug)]
 pub(crate) struct Streams {
     streams: [Stream; STREAMS],
