@@ -210,6 +210,7 @@ pub(crate) struct LargeReadGuard<'a> {
 
 impl<'a> LargeReadGuard<'a> {
     /// Hold `token` (from [`Streams::observe`] on `streams`) until dropped.
+    #[inline]
     pub(crate) fn new(streams: &'a Mutex<Streams>, token: StreamToken) -> LargeReadGuard<'a> {
         LargeReadGuard { streams, token }
     }
