@@ -111,19 +111,17 @@
 //! | --- | --- |
 //! | `mod.rs` | [`LunDevice`], the public API: checks, the cache-hit fast path ([`LunDevice::read_now`]), the streaming bypass decision, detached writes |
 //! | `inner.rs` | the state a device shares with its requests and tasks, its set-up from backend and settings, the commands to the backend, the statistics log |
-//! | `read.rs` | cache hits, fills with single flight, read-ahead, waiting for memory |
+//! | `read.rs` | cache hits (reply buffers from a per-thread arena), fills with single flight, read-ahead, waiting for memory |
 //! | `write.rs` | write-through and write into the cache, discard, write zeroes |
 //! | `writeback.rs` | the flusher and its WRITEs |
 //! | `cache.rs` | page table, LRU, per-page block bitmaps |
 //! | `budget.rs` | [`CacheBudget`]: the process's cache memory and how devices share it |
 //! | `readahead.rs` | the stream table: read-ahead windows, large reads in flight |
 //! | `rangelock.rs` | block range locks |
-//! | `arena.rs` | per-thread arena for reply buffers of cache hits |
 //! | `backend.rs` | [`BlockBackend`], [`LunBackend`], [`BackendError`] |
 //! | `config.rs`, `error.rs`, `counters.rs` | [`DeviceConfig`] and [`CacheMode`], [`DeviceError`], [`Stats`] |
 //! | `mem.rs` | [`MemBackend`], the in-memory backend of the tests |
 
-mod arena;
 mod backend;
 mod budget;
 mod cache;

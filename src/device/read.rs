@@ -6,7 +6,9 @@
 //! the READ's own data (no copy out of the pages), read-ahead windows
 //! fetched in background tasks ([`Inner::readahead`]), and the wait for
 //! memory when no page can be had. The stream table's advice (read-ahead
-//! window, streaming bypass) comes from `readahead`.
+//! window, streaming bypass) comes from `readahead`. Reply buffers of
+//! small hits are carved from a per-thread arena (no allocation of their
+//! own).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,12 +18,53 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::watch;
 use tracing::debug;
 
-use super::arena::{arena_put, arena_take};
 use super::backend::BlockBackend;
 use super::cache::{bits, for_each_run, Claim, FetchState, Pinned};
 use super::counters::add;
 use super::inner::{join_all, BResult, Inner};
 use super::readahead::Advice;
+
+/// Reply buffers of cached reads are carved from a per-thread arena of
+/// this size: one allocation serves many small reads (a 4 KiB hit would
+/// otherwise cost a malloc and a free of its own). A slice keeps its arena
+/// block alive until dropped, so the block is kept small.
+const ARENA: usize = 64 << 10;
+
+thread_local! {
+    static ARENA_BUF: std::cell::RefCell<BytesMut> =
+        std::cell::RefCell::new(BytesMut::new());
+}
+
+/// An empty buffer with room for `len` bytes: the thread's arena when
+/// `len` is small (give it back with [`arena_put`]), else its own.
+#[inline]
+fn arena_take(len: usize) -> BytesMut {
+    if len > ARENA / 4 {
+        return BytesMut::with_capacity(len);
+    }
+    let mut b = ARENA_BUF.with(|a| std::mem::take(&mut *a.borrow_mut()));
+    if b.capacity() < len {
+        // Reuses the old block when no reply holds a slice of it any more.
+        b.reserve(ARENA);
+    }
+    b
+}
+
+/// Split the filled part off `buf` as the reply; the room left goes back
+/// to the thread's arena (unless it holds more already).
+#[inline]
+fn arena_put(mut buf: BytesMut) -> Bytes {
+    let data = buf.split().freeze();
+    if buf.capacity() > 0 {
+        ARENA_BUF.with(|a| {
+            let mut a = a.borrow_mut();
+            if a.capacity() < buf.capacity() {
+                *a = buf;
+            }
+        });
+    }
+    data
+}
 
 /// Fetch of a run of consecutive pages by one READ.
 pub(super) struct Run {
@@ -234,6 +277,7 @@ impl<B: BlockBackend> Inner<B> {
     /// hit. `None` as soon as a page is absent or not valid for its part;
     /// then only the read-ahead hits of the pages already copied are
     /// counted (their flag cleared, so `fill` does not count them again).
+    #[inline]
     pub(super) fn read_hit(&self, offset: u64, len: usize) -> Option<Bytes> {
         let g = self.geo;
         let end = offset + len as u64;
