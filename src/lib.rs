@@ -15,6 +15,9 @@
 //! - [`transport`]: the `Transport` trait the driver is generic over; TCP
 //!   (in-band data movement) and iSER (direct: RDMA CM + verbs).
 //! - [`device`]: `LunDevice`, byte-addressed cached I/O on a LUN.
+//! - [`remote`]: a remote LUN (`client::Lun`) as the device layer's
+//!   backend: `BlockBackend` and `LunBackend` for it, client errors
+//!   classified for the device layer.
 //! - [`export`]: the export layer every front end stands on: a target's
 //!   LUNs as exports, clipping, ENOSPC, unmap-or-zero, FUA, flush, capacity
 //!   changes, shutdown and lost-data reports; typed errors with one errno
@@ -47,6 +50,7 @@ pub mod entropy;
 pub mod export;
 pub mod fuse;
 pub mod nbd;
+pub mod remote;
 pub mod session;
 pub mod stats;
 pub mod transport;

@@ -1,23 +1,39 @@
-//! [`BlockBackend`]: what [`LunDevice`](super::LunDevice) needs from a block
-//! device, implemented for a remote [`Lun`] here and for the in-memory
-//! [`MemBackend`](super::MemBackend) used by tests; [`LunBackend`]: what a
-//! front end's export (see [`crate::export`]) needs beyond that.
+//! [`BlockBackend`]: what `LunDevice` needs from a block device, and
+//! [`BackendError`], how a backend says a command failed; [`LunBackend`]:
+//! what a front end's export (the export layer) needs beyond that.
+//!
+//! The device layer knows no particular backend: `MemBackend` (the
+//! in-memory backend of the tests) implements these traits here in
+//! `device`, and the client's remote `Lun` in the `remote` module, the
+//! layer above both. A backend's own failures reach the device as a
+//! [`CommandFailure`], which carries the classification the device and
+//! the front ends need (errno, "command not supported") with the
+//! backend's error as its message and cause.
 
+use std::error::Error as StdError;
+use std::fmt;
 use std::future::Future;
 
 use bytes::Bytes;
 use thiserror::Error;
 
-use crate::client::{ClientError, Lun};
 use rlun_iscsi::scsi::lba_status::LbaStatus;
 use rlun_iscsi::scsi::sense::errno;
 
 /// Why a backend command failed.
 #[derive(Debug, Error)]
 pub enum BackendError {
-    /// The remote LUN (or the session under it) failed the command.
+    /// The device under the backend failed the command (for a remote LUN:
+    /// the target refused it, or the session under it failed).
     #[error(transparent)]
-    Lun(#[from] ClientError),
+    Command(CommandFailure),
+    /// A READ returned fewer (or more) bytes than the blocks it asked for.
+    #[error("{op}: target returned {got} bytes, expected {expected}")]
+    ShortTransfer {
+        op: &'static str,
+        got: usize,
+        expected: usize,
+    },
     /// A failure injected by a test backend.
     #[error("{op} failed (injected fault, errno {errno})")]
     Injected { op: &'static str, errno: i32 },
@@ -35,18 +51,14 @@ pub enum BackendError {
 }
 
 impl BackendError {
-    /// The Linux errno a front end should report: SCSI errors through
-    /// [`ScsiError::to_errno`](rlun_iscsi::scsi::ScsiError::to_errno), a lost
-    /// connection or session as `EIO`.
+    /// The Linux errno a front end should report: a backend's failure as
+    /// the backend classified it (for a remote LUN: SCSI errors through
+    /// [`ScsiError::to_errno`](rlun_iscsi::scsi::ScsiError::to_errno), a
+    /// lost connection or session as `EIO`), a short transfer as `EIO`.
     pub fn to_errno(&self) -> i32 {
         match self {
-            BackendError::Lun(e) => match e {
-                ClientError::Scsi { source, .. } => source.to_errno(),
-                ClientError::ReadOnly(_) => errno::EROFS,
-                ClientError::OutOfRange { .. } => errno::EINVAL,
-                ClientError::LunNotFound(_) => errno::ENXIO,
-                _ => errno::EIO,
-            },
+            BackendError::Command(f) => f.errno(),
+            BackendError::ShortTransfer { .. } => errno::EIO,
             BackendError::Injected { errno, .. } => *errno,
             BackendError::OutOfRange { .. } => errno::EINVAL,
             BackendError::ReadOnly { .. } => errno::EROFS,
@@ -57,13 +69,69 @@ impl BackendError {
     /// operation code or invalid field in CDB): the caller may fall back.
     pub fn is_unsupported(&self) -> bool {
         match self {
-            BackendError::Lun(e) => e.scsi().is_some_and(|s| s.is_unsupported_command()),
+            BackendError::Command(f) => f.is_unsupported(),
             _ => false,
         }
     }
 }
 
-/// A block device that [`LunDevice`](super::LunDevice) can cache.
+/// A command a backend's device failed, as the backend classified it: the
+/// errno a front end reports and whether the device lacks the command. Its
+/// message and cause chain are the backend error's own (it displays as
+/// that error and has that error's cause as its source).
+#[derive(Debug)]
+pub struct CommandFailure {
+    errno: i32,
+    unsupported: bool,
+    error: Box<dyn StdError + Send + Sync>,
+}
+
+impl CommandFailure {
+    /// `error`, reported to front ends as `errno`; `unsupported` when the
+    /// device does not implement the command (for SCSI: ILLEGAL REQUEST,
+    /// invalid operation code or invalid field in CDB), so the caller may
+    /// fall back to another one.
+    pub fn new(
+        error: impl Into<Box<dyn StdError + Send + Sync>>,
+        errno: i32,
+        unsupported: bool,
+    ) -> CommandFailure {
+        CommandFailure {
+            errno,
+            unsupported,
+            error: error.into(),
+        }
+    }
+
+    /// The Linux errno for this failure.
+    pub fn errno(&self) -> i32 {
+        self.errno
+    }
+
+    /// The device does not implement the command.
+    pub fn is_unsupported(&self) -> bool {
+        self.unsupported
+    }
+
+    /// The backend's own error.
+    pub fn error(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.error
+    }
+}
+
+impl fmt::Display for CommandFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl StdError for CommandFailure {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.error.source()
+    }
+}
+
+/// A block device that `LunDevice` can cache.
 ///
 /// Addresses are logical blocks of [`block_size`](Self::block_size) bytes;
 /// data lengths are whole blocks. Implementations must allow many commands in
@@ -115,7 +183,7 @@ pub trait BlockBackend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }
 
-/// What an export ([`crate::export`]) needs from its block device beyond
+/// What an export (the export layer) needs from its block device beyond
 /// [`BlockBackend`]: capacity changes and thin provisioning.
 pub trait LunBackend: BlockBackend + Sized {
     /// A counter that moves when the target reports a capacity change
@@ -141,166 +209,43 @@ pub trait LunBackend: BlockBackend + Sized {
     }
 }
 
-/// Largest block count one UNMAP descriptor or WRITE SAME(16) may carry on
-/// this LUN: the block limits page's limit when it states one.
-fn chunk_limit(limit: Option<u64>) -> u64 {
-    match limit {
-        Some(n) if n != 0 && n != u32::MAX as u64 => n.min(u32::MAX as u64),
-        _ => u32::MAX as u64,
-    }
-}
-
-impl BlockBackend for Lun {
-    fn block_size(&self) -> u32 {
-        Lun::block_size(self)
-    }
-    fn blocks(&self) -> u64 {
-        Lun::blocks(self)
-    }
-    fn read_only(&self) -> bool {
-        self.write_protected()
-    }
-    fn max_transfer_bytes(&self) -> u64 {
-        Lun::max_transfer_bytes(self)
-    }
-    fn optimal_granularity_bytes(&self) -> u64 {
-        self.limits.as_ref().map_or(0, |l| {
-            l.optimal_transfer_granularity as u64 * Lun::block_size(self) as u64
-        })
-    }
-    fn optimal_transfer_bytes(&self) -> u64 {
-        self.limits.as_ref().map_or(0, |l| {
-            l.optimal_transfer_len as u64 * Lun::block_size(self) as u64
-        })
-    }
-    async fn read_blocks(&self, lba: u64, blocks: u32) -> Result<Bytes, BackendError> {
-        Ok(self.read(lba, blocks).await?)
-    }
-    async fn write_blocks(&self, lba: u64, data: Bytes, fua: bool) -> Result<(), BackendError> {
-        Ok(self.write(lba, data, fua).await?)
-    }
-    async fn flush(&self) -> Result<(), BackendError> {
-        Ok(self.sync().await?)
-    }
-    async fn unmap(&self, lba: u64, blocks: u64) -> Result<(), BackendError> {
-        let max = chunk_limit(self.limits.as_ref().map(|l| l.max_unmap_lba_count as u64));
-        let mut done = 0;
-        while done < blocks {
-            let n = (blocks - done).min(max);
-            Lun::unmap(self, lba + done, n).await?;
-            done += n;
-        }
-        Ok(())
-    }
-    async fn write_zeroes(&self, lba: u64, blocks: u64, unmap: bool) -> Result<(), BackendError> {
-        let max = chunk_limit(self.limits.as_ref().map(|l| l.max_write_same_len));
-        let mut done = 0;
-        while done < blocks {
-            let n = (blocks - done).min(max);
-            Lun::write_zeroes(self, lba + done, n as u32, unmap).await?;
-            done += n;
-        }
-        Ok(())
-    }
-}
-
-impl LunBackend for Lun {
-    fn capacity_generation(&self) -> u64 {
-        self.session().capacity_generation()
-    }
-    fn reread_capacity(&self) -> impl Future<Output = Result<Lun, BackendError>> + Send {
-        let mut lun = self.clone();
-        async move {
-            lun.refresh_capacity().await?;
-            Ok(lun)
-        }
-    }
-    fn can_unmap(&self) -> bool {
-        self.provisioning.as_ref().is_some_and(|p| p.lbpu)
-    }
-    fn unmap_reads_zeros(&self) -> bool {
-        self.provisioning
-            .as_ref()
-            .is_some_and(|p| p.lbpu && p.lbprz & 1 == 1)
-    }
-    fn allocation(
-        &self,
-        lba: u64,
-    ) -> impl Future<Output = Result<Option<Vec<LbaStatus>>, BackendError>> + Send {
-        // Only a thin LUN (one that can unmap) has anything to report.
-        let thin = self.can_unmap();
-        async move {
-            if !thin {
-                return Ok(None);
-            }
-            match self.get_lba_status(lba).await {
-                Ok(v) => Ok(Some(v)),
-                Err(e) => {
-                    let e = BackendError::Lun(e);
-                    if e.is_unsupported() {
-                        Ok(None)
-                    } else {
-                        Err(e)
-                    }
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rlun_iscsi::scsi::sense::{ScsiError, Sense, SenseKey, Status};
 
-    fn scsi_error(key: SenseKey, asc: u8) -> BackendError {
-        // Fixed-format sense data (SPC-5 §4.4.3).
-        let mut raw = [0u8; 18];
-        raw[0] = 0x70; // response code: current, fixed format
-        raw[2] = key.as_u8(); // sense key
-        raw[7] = 10; // additional sense length
-        raw[12] = asc; // ASC
-        let sense = Sense::parse(&raw).expect("valid fixed sense");
-        BackendError::Lun(ClientError::Scsi {
-            op: "WRITE SAME(16)",
-            source: ScsiError::new(Status::CheckCondition, Some(sense)),
-        })
-    }
+    /// An error with a cause, like a backend's own error type.
+    #[derive(Debug, Error)]
+    #[error("WRITE SAME failed")]
+    struct Refused(#[source] std::io::Error);
 
     #[test]
-    fn errno_comes_from_the_scsi_error_for_refused_commands() {
+    fn a_command_failure_reads_as_the_backends_error_with_its_classification() {
+        let e = BackendError::Command(CommandFailure::new(
+            Refused(std::io::Error::other("invalid field in CDB")),
+            errno::EILSEQ,
+            true,
+        ));
+        assert_eq!(e.to_string(), "WRITE SAME failed");
         assert_eq!(
-            scsi_error(SenseKey::DataProtect, 0x27).to_errno(),
-            errno::EROFS
+            rlun_iscsi::error_chain(&e),
+            "WRITE SAME failed: invalid field in CDB"
         );
+        assert_eq!(e.to_errno(), errno::EILSEQ);
+        assert!(e.is_unsupported());
+    }
+
+    #[test]
+    fn a_short_transfer_is_an_io_error_and_not_unsupported() {
+        let e = BackendError::ShortTransfer {
+            op: "READ",
+            got: 512,
+            expected: 4096,
+        };
         assert_eq!(
-            scsi_error(SenseKey::MediumError, 0x11).to_errno(),
-            errno::EIO
+            e.to_string(),
+            "READ: target returned 512 bytes, expected 4096"
         );
-    }
-
-    #[test]
-    fn lost_connection_maps_to_eio_and_read_only_to_erofs() {
-        let lost = BackendError::Lun(ClientError::Session(crate::session::SessionError::Closed));
-        assert_eq!(lost.to_errno(), errno::EIO);
-        assert_eq!(
-            BackendError::ReadOnly { op: "WRITE" }.to_errno(),
-            errno::EROFS
-        );
-    }
-
-    #[test]
-    fn invalid_opcode_and_invalid_field_count_as_unsupported() {
-        assert!(scsi_error(SenseKey::IllegalRequest, 0x20).is_unsupported());
-        assert!(scsi_error(SenseKey::IllegalRequest, 0x24).is_unsupported());
-        assert!(!scsi_error(SenseKey::MediumError, 0x11).is_unsupported());
-    }
-
-    #[test]
-    fn chunk_limit_honours_stated_limits_only() {
-        assert_eq!(chunk_limit(None), u32::MAX as u64);
-        assert_eq!(chunk_limit(Some(0)), u32::MAX as u64);
-        assert_eq!(chunk_limit(Some(4096)), 4096);
-        assert_eq!(chunk_limit(Some(1 << 40)), u32::MAX as u64);
+        assert_eq!(e.to_errno(), errno::EIO);
+        assert!(!e.is_unsupported());
     }
 }

@@ -1,5 +1,5 @@
 //! [`CacheBudget`]: the page cache's memory, one per process, shared by
-//! every [`LunDevice`](super::LunDevice) made with it.
+//! every `LunDevice` made with it.
 //!
 //! A budget of `size` bytes is split once:
 //!
@@ -9,7 +9,7 @@
 //!   grown, and registered as arenas of the process so an iSER connection
 //!   registers it once, like the I/O buffer pool. Every resident page of
 //!   every device of the budget is charged its size plus a fixed overhead
-//!   ([`PAGE_OVERHEAD`](super::cache::PAGE_OVERHEAD)) against the pages'
+//!   (`cache::PAGE_OVERHEAD`) against the pages'
 //!   share, and its buffer is a chunk of that region: when either runs
 //!   out, clean pages are evicted (the device's own first, then other
 //!   devices'), or the caller waits for the flusher; nothing is allocated
@@ -17,6 +17,14 @@
 //! - **I/O reserve**: 1/8 of `size`, at most 256 MiB: bounds the buffers
 //!   of cache READs and write-back WRITEs in flight, of all devices
 //!   together (a semaphore of bytes).
+//!
+//! Each device's page cache registers with its budget as a [`Tenant`]:
+//! what the budget needs of a cache to share memory fairly (how much it
+//! holds, when it last needed a page, evicting one of its clean pages for
+//! another cache). The budget knows caches only through that trait, so the
+//! cache (`cache.rs`) depends on the budget and not the other way round;
+//! the calls through it happen only when the budget is full and a cache
+//! must take memory from another.
 //!
 //! So whatever the number of LUNs a `mount`, `serve` or `attach` opens,
 //! the cache holds at most `size` bytes. What is not counted: the caller's
@@ -29,8 +37,18 @@ use std::time::Instant;
 
 use tokio::sync::{Notify, Semaphore};
 
-use super::cache::Cache;
 use rlun_iscsi::iobuf::{IoBuf, Pool, ARENA_LEN};
+
+/// A page cache sharing a budget (see the module docs).
+pub(crate) trait Tenant: Send + Sync {
+    /// Bytes charged to the cache's resident pages.
+    fn charged(&self) -> u64;
+    /// When the cache last needed a new page ([`BudgetInner::now_ms`]).
+    fn last_alloc_ms(&self) -> u64;
+    /// Evict one clean, unused page for another cache of the budget;
+    /// false when none can go.
+    fn evict_for_other(&self) -> bool;
+}
 
 /// Largest share of a budget reserved for in-flight I/O buffers.
 pub(crate) const MAX_IO_RESERVE: u64 = 256 << 20;
@@ -69,7 +87,7 @@ pub(crate) struct BudgetInner {
     pub dirty: AtomicU64,
     /// Callers waiting for memory, of all devices.
     pub mem_waiters: AtomicUsize,
-    caches: Mutex<Vec<Weak<Cache>>>,
+    caches: Mutex<Vec<Weak<dyn Tenant>>>,
     /// Caches alive now.
     pub live: AtomicUsize,
     cursor: AtomicUsize,
@@ -154,6 +172,14 @@ impl CacheBudget {
     }
 }
 
+impl std::fmt::Debug for BudgetInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BudgetInner")
+            .field("pages", &self.pages)
+            .finish()
+    }
+}
+
 impl BudgetInner {
     fn pool(&self) -> &'static Pool {
         self.pool.get_or_init(|| {
@@ -193,10 +219,13 @@ impl BudgetInner {
         self.pool().try_alloc(len)
     }
 
-    pub fn add_cache(&self, cache: &Arc<Cache>) {
+    /// Register a cache that shares this budget (it counts as live until
+    /// dropped; it must decrement `live` then).
+    pub fn add_tenant<T: Tenant + 'static>(&self, cache: &Arc<T>) {
         let mut v = self.caches.lock().unwrap_or_else(|p| p.into_inner());
         v.retain(|w| w.strong_count() > 0);
-        v.push(Arc::downgrade(cache));
+        let weak: Weak<T> = Arc::downgrade(cache);
+        v.push(weak);
         self.live.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -205,8 +234,8 @@ impl BudgetInner {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    fn idle(&self, c: &Cache, now: u64) -> bool {
-        now.saturating_sub(c.last_alloc.load(Ordering::Relaxed)) > IDLE_MS
+    fn idle(&self, c: &dyn Tenant, now: u64) -> bool {
+        now.saturating_sub(c.last_alloc_ms()) > IDLE_MS
     }
 
     /// The pages' share divided by the caches of the budget that are not
@@ -219,7 +248,7 @@ impl BudgetInner {
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter_map(Weak::upgrade)
-            .filter(|c| !self.idle(c, now))
+            .filter(|c| !self.idle(&**c, now))
             .count()
             .max(1);
         self.pages / n as u64
@@ -228,12 +257,12 @@ impl BudgetInner {
     /// Evict one clean, unused page of a device other than `me`: of the
     /// one holding the most memory (ties taking turns). Called with no
     /// lock held.
-    pub fn reclaim_elsewhere(&self, me: &Cache) -> bool {
-        let mut others: Vec<Arc<Cache>> = {
+    pub fn reclaim_elsewhere(&self, me: &dyn Tenant) -> bool {
+        let mut others: Vec<Arc<dyn Tenant>> = {
             let v = self.caches.lock().unwrap_or_else(|p| p.into_inner());
             v.iter()
                 .filter_map(Weak::upgrade)
-                .filter(|c| !std::ptr::eq(Arc::as_ptr(c), me))
+                .filter(|c| !std::ptr::addr_eq(Arc::as_ptr(c), me))
                 .collect()
         };
         if others.is_empty() {
@@ -244,7 +273,7 @@ impl BudgetInner {
         // Idle ones first, then the largest (stable: ties keep the rotated
         // order).
         let now = self.now_ms();
-        others.sort_by_key(|c| (!self.idle(c, now), std::cmp::Reverse(c.charged())));
+        others.sort_by_key(|c| (!self.idle(&**c, now), std::cmp::Reverse(c.charged())));
         others.iter().any(|c| c.evict_for_other())
     }
 }

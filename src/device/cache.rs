@@ -12,7 +12,7 @@
 //! or `dirty` (a `BTreeMap` in
 //! LBA order, which is what the flusher walks to build large contiguous
 //! WRITEs). Every page costs `page_size` + [`PAGE_OVERHEAD`] bytes against
-//! the shared [`CacheBudget`](super::CacheBudget) from the moment it is
+//! the shared `CacheBudget` (see `budget`) from the moment it is
 //! allocated, whether clean, dirty or still being fetched, and its buffer is
 //! a chunk of the budget's reserved page memory (an [`IoBuf`] that returns
 //! there when the page is evicted): a page never uses heap memory.
@@ -33,7 +33,7 @@ use lru::LruCache;
 use tokio::sync::watch;
 
 use super::backend::BackendError;
-use super::budget::BudgetInner;
+use super::budget::{BudgetInner, Tenant};
 use rlun_iscsi::iobuf::IoBuf;
 
 /// Bytes charged per page on top of its buffer: the `Page` struct, its
@@ -187,7 +187,7 @@ struct State {
     dirty: BTreeMap<u64, Arc<Page>>,
     /// This cache's share of the budget's charge.
     charged: u64,
-    /// Pages put at the MRU end of `clean` so far (see [`Cache::lookup`]).
+    /// Pages put at the MRU end of `clean` so far (see [`lookup`]).
     tick: u64,
 }
 
@@ -215,11 +215,24 @@ impl Drop for Cache {
     }
 }
 
-impl std::fmt::Debug for BudgetInner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BudgetInner")
-            .field("pages", &self.pages)
-            .finish()
+impl Tenant for Cache {
+    fn charged(&self) -> u64 {
+        Cache::charged(self)
+    }
+
+    fn last_alloc_ms(&self) -> u64 {
+        self.last_alloc.load(Ordering::Relaxed)
+    }
+
+    /// Evict one page for another cache of the same budget.
+    fn evict_for_other(&self) -> bool {
+        let mut st = self.lock();
+        let done = self.evict_one(&mut st);
+        drop(st);
+        if done {
+            self.budget.mem_changed.notify_waiters();
+        }
+        done
     }
 }
 
@@ -247,7 +260,7 @@ impl Cache {
             charged: AtomicU64::new(0),
             last_alloc: AtomicU64::new(0),
         });
-        cache.budget.add_cache(&cache);
+        cache.budget.add_tenant(&cache);
         cache
     }
 
@@ -302,17 +315,6 @@ impl Cache {
             }
             None => false,
         }
-    }
-
-    /// Evict one page for another cache of the same budget.
-    pub(crate) fn evict_for_other(&self) -> bool {
-        let mut st = self.lock();
-        let done = self.evict_one(&mut st);
-        drop(st);
-        if done {
-            self.budget.mem_changed.notify_waiters();
-        }
-        done
     }
 
     /// Charge a new page and take its buffer, evicting this cache's clean
@@ -387,7 +389,7 @@ impl Cache {
                 }
             }
             drop(st);
-            if alone || !self.budget.reclaim_elsewhere(self) {
+            if alone || !self.budget.reclaim_elsewhere(&**self) {
                 if evict {
                     break;
                 }
@@ -584,7 +586,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::CacheBudget;
+    use crate::device::budget::CacheBudget;
 
     fn budget(pages: u64) -> Arc<BudgetInner> {
         CacheBudget::exact(pages, 64 << 10).inner

@@ -84,9 +84,11 @@ pub struct MemBackend {
     in_flight: AtomicU64,
 }
 
-struct InFlight<'a>(&'a MemBackend);
+/// A command counted in `MemBackend::in_flight` (for `max_in_flight`)
+/// until it ends.
+struct CountedCommand<'a>(&'a MemBackend);
 
-impl Drop for InFlight<'_> {
+impl Drop for CountedCommand<'_> {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
@@ -196,9 +198,9 @@ impl MemBackend {
         lba: u64,
         blocks: u64,
         fua: bool,
-    ) -> Result<InFlight<'_>, BackendError> {
+    ) -> Result<CountedCommand<'_>, BackendError> {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        let guard = InFlight(self);
+        let guard = CountedCommand(self);
         {
             let mut c = lock(&self.counts);
             c.max_in_flight = c.max_in_flight.max(now);

@@ -14,8 +14,8 @@
 //!
 //! **Streaming readers bypass the cache.** The table also counts, per
 //! stream, the *large* reads (at least the device's bypass size) in flight
-//! ([`Streams::observe`] hands out a [`Ticket`], [`Streams::done`] returns
-//! it). A large read that continues a sequential stream while another large
+//! ([`Streams::observe`] hands out a [`StreamToken`], [`Streams::done`]
+//! takes it back; a [`LargeReadGuard`] returns it when the read ends). A large read that continues a sequential stream while another large
 //! read of that stream is still in flight comes from a client that keeps
 //! its own requests in flight far ahead (nbdcopy, qemu-img convert, the
 //! kernel's read-ahead on `/dev/nbdN`; once seen, the stream stays marked
@@ -26,6 +26,8 @@
 //! resident) and issue no read-ahead. A sequential reader that waits for
 //! each read (queue depth 1) keeps read-ahead, which is what hides its
 //! latency.
+
+use std::sync::Mutex;
 
 /// How far from a stream's end a read may start and still continue it.
 pub(crate) const TOLERANCE: u64 = 128 << 10;
@@ -46,7 +48,7 @@ struct Stream {
     window: u64,
     /// Reads that continued the stream.
     run: u32,
-    /// Large reads of the stream in flight (tickets not yet returned).
+    /// Large reads of the stream in flight (tokens not yet returned).
     inflight: u32,
     /// A large read arrived while `depth` others were in flight: the
     /// client pipelines. Sticky, so a moment at queue depth 1 (a client
@@ -62,7 +64,7 @@ struct Stream {
 /// A large read in flight, counted against its stream until
 /// [`Streams::done`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ticket {
+pub(crate) struct StreamToken {
     slot: usize,
     id: u64,
 }
@@ -75,11 +77,11 @@ pub(crate) struct Advice {
     /// Read straight from the target, without filling pages.
     pub bypass: bool,
     /// Return with [`Streams::done`] when the read completes (large reads).
-    pub ticket: Option<Ticket>,
+    pub token: Option<StreamToken>,
 }
 
 /// The stream table. Not thread-safe by itself; the device keeps it under a
-/// mutex held only for [`Streams::on_read`].
+/// mutex held only for [`Streams::observe`] and [`Streams::done`].
 #[derive(Debug)]
 pub(crate) struct Streams {
     streams: [Stream; STREAMS],
@@ -109,7 +111,7 @@ impl Streams {
     }
 
     /// Record a read of `len` bytes at `offset` and advise it. A `large`
-    /// read gets a ticket (return it with [`Streams::done`]) and is told to
+    /// read gets a token (return it with [`Streams::done`]) and is told to
     /// bypass the cache when it continues a sequential stream that has had
     /// at least `depth` other large reads in flight when one arrived
     /// (`depth` 0: every large sequential read bypasses); a bypassing read
@@ -143,7 +145,7 @@ impl Streams {
                 live: true,
             };
             return Advice {
-                ticket: large.then_some(Ticket {
+                token: large.then_some(StreamToken {
                     slot,
                     id: self.clock,
                 }),
@@ -160,7 +162,7 @@ impl Streams {
             s.pipelined |= s.inflight >= depth;
             advice.bypass = s.run >= CONTINUATIONS && s.pipelined;
             s.inflight += 1;
-            advice.ticket = Some(Ticket { slot, id: s.id });
+            advice.token = Some(StreamToken { slot, id: s.id });
         }
         if s.run < CONTINUATIONS || advice.bypass {
             return advice;
@@ -170,7 +172,7 @@ impl Streams {
     }
 
     /// A large read of [`Streams::observe`] completed (or was dropped).
-    pub(crate) fn done(&mut self, t: Ticket) {
+    pub(crate) fn done(&mut self, t: StreamToken) {
         let s = &mut self.streams[t.slot];
         if s.live && s.id == t.id {
             s.inflight = s.inflight.saturating_sub(1);
@@ -195,6 +197,31 @@ impl Streams {
         }
         s.ra_end = stop;
         Some((start, stop))
+    }
+}
+
+/// A large read in flight on its stream: gives its [`StreamToken`] back to
+/// the table ([`Streams::done`]) when dropped, whether the read completed,
+/// failed or was abandoned by its caller.
+pub(crate) struct LargeReadGuard<'a> {
+    streams: &'a Mutex<Streams>,
+    token: StreamToken,
+}
+
+impl<'a> LargeReadGuard<'a> {
+    /// Hold `token` (from [`Streams::observe`] on `streams`) until dropped.
+    #[inline]
+    pub(crate) fn new(streams: &'a Mutex<Streams>, token: StreamToken) -> LargeReadGuard<'a> {
+        LargeReadGuard { streams, token }
+    }
+}
+
+impl Drop for LargeReadGuard<'_> {
+    fn drop(&mut self) {
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .done(self.token);
     }
 }
 
@@ -268,17 +295,17 @@ mod tests {
     #[test]
     fn pipelined_large_sequential_reads_bypass_and_read_nothing_ahead() {
         let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
-        let mut tickets = Vec::new();
+        let mut tokens = Vec::new();
         let mut advice = Vec::new();
         // A client with many 256 KiB reads in flight at once.
         for i in 0..8 {
             let a = s.observe(i * 256 * K, 256 * K, true, 1);
-            tickets.push(a.ticket.expect("large reads are counted"));
+            tokens.push(a.token.expect("large reads are counted"));
             advice.push(a);
         }
         assert!(!advice[0].bypass && !advice[1].bypass, "not a stream yet");
         assert!(advice[2..].iter().all(|a| a.bypass && a.ahead.is_none()));
-        for t in tickets {
+        for t in tokens {
             s.done(t);
         }
     }
@@ -291,24 +318,24 @@ mod tests {
             let a = s.observe(i * 256 * K, 256 * K, true, 1);
             assert!(!a.bypass, "read {i} waited for the one before");
             ahead += a.ahead.is_some() as u32;
-            s.done(a.ticket.expect("large"));
+            s.done(a.token.expect("large"));
         }
         assert!(ahead > 0);
     }
 
     #[test]
-    fn small_reads_get_no_ticket_and_never_bypass() {
+    fn small_reads_get_no_token_and_never_bypass() {
         let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
         for i in 0..64 {
             let a = s.observe(i * 4 * K, 4 * K, false, 0);
-            assert!(!a.bypass && a.ticket.is_none());
+            assert!(!a.bypass && a.token.is_none());
         }
     }
 
     #[test]
-    fn a_ticket_of_a_replaced_stream_does_not_touch_its_successor() {
+    fn a_token_of_a_replaced_stream_does_not_touch_its_successor() {
         let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
-        let old = s.observe(0, 256 * K, true, 1).ticket.unwrap();
+        let old = s.observe(0, 256 * K, true, 1).token.unwrap();
         // Fill the table's other slots; the next new stream takes the
         // least recently used one: the first stream's.
         for i in 1..STREAMS as u64 {
@@ -326,12 +353,34 @@ mod tests {
     #[test]
     fn a_stream_once_pipelined_keeps_bypassing_at_a_moment_of_queue_depth_one() {
         let mut s = Streams::new(128 * K, 4096 * K, 1 << 40);
-        let t0 = s.observe(0, 256 * K, true, 1).ticket.unwrap();
-        let t1 = s.observe(256 * K, 256 * K, true, 1).ticket.unwrap();
+        let t0 = s.observe(0, 256 * K, true, 1).token.unwrap();
+        let t1 = s.observe(256 * K, 256 * K, true, 1).token.unwrap();
         s.done(t0);
         s.done(t1);
         // Nothing in flight now, but the stream was seen pipelining.
         let a = s.observe(512 * K, 256 * K, true, 1);
         assert!(a.bypass && a.ahead.is_none());
+    }
+
+    #[test]
+    fn a_large_read_guard_counts_its_read_until_dropped() {
+        let streams = Mutex::new(Streams::new(128 * K, 4096 * K, 1 << 40));
+        let observe = |i: u64| {
+            streams
+                .lock()
+                .unwrap()
+                .observe(i * 256 * K, 256 * K, true, 1)
+        };
+        // Each read's guard drops before the next read: queue depth one.
+        for i in 0..4 {
+            let a = observe(i);
+            let _guard = LargeReadGuard::new(&streams, a.token.expect("large"));
+            assert!(!a.bypass, "read {i}: the one before was returned");
+        }
+        // A guard kept alive keeps its read in flight: the next one pipelines.
+        let a = observe(4);
+        let _held = LargeReadGuard::new(&streams, a.token.expect("large"));
+        assert!(!a.bypass);
+        assert!(observe(5).bypass);
     }
 }
