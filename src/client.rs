@@ -1,6 +1,8 @@
 //! A logged-in target and its LUNs, with typed SCSI operations.
 //!
-//! [`Target`] wraps a [`SessionHandle`]; [`Lun`] knows its block size,
+//! [`Target`] wraps a [`SessionHandle`]; [`LoggedIn`] is the target a
+//! command logged in to, which it cannot forget to log out of; [`Lun`]
+//! knows its block size,
 //! capacity, write protection and block limits and offers `read`, `write`,
 //! `sync`, `unmap`… in blocks.
 //!
@@ -222,6 +224,111 @@ impl Target {
 
     pub async fn logout(&self) -> Result<(), ClientError> {
         Ok(self.session.logout().await?)
+    }
+}
+
+/// A target this process logged in to, whose logout cannot be forgotten.
+///
+/// The normal path ends it with [`LoggedIn::logout`], awaited. Work on it
+/// goes through [`LoggedIn::scope`] (log out whatever the work returned,
+/// a `?` inside included) or [`LoggedIn::or_logout`] (keep the session
+/// when a step succeeds, log out before its error is returned), so that
+/// every path that ends the session waits for the logout to reach the
+/// target. A guard dropped without either (a panic, a cancelled future)
+/// still ends the session politely: it asks the driver to log out — after
+/// the commands still in flight — without waiting. (Dropping the last
+/// [`SessionHandle`] would do that too, but [`Lun`]s hold handles of
+/// their own; the guard ends the session when it goes.)
+pub struct LoggedIn {
+    /// `None` once logged out.
+    target: Option<Target>,
+}
+
+impl LoggedIn {
+    /// Log in ([`Target::login`]).
+    pub async fn login(cfg: SessionConfig) -> Result<LoggedIn, ClientError> {
+        Ok(LoggedIn::new(Target::login(cfg).await?))
+    }
+
+    /// Take charge of logging out of `target`.
+    pub fn new(target: Target) -> LoggedIn {
+        LoggedIn {
+            target: Some(target),
+        }
+    }
+
+    /// The target.
+    pub fn target(&self) -> &Target {
+        self.target
+            .as_ref()
+            .expect("a LoggedIn holds its target until it is consumed")
+    }
+
+    /// Log out and wait for it (in-flight commands finish first). The
+    /// session ends here even while [`Lun`]s of it are still around.
+    pub async fn logout(mut self) -> Result<(), ClientError> {
+        match self.target.take() {
+            Some(t) => t.logout().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Run `body` on the target, then log out, awaited, whatever it
+    /// returned. A failed logout is logged, not returned: by then the
+    /// body's result is what the caller reports.
+    pub async fn scope<T, E>(
+        self,
+        body: impl AsyncFnOnce(&Target) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let result = body(self.target()).await;
+        if let Err(e) = self.logout().await {
+            debug!(error = %e, "logout failed");
+        }
+        result
+    }
+
+    /// Run a step that the session is useless without (opening a LUN, the
+    /// exports): on success keep the session and hand out what the step
+    /// made; on failure log out, awaited, before the error is returned.
+    pub async fn or_logout<T, E>(
+        self,
+        step: impl AsyncFnOnce(&Target) -> Result<T, E>,
+    ) -> Result<(LoggedIn, T), E> {
+        match step(self.target()).await {
+            Ok(made) => Ok((self, made)),
+            Err(e) => {
+                if let Err(le) = self.logout().await {
+                    debug!(error = %le, "logout failed");
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for LoggedIn {
+    type Target = Target;
+
+    fn deref(&self) -> &Target {
+        self.target()
+    }
+}
+
+impl Drop for LoggedIn {
+    fn drop(&mut self) {
+        let Some(target) = self.target.take() else {
+            return;
+        };
+        // Not awaited: a drop cannot wait. The driver logs out after the
+        // commands in flight, as long as the runtime runs.
+        debug!("session dropped without an awaited logout; asking the driver to log out");
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = target.logout().await {
+                    debug!(error = %e, "logout failed");
+                }
+            });
+        }
     }
 }
 
