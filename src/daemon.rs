@@ -1,7 +1,7 @@
 //! The process machinery of a command that serves until told to stop
 //! (`rlun mount`, `rlun serve`, `rlun attach`), and of the commands that
 //! stop one (`rlun umount`, `rlun detach`). The serving lifecycle that puts
-//! these pieces in order is [`crate::service`]'s; this module knows
+//! these pieces in order is the `service` module's; this module knows
 //! nothing of sessions, exports or front ends.
 //!
 //! - **Foreground or `--daemon`.** [`launch`] runs the command in the

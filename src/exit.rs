@@ -4,8 +4,8 @@
 //! subcommands, the pid files that hand a background process's exit status
 //! to `rlun umount` or `rlun detach` — reads the codes from here. A failure
 //! is classified by its [`ErrorKind`] ([`of_kind`]); an error type that
-//! knows its exit code says so through [`Code`]. [`crate::cli::exit`]
-//! re-exports this module under its older name.
+//! knows its exit code says so through [`Code`]. The command line's
+//! `cli::exit` re-exports this module under its older name.
 
 use rlun_iscsi::ErrorKind;
 

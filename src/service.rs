@@ -23,10 +23,9 @@
 //! exports or to start the front end logs out before the error is returned
 //! ([`LoggedIn::or_logout`]).
 //!
-//! A layer between the commands ([`crate::cmd`], [`crate::cli`]) and the
-//! process machinery ([`crate::daemon`]); it stands on the front ends'
-//! common ground ([`crate::export`], [`crate::client`]) and knows none of
-//! them.
+//! A layer between the commands (`cmd`, `cli`) and the process machinery
+//! ([`crate::daemon`]); it stands on the front ends' common ground
+//! ([`crate::export`], [`crate::client`]) and knows none of them.
 
 use std::path::PathBuf;
 use std::time::Duration;
