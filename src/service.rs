@@ -118,14 +118,10 @@ pub trait FrontEnd {
     }
 
     /// Start serving `exports` (mount, set up the NBD server, connect the
-    /// kernel device). Stop signals are caught from here on and queue in
-    /// `signals`. On failure the front end has undone what it started; the
-    /// lifecycle logs out.
-    async fn start(
-        self,
-        exports: ExportSet<Lun>,
-        signals: &mut Signals,
-    ) -> Result<Self::Live, Self::Error>;
+    /// kernel device). Stop signals are already caught: one that arrives
+    /// now waits for [`Live::serve`]. On failure the front end has undone
+    /// what it started; the lifecycle logs out.
+    async fn start(self, exports: ExportSet<Lun>) -> Result<Self::Live, Self::Error>;
 }
 
 /// A started front end.
@@ -214,8 +210,8 @@ pub async fn serve<F: FrontEnd>(
                 .map_err(ServiceError::Exports)?;
             // From here on a signal must not kill rlun before it wrote
             // back: tokio queues it until the front end looks.
-            let mut signals = Signals::install().map_err(ServiceError::from)?;
-            let live = front.start(exports, &mut signals).await?;
+            let signals = Signals::install().map_err(ServiceError::from)?;
+            let live = front.start(exports).await?;
             Ok::<_, F::Error>((signals, live))
         })
         .await?;

@@ -167,11 +167,7 @@ impl FrontEnd for Kernel<'_> {
         )))
     }
 
-    async fn start(
-        self,
-        exports: ExportSet<Lun>,
-        _signals: &mut Signals,
-    ) -> Result<Attached, CliError> {
+    async fn start(self, exports: ExportSet<Lun>) -> Result<Attached, CliError> {
         let o = self.options;
         let exports = Arc::new(exports);
         let (stop_tx, stop_rx) = watch::channel(false);

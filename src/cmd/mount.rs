@@ -237,11 +237,7 @@ impl FrontEnd for Fuse<'_> {
     const STOPPED: &'static str = "unmounted";
     const PURPOSE: &'static str = "";
 
-    async fn start(
-        self,
-        exports: ExportSet<Lun>,
-        _signals: &mut Signals,
-    ) -> Result<Mounted, CliError> {
+    async fn start(self, exports: ExportSet<Lun>) -> Result<Mounted, CliError> {
         let o = self.options;
         let fs = Arc::new(LunFs::from_exports(exports, fs_options(o)));
         let config = fuse_config(o, self.fsname, self.auto_unmount, fs.all_read_only());

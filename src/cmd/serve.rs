@@ -99,11 +99,7 @@ impl FrontEnd for Nbd {
     const STOPPED: &'static str = "stopped";
     const PURPOSE: &'static str = " to serve";
 
-    async fn start(
-        self,
-        exports: ExportSet<Lun>,
-        _signals: &mut Signals,
-    ) -> Result<Serving, CliError> {
+    async fn start(self, exports: ExportSet<Lun>) -> Result<Serving, CliError> {
         let exports = Arc::new(exports);
         let iqn = &self.iqn;
         let descriptions: Vec<String> = exports
@@ -129,10 +125,15 @@ impl FrontEnd for Nbd {
             limits,
             stop_rx,
         ));
+        let uris: Vec<String> = exports
+            .exports()
+            .iter()
+            .map(|e| self.listener.uri(e.name(), self.tls.is_some()))
+            .collect();
         Ok(Serving {
             state_key: self.listener.state_key(),
             listener: Some(self.listener),
-            tls: self.tls.is_some(),
+            uris,
             exports,
             descriptions,
             server,
@@ -147,7 +148,8 @@ struct Serving {
     /// `None` once closed (the socket file is removed with it).
     listener: Option<Listener>,
     state_key: PathBuf,
-    tls: bool,
+    /// The NBD URI of each export.
+    uris: Vec<String>,
     exports: Arc<ExportSet<Lun>>,
     descriptions: Vec<String>,
     server: Arc<Server<Lun>>,
@@ -166,19 +168,10 @@ impl Live for Serving {
     }
 
     fn announce(&self, readiness: &mut Readiness) {
-        let Some(listener) = &self.listener else {
-            return;
-        };
-        let uris: Vec<String> = self
-            .exports
-            .exports()
-            .iter()
-            .map(|e| listener.uri(e.name(), self.tls))
-            .collect();
-        for (uri, d) in uris.iter().zip(&self.descriptions) {
+        for (uri, d) in self.uris.iter().zip(&self.descriptions) {
             info!("serving {d} at {uri}");
         }
-        readiness.ready(&format!("serving {}", uris.join(" ")));
+        readiness.ready(&format!("serving {}", self.uris.join(" ")));
     }
 
     /// Accept connections until a signal; then refuse new ones, let the
