@@ -14,7 +14,7 @@
 //!
 //! The lifecycle around that (`--daemon`, readiness, the pid file, the
 //! write-back and logout) is [`crate::service`]'s; this module is the
-//! kernel block device front end ([`Kernel`]), and `rlun detach` and
+//! kernel block device front end (`Kernel`), and `rlun detach` and
 //! `rlun list`.
 
 use std::os::fd::OwnedFd;

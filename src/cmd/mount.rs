@@ -16,7 +16,7 @@
 //! the `--daemon` parent and to systemd), the pid file `rlun umount` waits
 //! on, signals, write-back and logout at the end, and whether data was
 //! lost — is [`crate::service`]'s; the rules of the LUN files are
-//! [`crate::export`]'s. This module is the FUSE front end ([`Fuse`]):
+//! [`crate::export`]'s. This module is the FUSE front end (`Fuse`):
 //! checking the mount point and `/dev/fuse`, mounting through `fuser`,
 //! unmounting (lazily when files are still open), the kernel's read-ahead
 //! window, and `rlun umount`.

@@ -3,14 +3,15 @@
 //! Local problems are checked before any network I/O: the TLS files are
 //! loaded, `--listen` on a non-loopback address without TLS is refused
 //! (unless `--allow-insecure`), and the socket or port is bound. Then rlun
-//! logs in, opens the disk LUNs (one [`LunDevice`] each, shared by every
-//! connection), and serves until SIGINT/SIGTERM: new connections are
-//! refused, connections stop reading requests, the requests in flight
-//! finish and are answered, every device is flushed, and rlun logs out.
+//! logs in, opens the disk LUNs (one [`crate::device::LunDevice`] each,
+//! shared by every connection), and serves until SIGINT/SIGTERM: new
+//! connections are refused, connections stop reading requests, the
+//! requests in flight finish and are answered, every device is flushed,
+//! and rlun logs out.
 //!
 //! The lifecycle around that (`--daemon`, readiness, the pid file, the
 //! write-back and logout) is [`crate::service`]'s; this module is the NBD
-//! listener front end ([`Nbd`]).
+//! listener front end (`Nbd`).
 
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
