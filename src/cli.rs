@@ -7,27 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Exit codes that scripts can rely on (also listed in `rlun --help`).
-pub mod exit {
-    /// Success.
-    pub const OK: i32 = 0;
-    /// Any failure not covered below.
-    pub const FAILURE: i32 = 1;
-    /// Bad command line: unknown option, malformed URL, bad size.
-    pub const USAGE: i32 = 2;
-    /// The portal could not be reached (resolve, connect, timeout, connection lost).
-    pub const UNREACHABLE: i32 = 3;
-    /// The target refused the login: authentication or authorization failed.
-    pub const AUTH: i32 = 4;
-    /// No such target at the portal, or no such LUN on the target.
-    pub const NOT_FOUND: i32 = 5;
-    /// The LUN refused an I/O: write protected, out of range, medium error…
-    pub const IO: i32 = 6;
-    /// The target broke the iSCSI protocol (malformed or unexpected PDUs).
-    pub const PROTOCOL: i32 = 7;
-    /// A local file could not be read or written.
-    pub const LOCAL_FILE: i32 = 8;
-}
+/// Exit codes that scripts can rely on (also listed in `rlun --help`):
+/// [`crate::exit`], under the name it always had here.
+pub use crate::exit;
 
 const AFTER_HELP: &str = "\
 URLs:
@@ -381,7 +363,7 @@ impl Pattern {
 }
 
 /// rlun's page cache, for every command that opens a device (`mount`,
-/// `bench`, `serve`; `attach` next).
+/// `bench`, `serve`, `attach`).
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Cache options")]
 pub struct CacheOpts {
@@ -443,7 +425,7 @@ impl CacheOpts {
 }
 
 /// Foreground or background, for every command that serves until stopped
-/// (`mount`; `serve` and `attach` next).
+/// (`mount`, `serve`, `attach`).
 #[derive(Debug, Clone, Args)]
 pub struct DaemonOpts {
     /// Detach once ready (exit 0), or report why it failed. Gives up when
@@ -453,6 +435,16 @@ pub struct DaemonOpts {
     /// With --daemon: append log messages to this file (default: discarded).
     #[arg(long, value_name = "PATH", requires = "daemon")]
     pub log_file: Option<PathBuf>,
+}
+
+impl DaemonOpts {
+    /// What these options ask of [`crate::daemon::launch`].
+    pub fn options(&self) -> crate::daemon::Options {
+        crate::daemon::Options {
+            background: self.daemon,
+            log_file: self.log_file.clone(),
+        }
+    }
 }
 
 const MOUNT_AFTER_HELP: &str = "\

@@ -1,6 +1,8 @@
 //! A logged-in target and its LUNs, with typed SCSI operations.
 //!
-//! [`Target`] wraps a [`SessionHandle`]; [`Lun`] knows its block size,
+//! [`Target`] wraps a [`SessionHandle`]; [`LoggedIn`] is the target a
+//! command logged in to, which it cannot forget to log out of; [`Lun`]
+//! knows its block size,
 //! capacity, write protection and block limits and offers `read`, `write`,
 //! `sync`, `unmap`… in blocks.
 //!
@@ -222,6 +224,111 @@ impl Target {
 
     pub async fn logout(&self) -> Result<(), ClientError> {
         Ok(self.session.logout().await?)
+    }
+}
+
+/// A target this process logged in to, whose logout cannot be forgotten.
+///
+/// The normal path ends it with [`LoggedIn::logout`], awaited. Work on it
+/// goes through [`LoggedIn::scope`] (log out whatever the work returned,
+/// a `?` inside included) or [`LoggedIn::or_logout`] (keep the session
+/// when a step succeeds, log out before its error is returned), so that
+/// every path that ends the session waits for the logout to reach the
+/// target. A guard dropped without either (a panic, a cancelled future)
+/// still ends the session politely: it asks the driver to log out — after
+/// the commands still in flight — without waiting. (Dropping the last
+/// [`SessionHandle`] would do that too, but [`Lun`]s hold handles of
+/// their own; the guard ends the session when it goes.)
+pub struct LoggedIn {
+    /// `None` once logged out.
+    target: Option<Target>,
+}
+
+impl LoggedIn {
+    /// Log in ([`Target::login`]).
+    pub async fn login(cfg: SessionConfig) -> Result<LoggedIn, ClientError> {
+        Ok(LoggedIn::new(Target::login(cfg).await?))
+    }
+
+    /// Take charge of logging out of `target`.
+    pub fn new(target: Target) -> LoggedIn {
+        LoggedIn {
+            target: Some(target),
+        }
+    }
+
+    /// The target.
+    pub fn target(&self) -> &Target {
+        self.target
+            .as_ref()
+            .expect("a LoggedIn holds its target until it is consumed")
+    }
+
+    /// Log out and wait for it (in-flight commands finish first). The
+    /// session ends here even while [`Lun`]s of it are still around.
+    pub async fn logout(mut self) -> Result<(), ClientError> {
+        match self.target.take() {
+            Some(t) => t.logout().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Run `body` on the target, then log out, awaited, whatever it
+    /// returned. A failed logout is logged, not returned: by then the
+    /// body's result is what the caller reports.
+    pub async fn scope<T, E>(
+        self,
+        body: impl AsyncFnOnce(&Target) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let result = body(self.target()).await;
+        if let Err(e) = self.logout().await {
+            debug!(error = %e, "logout failed");
+        }
+        result
+    }
+
+    /// Run a step that the session is useless without (opening a LUN, the
+    /// exports): on success keep the session and hand out what the step
+    /// made; on failure log out, awaited, before the error is returned.
+    pub async fn or_logout<T, E>(
+        self,
+        step: impl AsyncFnOnce(&Target) -> Result<T, E>,
+    ) -> Result<(LoggedIn, T), E> {
+        match step(self.target()).await {
+            Ok(made) => Ok((self, made)),
+            Err(e) => {
+                if let Err(le) = self.logout().await {
+                    debug!(error = %le, "logout failed");
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for LoggedIn {
+    type Target = Target;
+
+    fn deref(&self) -> &Target {
+        self.target()
+    }
+}
+
+impl Drop for LoggedIn {
+    fn drop(&mut self) {
+        let Some(target) = self.target.take() else {
+            return;
+        };
+        // Not awaited: a drop cannot wait. The driver logs out after the
+        // commands in flight, as long as the runtime runs.
+        debug!("session dropped without an awaited logout; asking the driver to log out");
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = target.logout().await {
+                    debug!(error = %e, "logout failed");
+                }
+            });
+        }
     }
 }
 
@@ -825,5 +932,182 @@ mod tests {
             assert_eq!(w.as_bytes()[1] & FUA_BIT, 0);
             assert!(sync.is_none());
         }
+    }
+}
+
+/// [`LoggedIn`] against a target that only logs in and out.
+#[cfg(test)]
+mod guard_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use rlun_iscsi::proto::pdu::{Bhs, Digests, LoginResponse, LogoutResponse, Pdu, Stage};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// Keys an initiator declares about itself, which a target does not
+    /// answer.
+    const DECLARED: &[&str] = &[
+        "InitiatorName",
+        "InitiatorAlias",
+        "SessionType",
+        "TargetName",
+    ];
+
+    /// The answer to a login request's keys: no authentication, the first
+    /// value offered for everything else (RFC 7143 §6.2), and in the
+    /// security stage the portal group tag a target must send.
+    fn answer(keys: &[u8], stage: Stage) -> Bytes {
+        let mut out = String::new();
+        for pair in keys.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+            let pair = String::from_utf8_lossy(pair);
+            let Some((k, v)) = pair.split_once('=') else {
+                continue;
+            };
+            match k {
+                "AuthMethod" => out.push_str("AuthMethod=None\0"),
+                _ if DECLARED.contains(&k) => {}
+                _ => out.push_str(&format!("{k}={}\0", v.split(',').next().unwrap_or(v))),
+            }
+        }
+        if stage == Stage::Security {
+            out.push_str("TargetPortalGroupTag=1\0");
+        }
+        Bytes::from(out)
+    }
+
+    /// A target on 127.0.0.1 for one connection: it completes any login,
+    /// answers a Logout Request and counts the logouts it answered.
+    async fn login_logout_target() -> (u16, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let logouts = Arc::new(AtomicUsize::new(0));
+        let counted = logouts.clone();
+        tokio::spawn(async move {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut stat_sn = 0x100u32;
+            loop {
+                let mut bhs = [0u8; 48];
+                if s.read_exact(&mut bhs).await.is_err() {
+                    return;
+                }
+                // DataSegmentLength: bytes 5..8; the segment is padded to 4.
+                let len = u32::from_be_bytes([0, bhs[5], bhs[6], bhs[7]]) as usize;
+                let mut data = vec![0u8; len.div_ceil(4) * 4];
+                if s.read_exact(&mut data).await.is_err() {
+                    return;
+                }
+                let reply = match Bhs::decode(&bhs) {
+                    Ok(Bhs::LoginRequest(r)) => {
+                        let done = r.transit && r.nsg == Stage::FullFeature;
+                        let rsp = LoginResponse {
+                            transit: r.transit,
+                            continue_: false,
+                            csg: r.csg,
+                            nsg: r.nsg,
+                            version_max: 0,
+                            version_active: 0,
+                            isid: r.isid,
+                            tsih: u16::from(done),
+                            itt: r.itt,
+                            stat_sn,
+                            exp_cmd_sn: r.cmd_sn,
+                            max_cmd_sn: r.cmd_sn.wrapping_add(16),
+                            status_class: 0,
+                            status_detail: 0,
+                        };
+                        if done {
+                            stat_sn += 1;
+                        }
+                        Pdu::with_data(Bhs::LoginResponse(rsp), answer(&data[..len], r.csg))
+                    }
+                    Ok(Bhs::LogoutRequest(r)) => {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        Pdu::new(Bhs::LogoutResponse(LogoutResponse {
+                            response: 0,
+                            itt: r.itt,
+                            stat_sn,
+                            exp_cmd_sn: r.cmd_sn,
+                            max_cmd_sn: r.cmd_sn.wrapping_add(16),
+                            time2wait: 0,
+                            time2retain: 0,
+                        }))
+                    }
+                    _ => continue,
+                };
+                let frame = reply.encode(Digests {
+                    header: false,
+                    data: false,
+                });
+                let sent = async {
+                    s.write_all(&frame.head).await?;
+                    s.write_all(&frame.data).await?;
+                    s.write_all(frame.tail()).await
+                };
+                if sent.await.is_err() {
+                    return;
+                }
+            }
+        });
+        (port, logouts)
+    }
+
+    async fn log_in(port: u16) -> LoggedIn {
+        let mut cfg = SessionConfig::new("127.0.0.1", port, "iqn.2026-11.invalid:guard-test");
+        cfg.target_name = Some("iqn.2026-11.invalid:target".into());
+        cfg.nop_interval = None;
+        LoggedIn::login(cfg).await.expect("login")
+    }
+
+    #[tokio::test]
+    async fn scope_logs_out_before_it_returns_the_bodys_error() {
+        let (port, logouts) = login_logout_target().await;
+        let target = log_in(port).await;
+
+        let r: Result<(), &str> = target
+            .scope(async |_: &Target| Err("the work failed"))
+            .await;
+
+        assert_eq!(r, Err("the work failed"));
+        assert_eq!(logouts.load(Ordering::SeqCst), 1, "logged out, awaited");
+    }
+
+    #[tokio::test]
+    async fn or_logout_keeps_the_session_when_the_step_succeeds_and_ends_it_when_it_fails() {
+        let (port, logouts) = login_logout_target().await;
+        let target = log_in(port).await;
+
+        let (target, made) = target
+            .or_logout(async |_: &Target| Ok::<_, ()>(7))
+            .await
+            .unwrap();
+        let kept = logouts.load(Ordering::SeqCst);
+        let failed = target.or_logout(async |_: &Target| Err::<(), _>(())).await;
+
+        assert_eq!((made, kept), (7, 0));
+        assert!(failed.is_err());
+        assert_eq!(logouts.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_guard_still_logs_out() {
+        let (port, logouts) = login_logout_target().await;
+        let target = log_in(port).await;
+        // A handle of its own (as a Lun has) does not keep the session.
+        let other = target.session().clone();
+
+        drop(target);
+
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while logouts.load(Ordering::SeqCst) == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(logouts.load(Ordering::SeqCst), 1);
+        drop(other);
     }
 }

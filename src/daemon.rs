@@ -1,5 +1,8 @@
-//! The process machinery of a command that serves until told to stop:
-//! `rlun mount` now, `rlun serve` and `rlun attach` next.
+//! The process machinery of a command that serves until told to stop
+//! (`rlun mount`, `rlun serve`, `rlun attach`), and of the commands that
+//! stop one (`rlun umount`, `rlun detach`). The serving lifecycle that puts
+//! these pieces in order is the `service` module's; this module knows
+//! nothing of sessions, exports or front ends.
 //!
 //! - **Foreground or `--daemon`.** [`launch`] runs the command in the
 //!   foreground, or — with `--daemon` — runs rlun again in the background
@@ -19,9 +22,9 @@
 //!   `STATUS=` lines — the `sd_notify(3)` datagram protocol, a few lines
 //!   over a Unix datagram socket (path or abstract name).
 //! - **Pid files** ([`PidFile`], [`state_file`]): one per thing served
-//!   (a mount point, later a socket or a device), under `/run/rlun/` for
-//!   root, so `rlun umount` (later `rlun detach`) can find the process and
-//!   wait for it. A command that stops such a process and waits for it
+//!   (a mount point, a socket or address, a device), under `/run/rlun/`
+//!   for root, so `rlun umount` and `rlun detach` can find the process and
+//!   wait for it ([`process_alive`], [`wait_for_exit`]). A command that stops such a process and waits for it
 //!   first says so in a `.wait` file next to the pid file ([`Waiter`]);
 //!   when the process ends it leaves its exit status next to the pid file
 //!   ([`PidFile::finish`], [`read_exit_status`]) only for such a waiter, so
@@ -32,9 +35,8 @@
 //! - **Signals** ([`Signals`]): SIGINT and SIGTERM ask to stop (the first
 //!   one: stop cleanly; a second one: cut off what still hangs on), SIGHUP
 //!   is ignored.
-//! - **Flush and log out** ([`finish_exports`]): the last step of every
-//!   serving command — write back, flush, log out, and report whether data
-//!   was lost.
+//! - **Its own errors** ([`DaemonError`]), each with its exit code
+//!   ([`crate::exit::Code`]); the pid file records any error that does.
 
 use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
@@ -45,14 +47,63 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rlun_iscsi::ErrorKind;
+use thiserror::Error;
 use tokio::io::AsyncBufReadExt;
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, warn};
 
-use crate::cli::{exit, DaemonOpts};
-use crate::client::Target;
-use crate::cmd::CliError;
-use crate::export::{DataLost, ExportSet, LunBackend};
+use crate::exit;
+
+/// What can go wrong in the process machinery itself.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    /// `--daemon` could not start or follow its background child, or the
+    /// signal handlers could not be installed.
+    #[error("{0}")]
+    Failed(String),
+    /// The `--log-file` of `--daemon` could not be opened.
+    #[error("{what} {}", path.display())]
+    LocalFile {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The background child of `--daemon` failed before it was ready,
+    /// with this message and exit code.
+    #[error("{message}")]
+    Child { message: String, code: i32 },
+}
+
+impl DaemonError {
+    /// How this failure is classified ([`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            DaemonError::Failed(_) | DaemonError::Child { .. } => ErrorKind::Failure,
+            DaemonError::LocalFile { .. } => ErrorKind::LocalFile,
+        }
+    }
+}
+
+impl exit::Code for DaemonError {
+    fn exit_code(&self) -> i32 {
+        match self {
+            DaemonError::Child { code, .. } => *code,
+            other => exit::of_kind(other.kind()),
+        }
+    }
+}
+
+/// Foreground or background: what [`launch`] is asked to do (the
+/// command line's `--daemon` and `--log-file`).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Run in the background once ready (`--daemon`).
+    pub background: bool,
+    /// Where the background child's log messages go (default: discarded).
+    pub log_file: Option<PathBuf>,
+}
 
 /// Set in the environment of the background child of `--daemon`.
 pub const NOTIFY_ENV: &str = "RLUN_DAEMON_NOTIFY";
@@ -79,9 +130,9 @@ pub enum Launched {
 
 /// Start a serving command: in the foreground, or as a `--daemon` parent
 /// that waits for its background child at most `deadline`.
-pub async fn launch(opts: &DaemonOpts, deadline: Duration) -> Result<Launched, CliError> {
+pub async fn launch(opts: &Options, deadline: Duration) -> Result<Launched, DaemonError> {
     let child = std::env::var_os(NOTIFY_ENV).is_some();
-    if opts.daemon && !child {
+    if opts.background && !child {
         detach(opts, deadline).await?;
         return Ok(Launched::Detached);
     }
@@ -89,16 +140,17 @@ pub async fn launch(opts: &DaemonOpts, deadline: Duration) -> Result<Launched, C
 }
 
 /// The parent side of `--daemon`: start the child and wait for its word.
-async fn detach(opts: &DaemonOpts, deadline: Duration) -> Result<(), CliError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::Other(format!("--daemon: cannot find the rlun executable: {e}")))?;
+async fn detach(opts: &Options, deadline: Duration) -> Result<(), DaemonError> {
+    let exe = std::env::current_exe().map_err(|e| {
+        DaemonError::Failed(format!("--daemon: cannot find the rlun executable: {e}"))
+    })?;
     let stderr = match &opts.log_file {
         Some(path) => Stdio::from(
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|source| CliError::LocalFile {
+                .map_err(|source| DaemonError::LocalFile {
                     what: "cannot open log file",
                     path: path.clone(),
                     source,
@@ -117,7 +169,7 @@ async fn detach(opts: &DaemonOpts, deadline: Duration) -> Result<(), CliError> {
         .process_group(0)
         .spawn()
         .map_err(|e| {
-            CliError::Other(format!(
+            DaemonError::Failed(format!(
                 "--daemon: cannot start rlun in the background: {e}"
             ))
         })?;
@@ -146,7 +198,7 @@ async fn detach(opts: &DaemonOpts, deadline: Duration) -> Result<(), CliError> {
                 // retrying until then.
                 let _ = child.start_kill();
                 let _ = child.wait().await;
-                return Err(CliError::Other(format!(
+                return Err(DaemonError::Failed(format!(
                     "--daemon: not ready within {} (the connect and login timeouts plus {}s); \
                      the background rlun was stopped (see --log-file for what it was doing)",
                     humanize(deadline),
@@ -155,11 +207,10 @@ async fn detach(opts: &DaemonOpts, deadline: Duration) -> Result<(), CliError> {
             }
         }
     }
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| CliError::Other(format!("--daemon: waiting for the background rlun: {e}")))?;
-    Err(CliError::Child {
+    let status = child.wait().await.map_err(|e| {
+        DaemonError::Failed(format!("--daemon: waiting for the background rlun: {e}"))
+    })?;
+    Err(DaemonError::Child {
         message: message.unwrap_or_else(|| {
             format!("the background rlun exited ({status}) before it was ready")
         }),
@@ -418,9 +469,9 @@ pub struct Signals {
 }
 
 impl Signals {
-    pub fn install() -> Result<Signals, CliError> {
+    pub fn install() -> Result<Signals, DaemonError> {
         let err =
-            |e: std::io::Error| CliError::Other(format!("cannot install signal handlers: {e}"));
+            |e: std::io::Error| DaemonError::Failed(format!("cannot install signal handlers: {e}"));
         Ok(Signals {
             int: signal(SignalKind::interrupt()).map_err(err)?,
             term: signal(SignalKind::terminate()).map_err(err)?,
@@ -475,9 +526,9 @@ pub fn state_dir() -> PathBuf {
     }
 }
 
-/// The pid file of the process serving `what` (a mount point; later a
-/// socket or a device path): in [`state_dir`], named after the escaped
-/// path.
+/// The pid file of the process serving `what` (a mount point, a socket
+/// path or `nbd-ADDR`, a device path): in [`state_dir`], named after the
+/// escaped path.
 pub fn state_file(what: &Path) -> PathBuf {
     let name: String = what
         .to_string_lossy()
@@ -517,7 +568,7 @@ fn pid_in(path: &Path) -> Option<u32> {
 /// Whether a live process waits for the exit status of the process of
 /// `pid_file`.
 fn has_live_waiter(pid_file: &Path) -> bool {
-    pid_in(&wait_file(pid_file)).is_some_and(crate::cmd::mount::process_alive)
+    pid_in(&wait_file(pid_file)).is_some_and(process_alive)
 }
 
 /// A command (`rlun umount`, `rlun detach`) that is about to stop the
@@ -576,7 +627,7 @@ impl PidFile {
     /// Leave the exit status next to the pid file for the command that
     /// waits for this process ([`Waiter`]: `rlun umount`, `rlun detach`),
     /// then remove the pid file. Without a live waiter nothing is left.
-    pub fn finish(self, result: &Result<(), CliError>) {
+    pub fn finish<E: std::error::Error + exit::Code>(self, result: &Result<(), E>) {
         let (code, message) = match result {
             Ok(()) => (exit::OK, String::new()),
             Err(e) => (e.exit_code(), one_line(&rlun_iscsi::error_chain(e))),
@@ -626,7 +677,7 @@ pub enum Stopped {
 pub async fn wait_for_exit(pid: u32, pid_file: &Path, timeout: Duration) -> Stopped {
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let alive = crate::cmd::mount::process_alive(pid);
+        let alive = process_alive(pid);
         let file_ours =
             std::fs::read_to_string(pid_file).is_ok_and(|t| t.trim() == pid.to_string());
         if !alive || !file_ours {
@@ -695,29 +746,45 @@ pub fn sweep_stale_pid_files(dir: &Path) {
     }
 }
 
-/// Stop serving exports: write back and flush what was written, log out,
-/// and say whether written data did not reach the target.
-pub async fn finish_exports<B: LunBackend>(
-    exports: &ExportSet<B>,
-    target: &Target,
-) -> Result<(), DataLost> {
-    let dirty = exports.dirty_bytes();
-    if dirty > 0 {
-        info!(
-            "writing back {} of cached data",
-            crate::cmd::human_size(dirty)
-        );
+/// Whether process `pid` still runs (a zombie does not).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which ends with the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
     }
-    let report = exports.finish().await;
-    if let Err(e) = target.logout().await {
-        debug!(error = %e, "logout failed");
-    }
-    report.into_result()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_free_pid_is_not() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(u32::MAX));
+    }
+
+    #[test]
+    fn a_failed_background_child_keeps_its_exit_code() {
+        use exit::Code as _;
+        let child = DaemonError::Child {
+            message: "login refused".into(),
+            code: exit::AUTH,
+        };
+        let log = DaemonError::LocalFile {
+            what: "cannot open log file",
+            path: PathBuf::from("/nope/log"),
+            source: std::io::ErrorKind::NotFound.into(),
+        };
+
+        assert_eq!(child.exit_code(), exit::AUTH);
+        assert_eq!(log.exit_code(), exit::LOCAL_FILE);
+        assert_eq!(DaemonError::Failed("x".into()).exit_code(), exit::FAILURE);
+    }
 
     #[test]
     fn state_files_are_named_after_the_escaped_path() {
@@ -768,7 +835,7 @@ mod tests {
         let me = std::process::id();
         let waiter = Waiter::register(&path).expect("wait file");
 
-        pid_file.finish(&Err(CliError::Other("data lost\nreally".into())));
+        pid_file.finish(&Err(DaemonError::Failed("data lost\nreally".into())));
 
         assert!(!path.exists(), "pid file removed");
         assert_eq!(read_exit_status(&path, me + 1), None, "someone else's");
@@ -787,7 +854,7 @@ mod tests {
         let path = dir.path().join("m.pid");
         let pid_file = PidFile::create(path.clone()).expect("pid file");
 
-        pid_file.finish(&Err(CliError::Other("data lost".into())));
+        pid_file.finish(&Err(DaemonError::Failed("data lost".into())));
 
         let left: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
@@ -818,7 +885,9 @@ mod tests {
     fn a_new_pid_file_clears_an_old_exit_status() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.pid");
-        PidFile::create(path.clone()).unwrap().finish(&Ok(()));
+        PidFile::create(path.clone())
+            .unwrap()
+            .finish(&Ok::<(), DaemonError>(()));
 
         let again = PidFile::create(path.clone()).unwrap();
 

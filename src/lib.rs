@@ -2,7 +2,12 @@
 //!
 //! The layers, top to bottom (see ARCHITECTURE.md for the full picture):
 //!
+//! - [`cmd`]: the subcommands, and the dispatcher `main.rs` calls.
 //! - [`cli`]: the `rlun` command line (clap), also the source of the man page.
+//! - [`service`]: the serving lifecycle `mount`, `serve` and `attach` share
+//!   (login, exports, readiness, pid file, write-back, logout).
+//! - [`daemon`]: the process machinery of serving commands: `--daemon`,
+//!   readiness (pipe and systemd), pid files, signals.
 //! - [`client`]: a logged-in session to one target plus typed SCSI helpers
 //!   (INQUIRY, READ CAPACITY, READ/WRITE…), with UNIT ATTENTION retry.
 //! - [`session`]: the driver task: a thin tokio loop that does the I/O and
@@ -23,9 +28,8 @@
 //!   changes, shutdown and lost-data reports; typed errors with one errno
 //!   mapping.
 //! - [`fuse`]: the FUSE front end (`rlun mount`): each export as a file.
-//! - [`daemon`]: the process machinery of serving commands: `--daemon`,
-//!   readiness (pipe and systemd), pid files, signals, flush and logout.
 //! - [`url`] and [`config`]: `iscsi://` URLs and credentials.
+//! - [`exit`]: the documented exit codes.
 //!
 //! # Where `unsafe` may appear
 //!
@@ -47,10 +51,12 @@ pub mod config;
 pub mod daemon;
 pub mod device;
 pub mod entropy;
+pub mod exit;
 pub mod export;
 pub mod fuse;
 pub mod nbd;
 pub mod remote;
+pub mod service;
 pub mod session;
 pub mod stats;
 pub mod transport;

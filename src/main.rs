@@ -3,7 +3,8 @@
 #![deny(unsafe_code)]
 
 use clap::Parser;
-use rlun::cli::{exit, Cli};
+use rlun::cli::Cli;
+use rlun::exit;
 use tracing_subscriber::EnvFilter;
 
 fn main() {

@@ -11,6 +11,11 @@
 //! (so what the kernel still buffers for it, written by a process that
 //! holds it open, reaches the target), then disconnects it, lets the
 //! requests in flight finish, writes back its cache and logs out.
+//!
+//! The lifecycle around that (`--daemon`, readiness, the pid file, the
+//! write-back and logout) is [`crate::service`]'s; this module is the
+//! kernel block device front end (`Kernel`), and `rlun detach` and
+//! `rlun list`.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -21,13 +26,15 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use super::{CliError, Ctx};
+use super::context::Ctx;
+use super::error::{stdout_error, CliError};
 use crate::cli::{AttachOpts, CacheChoice, CacheOpts, ConnectOpts, DaemonOpts};
-use crate::client::Target;
-use crate::daemon::{self, Launched, PidFile, Readiness, Signals};
-use crate::export::{open_luns, ExportSet, OpenError};
-use crate::nbd::kernel::{self, flags, ConnectParams, Interface, KernelError};
+use crate::client::Lun;
+use crate::daemon::{self, process_alive, Readiness, Signals};
+use crate::export::ExportSet;
+use crate::nbd::kernel::{self, flags, ConnectParams, Interface, IoctlSession, KernelError};
 use crate::nbd::server::{Limits, Server};
+use crate::service::{self, FrontEnd, Live, Plan};
 
 /// Longest wait for the fsync of `/dev/nbdN` before a disconnect (see
 /// [`kernel::flush_device`]); then the device is disconnected anyway.
@@ -96,178 +103,254 @@ pub async fn run(
         return Err(CliError::Usage("--connections must be at least 1".into()));
     }
     let iface = check_local(index)?;
-    let deadline = daemon::ready_deadline(
-        conn.connect_timeout.unwrap_or(ctx.config.connect_timeout()),
-        conn.login_timeout.unwrap_or(ctx.config.login_timeout()),
-    );
-    let mut readiness = match daemon::launch(d, deadline).await? {
-        Launched::Detached => return Ok(()),
-        Launched::Serve(r) => r,
-    };
-    let result = attach(ctx, arg, index, iface, o, cache, conn, &mut readiness).await;
-    readiness.finished(&result);
-    result
+    service::launch(
+        &d.options(),
+        ctx.ready_deadline(conn),
+        async |readiness: &mut Readiness| {
+            let (url, entry) = ctx.resolve_url(arg)?;
+            let Some(iqn) = url.target.clone() else {
+                return Err(CliError::Usage(format!(
+                    "{arg} names a portal, not a LUN: attach one LUN (iscsi://host/<iqn>/<lun>)"
+                )));
+            };
+            let plan = Plan {
+                session: ctx.session_config(&url, entry.as_deref(), conn)?,
+                target: iqn.clone(),
+                lun: url.lun,
+                device: cache
+                    .device_config(cache.cache.unwrap_or(CacheChoice::WriteThrough).mode()),
+                read_only: o.read_only,
+            };
+            let front = Kernel {
+                arg,
+                iqn,
+                url: url.to_string(),
+                index,
+                iface,
+                options: o,
+                replacement_timeout: conn.replacement_timeout,
+            };
+            service::serve(plan, front, readiness).await
+        },
+    )
+    .await
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn attach(
-    ctx: &Ctx,
-    arg: &str,
+/// The kernel block device front end of [`service::serve`]: one export
+/// served to the kernel's NBD client over socketpairs, as `/dev/nbdN`.
+struct Kernel<'a> {
+    /// The target argument as given (for messages).
+    arg: &'a str,
+    iqn: String,
+    url: String,
+    /// The device asked for; `None`: the kernel picks a free one.
     index: Option<u32>,
     iface: Interface,
-    o: &AttachOpts,
-    cache: &CacheOpts,
-    conn: &ConnectOpts,
-    readiness: &mut Readiness,
-) -> Result<(), CliError> {
-    let (url, entry) = ctx.resolve_url(arg)?;
-    let Some(iqn) = url.target.clone() else {
-        return Err(CliError::Usage(format!(
-            "{arg} names a portal, not a LUN: attach one LUN (iscsi://host/<iqn>/<lun>)"
-        )));
-    };
-    let dev_cfg = cache.device_config(cache.cache.unwrap_or(CacheChoice::WriteThrough).mode());
-    let cfg = ctx.session_config(&url, entry.as_deref(), conn)?;
-    let target = Target::login(cfg).await?;
-    let luns = match open_luns(&target, &iqn, url.lun).await {
-        Ok(l) if l.len() == 1 => l,
-        Ok(l) => {
-            let _ = target.logout().await;
-            return Err(CliError::Usage(format!(
-                "{arg} has {} disk LUNs: name one (iscsi://host/{iqn}/<lun>)",
-                l.len()
-            )));
-        }
-        Err(e) => {
-            let _ = target.logout().await;
-            return Err(match e {
-                OpenError::Client(e) => e.into(),
-                e @ OpenError::NoDiskLuns { .. } => CliError::Other(format!("{e} to attach")),
-            });
-        }
-    };
-    let exports = match ExportSet::new(luns, &dev_cfg, o.read_only) {
-        Ok(e) => Arc::new(e),
-        Err(e) => {
-            let _ = target.logout().await;
-            return Err(CliError::Usage(rlun_iscsi::error_chain(&e)));
-        }
-    };
-    let mut signals = Signals::install()?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let server = Arc::new(Server::new(
-        exports.clone(),
-        vec![String::new()],
-        None,
-        Limits::default(),
-        stop_rx,
-    ));
-    // SEND_FUA is offered as the server offers it: a FUA request becomes a
-    // WRITE with FUA where the LUN reports DPOFUA, WRITE + SYNCHRONIZE
-    // CACHE of the range elsewhere (client::Lun::write).
-    let info = server
-        .preset_info(0)
-        .await
-        .ok_or_else(|| CliError::Other("no export to attach".into()))?;
+    options: &'a AttachOpts,
+    /// rlun's own reconnect window (`--replacement-timeout`).
+    replacement_timeout: Duration,
+}
 
-    let mut conns = JoinSet::new();
-    let mut kernel_ends: Vec<OwnedFd> = Vec::new();
-    for n in 0..o.connections {
-        let (ours, theirs) =
-            std::os::unix::net::UnixStream::pair().map_err(|source| CliError::LocalFile {
-                what: "cannot create a socketpair for",
-                path: PathBuf::from("the kernel NBD client"),
-                source,
-            })?;
-        // Replies go out through ours, the kernel's requests (WRITE data)
-        // through theirs.
-        crate::nbd::server::enlarge_send_buffer(&ours);
-        crate::nbd::server::enlarge_send_buffer(&theirs);
-        ours.set_nonblocking(true)
-            .and_then(|()| tokio::net::UnixStream::from_std(ours))
-            .map(|s| {
-                let server = server.clone();
-                let info = info.clone();
-                conns.spawn(async move {
-                    if let Err(e) = server
-                        .serve_negotiated(s, 0, &info, &format!("kernel#{n}"))
-                        .await
-                    {
-                        warn!(error = %e, "kernel NBD connection failed");
-                    }
-                });
-            })
-            .map_err(|source| CliError::LocalFile {
-                what: "cannot use a socketpair for",
-                path: PathBuf::from("the kernel NBD client"),
-                source,
-            })?;
-        kernel_ends.push(theirs.into());
+impl FrontEnd for Kernel<'_> {
+    type Error = CliError;
+    type Live = Attached;
+    const STOPPED: &'static str = "detached";
+    const PURPOSE: &'static str = " to attach";
+
+    fn accept(&self, count: usize) -> Result<(), CliError> {
+        if count == 1 {
+            return Ok(());
+        }
+        Err(CliError::Usage(format!(
+            "{} has {count} disk LUNs: name one (iscsi://host/{}/<lun>)",
+            self.arg, self.iqn
+        )))
     }
-    let mut server_flags = u64::from(info.flags) | flags::HAS_FLAGS;
-    if o.connections > 1 {
-        server_flags |= flags::CAN_MULTI_CONN;
-    }
-    // A request waits in the kernel while rlun reconnects to the target;
-    // rlun itself fails it after --replacement-timeout without progress,
-    // so the kernel must wait longer than that (plus a margin) before it
-    // fails requests on its own.
-    let timeout = kernel_timeout(o.io_timeout, conn.replacement_timeout);
-    if o.io_timeout.is_some() && timeout <= conn.replacement_timeout.as_secs() {
-        warn!(
-            "--io-timeout {timeout}s is not longer than --replacement-timeout {}s: \
-             I/O on the device fails with EIO when a reconnect takes longer than {timeout}s",
-            conn.replacement_timeout.as_secs()
-        );
-    }
-    let params = ConnectParams {
-        index,
-        size: info.size,
-        block_size: u64::from(info.block.minimum.clamp(512, 4096)),
-        server_flags,
-        timeout,
-        dead_conn_timeout: timeout,
-    };
-    let connected = tokio::task::spawn_blocking(move || {
-        let r = match iface {
-            Interface::Netlink => kernel::connect(&params, &kernel_ends).map(|i| (i, None)),
-            Interface::Ioctl => {
-                kernel::connect_ioctl(&params, &kernel_ends).map(|s| (s.index(), Some(s)))
+
+    async fn start(self, exports: ExportSet<Lun>) -> Result<Attached, CliError> {
+        let o = self.options;
+        let exports = Arc::new(exports);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let server = Arc::new(Server::new(
+            exports.clone(),
+            vec![String::new()],
+            None,
+            Limits::default(),
+            stop_rx,
+        ));
+        // SEND_FUA is offered as the server offers it: a FUA request becomes a
+        // WRITE with FUA where the LUN reports DPOFUA, WRITE + SYNCHRONIZE
+        // CACHE of the range elsewhere (client::Lun::write).
+        let info = server
+            .preset_info(0)
+            .await
+            .ok_or_else(|| CliError::Other("no export to attach".into()))?;
+
+        let mut conns = JoinSet::new();
+        let mut kernel_ends: Vec<OwnedFd> = Vec::new();
+        for n in 0..o.connections {
+            let (ours, theirs) =
+                std::os::unix::net::UnixStream::pair().map_err(|source| CliError::LocalFile {
+                    what: "cannot create a socketpair for",
+                    path: PathBuf::from("the kernel NBD client"),
+                    source,
+                })?;
+            // Replies go out through ours, the kernel's requests (WRITE data)
+            // through theirs.
+            crate::nbd::server::enlarge_send_buffer(&ours);
+            crate::nbd::server::enlarge_send_buffer(&theirs);
+            ours.set_nonblocking(true)
+                .and_then(|()| tokio::net::UnixStream::from_std(ours))
+                .map(|s| {
+                    let server = server.clone();
+                    let info = info.clone();
+                    conns.spawn(async move {
+                        if let Err(e) = server
+                            .serve_negotiated(s, 0, &info, &format!("kernel#{n}"))
+                            .await
+                        {
+                            warn!(error = %e, "kernel NBD connection failed");
+                        }
+                    });
+                })
+                .map_err(|source| CliError::LocalFile {
+                    what: "cannot use a socketpair for",
+                    path: PathBuf::from("the kernel NBD client"),
+                    source,
+                })?;
+            kernel_ends.push(theirs.into());
+        }
+        let mut server_flags = u64::from(info.flags) | flags::HAS_FLAGS;
+        if o.connections > 1 {
+            server_flags |= flags::CAN_MULTI_CONN;
+        }
+        // A request waits in the kernel while rlun reconnects to the target;
+        // rlun itself fails it after --replacement-timeout without progress,
+        // so the kernel must wait longer than that (plus a margin) before it
+        // fails requests on its own.
+        let replacement = self.replacement_timeout;
+        let timeout = kernel_timeout(o.io_timeout, replacement);
+        if o.io_timeout.is_some() && timeout <= replacement.as_secs() {
+            warn!(
+                "--io-timeout {timeout}s is not longer than --replacement-timeout {}s: \
+                 I/O on the device fails with EIO when a reconnect takes longer than {timeout}s",
+                replacement.as_secs()
+            );
+        }
+        let params = ConnectParams {
+            index: self.index,
+            size: info.size,
+            block_size: u64::from(info.block.minimum.clamp(512, 4096)),
+            server_flags,
+            timeout,
+            dead_conn_timeout: timeout,
+        };
+        let iface = self.iface;
+        let connected = tokio::task::spawn_blocking(move || {
+            let r = match iface {
+                Interface::Netlink => kernel::connect(&params, &kernel_ends).map(|i| (i, None)),
+                Interface::Ioctl => {
+                    kernel::connect_ioctl(&params, &kernel_ends).map(|s| (s.index(), Some(s)))
+                }
+            };
+            drop(kernel_ends); // the kernel holds its own references
+            r
+        })
+        .await
+        .map_err(|e| CliError::Other(format!("nbd connect task failed: {e}")))?;
+        let (index, ioctl_session) = match connected {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = stop_tx.send(true);
+                conns.shutdown().await;
+                exports.shut_down();
+                return Err(kernel_error(e));
             }
         };
-        drop(kernel_ends); // the kernel holds its own references
-        r
-    })
-    .await
-    .map_err(|e| CliError::Other(format!("nbd connect task failed: {e}")))?;
-    let (index, ioctl_session) = match connected {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = stop_tx.send(true);
-            conns.shutdown().await;
-            exports.shut_down();
-            let _ = daemon::finish_exports(&exports, &target).await;
-            return Err(kernel_error(e));
-        }
-    };
-    let dev = state_key(index);
-    let pid_file = PidFile::create(daemon::state_file(&dev));
-    info!(interface = ?iface, "attached {} as {}", url, dev.display());
-    // The device on standard output (with --daemon, from the parent).
-    readiness.print(&dev.display().to_string());
-    readiness.ready(&format!("attached {}", dev.display()));
+        Ok(Attached {
+            dev: state_key(index),
+            index,
+            iface,
+            url: self.url,
+            exports,
+            conns,
+            stop_tx,
+            ioctl_session,
+        })
+    }
+}
 
-    let ended_by_kernel = tokio::select! {
-        s = signals.recv() => {
-            info!("{}: disconnecting {}", s.name(), dev.display());
-            false
+/// A connected [`Kernel`] front end: `/dev/nbdN` is live.
+struct Attached {
+    /// `/dev/nbdN`.
+    dev: PathBuf,
+    index: u32,
+    iface: Interface,
+    url: String,
+    exports: Arc<ExportSet<Lun>>,
+    /// The tasks serving the kernel's connections.
+    conns: JoinSet<()>,
+    /// Tells the connections to stop reading requests.
+    stop_tx: watch::Sender<bool>,
+    /// The thread in NBD_DO_IT when the ioctl interface connected it.
+    ioctl_session: Option<IoctlSession>,
+}
+
+impl Live for Attached {
+    fn exports(&self) -> &ExportSet<Lun> {
+        &self.exports
+    }
+
+    fn state_key(&self) -> PathBuf {
+        self.dev.clone()
+    }
+
+    fn announce(&self, readiness: &mut Readiness) {
+        info!(interface = ?self.iface, "attached {} as {}", self.url, self.dev.display());
+        // The device on standard output (with --daemon, from the parent).
+        readiness.print(&self.dev.display().to_string());
+        readiness.ready(&format!("attached {}", self.dev.display()));
+    }
+
+    /// Serve until a signal or until the kernel lets go of the device;
+    /// then fsync the device, disconnect it and let the requests in flight
+    /// finish.
+    async fn serve(&mut self, signals: &mut Signals, readiness: &mut Readiness) {
+        let dev = self.dev.clone();
+        let conns = &mut self.conns;
+        let ended_by_kernel = tokio::select! {
+            s = signals.recv() => {
+                info!("{}: disconnecting {}", s.name(), dev.display());
+                false
+            }
+            _ = async { while conns.join_next().await.is_some() {} } => true,
+        };
+        readiness.stopping("disconnecting the device");
+        if !ended_by_kernel {
+            self.disconnect(signals).await;
         }
-        _ = async { while conns.join_next().await.is_some() {} } => true,
-    };
-    readiness.stopping("disconnecting the device");
-    if !ended_by_kernel {
-        // What the kernel still buffers for the device (written by a
-        // process that holds it open) would be dropped at the disconnect.
+        let _ = self.stop_tx.send(true);
+        self.exports.shut_down();
+        self.conns.shutdown().await;
+        if let Some(s) = self.ioctl_session.take() {
+            // NBD_DO_IT returns once the kernel has let go of the sockets,
+            // which are closed by now.
+            match tokio::task::spawn_blocking(move || s.wait()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!(error = %e, "NBD_DO_IT ended with an error"),
+                Err(e) => warn!(error = %e, "NBD_DO_IT thread failed"),
+            }
+        }
+    }
+}
+
+impl Attached {
+    /// Stopped by a signal: fsync the device (what the kernel still
+    /// buffers for it, written by a process that holds it open, would be
+    /// dropped at the disconnect), disconnect it, and wait for the kernel
+    /// to close its sockets.
+    async fn disconnect(&mut self, signals: &mut Signals) {
+        let dev = self.dev.clone();
         let path = dev.clone();
         let flush = tokio::task::spawn_blocking(move || kernel::flush_device(&path, FLUSH_TIMEOUT));
         tokio::select! {
@@ -278,6 +361,7 @@ async fn attach(
             },
             _ = signals.recv() => warn!("second signal: disconnecting without waiting for the flush"),
         }
+        let (iface, index) = (self.iface, self.index);
         let disconnect = move || match iface {
             Interface::Netlink => kernel::disconnect(index),
             Interface::Ioctl => kernel::disconnect_ioctl(index),
@@ -289,36 +373,13 @@ async fn attach(
             warn!(error = %e, "disconnecting the device failed");
         }
         let grace = Limits::default().drain_timeout + Duration::from_secs(5);
+        let conns = &mut self.conns;
         tokio::select! {
             _ = async { while conns.join_next().await.is_some() {} } => {}
             _ = tokio::time::sleep(grace) => warn!("the kernel did not close its sockets in {grace:?}"),
             _ = signals.recv() => warn!("second signal: closing the connections"),
         }
     }
-    let _ = stop_tx.send(true);
-    exports.shut_down();
-    conns.shutdown().await;
-    if let Some(s) = ioctl_session {
-        // NBD_DO_IT returns once the kernel has let go of the sockets,
-        // which are closed by now.
-        match tokio::task::spawn_blocking(move || s.wait()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(error = %e, "NBD_DO_IT ended with an error"),
-            Err(e) => warn!(error = %e, "NBD_DO_IT thread failed"),
-        }
-    }
-    drop(server);
-    let result = daemon::finish_exports(&exports, &target)
-        .await
-        .map_err(|e| {
-            CliError::Other(format!(
-                "detached, but written data did not reach the target: {e}"
-            ))
-        });
-    if let Some(p) = pid_file {
-        p.finish(&result);
-    }
-    result
 }
 
 /// `rlun detach /dev/nbdN`: ask the rlun that attached it to stop, wait,
@@ -330,7 +391,7 @@ pub async fn detach(device: &Path, timeout: Duration) -> Result<(), CliError> {
     let pid = std::fs::read_to_string(&state)
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok())
-        .filter(|p| super::mount::process_alive(*p));
+        .filter(|p| process_alive(*p));
     let Some(pid) = pid else {
         return detach_orphan(index, &state);
     };
@@ -387,7 +448,7 @@ fn detach_orphan(index: u32, state: &Path) -> Result<(), CliError> {
     else {
         return Err(not_ours("the device is not connected"));
     };
-    if super::mount::process_alive(owner) {
+    if process_alive(owner) {
         return Err(not_ours(&format!("pid {owner} holds it")));
     }
     if !std::fs::read_to_string(state).is_ok_and(|t| !t.trim().is_empty()) {
@@ -446,7 +507,7 @@ pub fn held(dir: &Path) -> Vec<Held> {
         let pid = std::fs::read_to_string(e.path())
             .ok()
             .and_then(|t| t.trim().parse::<u32>().ok())
-            .filter(|p| super::mount::process_alive(*p));
+            .filter(|p| process_alive(*p));
         if let Some(pid) = pid {
             let what = unescape(key);
             v.push(Held {
@@ -466,7 +527,7 @@ pub fn list() -> Result<(), CliError> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     for h in held(&daemon::state_dir()) {
-        writeln!(out, "{}\t{}\t{}", h.kind, h.what, h.pid).map_err(super::stdout_error)?;
+        writeln!(out, "{}\t{}\t{}", h.kind, h.what, h.pid).map_err(stdout_error)?;
     }
     Ok(())
 }

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tracing::info;
 
-use super::{CliError, Ctx};
+use super::context::Ctx;
+use super::error::CliError;
 use crate::cli::{CacheOpts, ConnectOpts, OnOff, Pattern};
-use crate::client::Lun;
+use crate::client::{Lun, Target};
 use crate::clock;
 use crate::device::LunDevice;
 use crate::stats::DataPathStats;
@@ -121,6 +122,75 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         return Err(CliError::Usage("--bs must be greater than 0".into()));
     }
     let (target, lun) = ctx.open_lun(arg, conn).await?;
+    let Measured {
+        mut all,
+        elapsed,
+        cpu,
+        flush_seconds,
+        data_path,
+        cache_json,
+    } = target
+        .scope(async |_: &Target| measure(lun, &o).await)
+        .await?;
+    all.sort_unstable();
+    let ios = all.len() as u64;
+    let bytes = ios * o.bs;
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    let v = json!({
+        "pattern": o.pattern.name(),
+        "bs": o.bs,
+        "qd": o.qd,
+        "seconds": elapsed,
+        "ios": ios,
+        "bytes": bytes,
+        "iops": ios as f64 / elapsed,
+        "mb_per_s": bytes as f64 / elapsed / 1e6,
+        "p50_us": percentile(&all, 0.50),
+        "p99_us": percentile(&all, 0.99),
+        "cpu_seconds": cpu,
+        "cpu_s_per_gib": if gib > 0.0 { cpu / gib } else { f64::NAN },
+        "flush_seconds": flush_seconds,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "copied_bytes": data_path.copied_bytes,
+        "cache_copied_bytes": data_path.cache_copied_bytes,
+        "data_path_registrations": data_path.data_path_registrations,
+        "pool_registrations": data_path.pool_registrations,
+        "cache": cache_json,
+    });
+    if o.json {
+        out!("{v}");
+    } else {
+        out!(
+            "{} bs={} qd={}: {:.0} IOPS, {:.1} MB/s, p50 {:.0} us, p99 {:.0} us, CPU {:.2} s ({:.2} s/GiB) over {:.1} s, {} bytes copied",
+            o.pattern.name(),
+            o.bs,
+            o.qd,
+            v["iops"].as_f64().unwrap_or(0.0),
+            v["mb_per_s"].as_f64().unwrap_or(0.0),
+            v["p50_us"].as_f64().unwrap_or(0.0),
+            v["p99_us"].as_f64().unwrap_or(0.0),
+            cpu,
+            v["cpu_s_per_gib"].as_f64().unwrap_or(f64::NAN),
+            elapsed,
+            data_path.copied_bytes
+        );
+    }
+    Ok(())
+}
+
+/// What one benchmark run measured.
+struct Measured {
+    /// Every I/O's latency in microseconds.
+    all: Vec<u32>,
+    elapsed: f64,
+    cpu: f64,
+    flush_seconds: f64,
+    data_path: DataPathStats,
+    cache_json: serde_json::Value,
+}
+
+/// Check the options against `lun`, run the workload and measure it.
+async fn measure(lun: Lun, o: &Options) -> Result<Measured, CliError> {
     let bs_block = lun.block_size() as u64;
     if o.bs == 0 || !o.bs.is_multiple_of(bs_block) {
         return Err(CliError::Usage(format!(
@@ -327,54 +397,17 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         }
     };
     drop(io);
-    let _ = target.logout().await;
     if let Some(e) = first_err {
         return Err(e);
     }
-    all.sort_unstable();
-    let ios = all.len() as u64;
-    let bytes = ios * o.bs;
-    let gib = bytes as f64 / (1u64 << 30) as f64;
-    let v = json!({
-        "pattern": o.pattern.name(),
-        "bs": o.bs,
-        "qd": o.qd,
-        "seconds": elapsed,
-        "ios": ios,
-        "bytes": bytes,
-        "iops": ios as f64 / elapsed,
-        "mb_per_s": bytes as f64 / elapsed / 1e6,
-        "p50_us": percentile(&all, 0.50),
-        "p99_us": percentile(&all, 0.99),
-        "cpu_seconds": cpu,
-        "cpu_s_per_gib": if gib > 0.0 { cpu / gib } else { f64::NAN },
-        "flush_seconds": flush_seconds,
-        "peak_rss_bytes": peak_rss_bytes(),
-        "copied_bytes": data_path.copied_bytes,
-        "cache_copied_bytes": data_path.cache_copied_bytes,
-        "data_path_registrations": data_path.data_path_registrations,
-        "pool_registrations": data_path.pool_registrations,
-        "cache": cache_json,
-    });
-    if o.json {
-        out!("{v}");
-    } else {
-        out!(
-            "{} bs={} qd={}: {:.0} IOPS, {:.1} MB/s, p50 {:.0} us, p99 {:.0} us, CPU {:.2} s ({:.2} s/GiB) over {:.1} s, {} bytes copied",
-            o.pattern.name(),
-            o.bs,
-            o.qd,
-            v["iops"].as_f64().unwrap_or(0.0),
-            v["mb_per_s"].as_f64().unwrap_or(0.0),
-            v["p50_us"].as_f64().unwrap_or(0.0),
-            v["p99_us"].as_f64().unwrap_or(0.0),
-            cpu,
-            v["cpu_s_per_gib"].as_f64().unwrap_or(f64::NAN),
-            elapsed,
-            data_path.copied_bytes
-        );
-    }
-    Ok(())
+    Ok(Measured {
+        all,
+        elapsed,
+        cpu,
+        flush_seconds,
+        data_path,
+        cache_json,
+    })
 }
 
 #[cfg(test)]

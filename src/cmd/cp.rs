@@ -24,9 +24,10 @@ use bytes::{Bytes, BytesMut};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::task::JoinHandle;
 
-use super::{CliError, Ctx};
+use super::context::Ctx;
+use super::error::CliError;
 use crate::cli::ConnectOpts;
-use crate::client::{ClientError, Lun, Target};
+use crate::client::{ClientError, LoggedIn, Lun};
 use crate::daemon::Signals;
 
 pub struct Options {
@@ -37,7 +38,7 @@ pub struct Options {
 }
 
 enum Source {
-    Lun(Box<(Target, Lun)>),
+    Lun(Box<Lun>),
     /// A regular file or a block device: chunks are read in place (`pread`).
     File(Arc<File>, PathBuf),
     /// Standard input, a pipe, a FIFO, a socket or a character device: read
@@ -56,7 +57,7 @@ fn read_up_to(r: &mut StreamReader, len: usize) -> std::io::Result<Vec<u8>> {
 }
 
 enum Dest {
-    Lun(Box<(Target, Lun)>),
+    Lun(Box<Lun>),
     /// A regular file or a block device: chunks are written in place
     /// (`pwrite`) and the file is synced at the end. `regular` files are cut
     /// back to what was copied when the copy fails.
@@ -109,9 +110,33 @@ pub async fn run(
     // Installed before anything is written: from here on SIGINT/SIGTERM
     // stop the copy in order instead of killing rlun mid-chunk.
     let mut stop = Signals::install()?;
+    let mut sessions = Vec::new();
+    let result = copy(ctx, src, dst, &o, conn, &mut stop, &mut sessions).await;
+    // Every session the copy logged in to ends here, whatever it did.
+    for s in sessions {
+        if let Err(e) = s.logout().await {
+            tracing::debug!(error = %e, "logout failed");
+        }
+    }
+    result
+}
+
+/// The copy itself; the sessions it logs in to go to `sessions`, for the
+/// caller to log out of.
+async fn copy(
+    ctx: &Ctx,
+    src: &str,
+    dst: &str,
+    o: &Options,
+    conn: &ConnectOpts,
+    stop: &mut Signals,
+    sessions: &mut Vec<LoggedIn>,
+) -> Result<(), CliError> {
     let mut reader: Option<StreamReader> = None;
     let source = if is_lun_arg(ctx, src) {
-        Source::Lun(Box::new(or_stop(&mut stop, ctx.open_lun(src, conn)).await?))
+        let (t, l) = or_stop(stop, ctx.open_lun(src, conn)).await?;
+        sessions.push(t);
+        Source::Lun(Box::new(l))
     } else if src == "-" {
         reader = Some(Box::new(std::io::stdin()));
         Source::Stream(PathBuf::from("standard input"))
@@ -129,7 +154,7 @@ pub async fn run(
         }
     };
     let mut size = match &source {
-        Source::Lun(b) => b.1.capacity_bytes(),
+        Source::Lun(l) => l.capacity_bytes(),
         // A block device's size is where it ends (stat says 0).
         Source::File(f, p) => (&**f)
             .seek(SeekFrom::End(0))
@@ -141,7 +166,8 @@ pub async fn run(
     let dest = if dst == "-" {
         Dest::Stream(PathBuf::from("standard output"))
     } else if is_lun_arg(ctx, dst) {
-        let (t, l) = or_stop(&mut stop, ctx.open_lun(dst, conn)).await?;
+        let (t, l) = or_stop(stop, ctx.open_lun(dst, conn)).await?;
+        sessions.push(t);
         if l.write_protected() {
             return Err(ClientError::ReadOnly(l.number()).into());
         }
@@ -155,7 +181,7 @@ pub async fn run(
             }
             .into());
         }
-        Dest::Lun(Box::new((t, l)))
+        Dest::Lun(Box::new(l))
     } else {
         let p = PathBuf::from(dst);
         let f = std::fs::OpenOptions::new()
@@ -287,7 +313,7 @@ pub async fn run(
         signal = stop.recv_with_hangup() => Err(CliError::Interrupted(signal)),
     };
     if let (Err(e), Dest::Lun(b)) = (&result, &*dst_arc) {
-        settle_lun_after_failure(&mut stop, &b.1, &mut inflight, &mut done, e).await;
+        settle_lun_after_failure(stop, b, &mut inflight, &mut done, e).await;
     }
     for (_, h) in inflight {
         h.abort();
@@ -296,10 +322,7 @@ pub async fn run(
     let result = match result {
         Ok(()) => match (&*dst_arc, &mut stream) {
             (Dest::Lun(b), _) => {
-                or_stop(&mut stop, async {
-                    b.1.sync().await.map_err(CliError::from)
-                })
-                .await
+                or_stop(stop, async { b.sync().await.map_err(CliError::from) }).await
             }
             (Dest::File { file, path, .. }, _) => {
                 file.sync_all().map_err(local("cannot sync", path))
@@ -337,12 +360,6 @@ pub async fn run(
             Err(e)
         }
     };
-    if let Source::Lun(b) = &*src {
-        let _ = b.0.logout().await;
-    }
-    if let Dest::Lun(b) = &*dst_arc {
-        let _ = b.0.logout().await;
-    }
     result?;
     let secs = start.elapsed().as_secs_f64();
     tracing::info!(
@@ -401,7 +418,7 @@ async fn settle_lun_after_failure(
 
 fn source_lun(s: &Source) -> Option<&Lun> {
     match s {
-        Source::Lun(b) => Some(&b.1),
+        Source::Lun(l) => Some(l),
         Source::File(..) | Source::Stream(_) => None,
     }
 }
@@ -446,7 +463,7 @@ async fn or_stop<T>(
 
 fn dest_lun(d: &Dest) -> Option<&Lun> {
     match d {
-        Dest::Lun(b) => Some(&b.1),
+        Dest::Lun(l) => Some(l),
         _ => None,
     }
 }
@@ -469,7 +486,7 @@ async fn copy_chunk(
             )))
         }
         (None, Source::Lun(b)) => {
-            let l = &b.1;
+            let l = &**b;
             let bs = l.block_size() as u64;
             l.read(at / bs, (len.div_ceil(bs)) as u32).await?
         }
@@ -509,7 +526,7 @@ async fn copy_chunk(
             Ok(None)
         }
         Dest::Lun(b) => {
-            let l = &b.1;
+            let l = &**b;
             let bs = l.block_size() as usize;
             let data = if data.len() % bs != 0 {
                 // The file ends inside a block: keep the rest of that block

@@ -2,12 +2,31 @@
 
 use serde_json::{json, Value};
 
-use super::{human_size, CliError, Ctx};
+use super::context::Ctx;
+use super::error::CliError;
 use crate::cli::ConnectOpts;
+use crate::client::{Lun, Target};
+use crate::service::human_size;
 use rlun_iscsi::scsi::vpd::{DeviceIdentification, UnitSerialNumber};
 
 pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Result<(), CliError> {
     let (target, lun) = ctx.open_lun(arg, opts).await?;
+    let v = target
+        .scope(async |t: &Target| Ok::<_, CliError>(describe(t, &lun).await))
+        .await?;
+    if as_json {
+        out!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("JSON of plain values")
+        );
+    } else {
+        print_text(&v)?;
+    }
+    Ok(())
+}
+
+/// Everything about `lun` and the session of `target`, as JSON.
+async fn describe(target: &Target, lun: &Lun) -> Value {
     let serial = match lun.supported_vpd.contains(&0x80) {
         true => lun
             .vpd(0x80)
@@ -31,7 +50,7 @@ pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Res
     let info = target.session().info();
     let p = &info.params;
     let inq = &lun.inquiry;
-    let v = json!({
+    json!({
         "lun": lun.number(),
         "target": info.target_name,
         "portal": info.portal,
@@ -91,17 +110,7 @@ pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Res
             "default_time2wait": p.default_time2wait,
             "default_time2retain": p.default_time2retain,
         },
-    });
-    let _ = target.logout().await;
-    if as_json {
-        out!(
-            "{}",
-            serde_json::to_string_pretty(&v).expect("JSON of plain values")
-        );
-    } else {
-        print_text(&v)?;
-    }
-    Ok(())
+    })
 }
 
 fn print_text(v: &Value) -> Result<(), CliError> {

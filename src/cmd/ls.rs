@@ -1,8 +1,10 @@
 //! `rlun ls`: the LUNs of a target, or of every target a portal offers.
 
-use super::{human_size, CliError, Ctx};
+use super::context::Ctx;
+use super::error::{discovery_failed, CliError};
 use crate::cli::ConnectOpts;
-use crate::client::{ClientError, Target};
+use crate::client::{ClientError, LoggedIn, Target};
+use crate::service::human_size;
 use crate::session::discover;
 #[cfg(test)]
 use crate::session::SessionError;
@@ -22,7 +24,7 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
             let cfg = ctx.session_config(&portal, entry.as_deref(), opts)?;
             discover(cfg)
                 .await
-                .map_err(super::discovery_failed)?
+                .map_err(discovery_failed)?
                 .into_iter()
                 .map(|t| t.name)
                 .collect()
@@ -46,7 +48,7 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
             ..url.clone()
         };
         let cfg = ctx.session_config(&turl, entry.as_deref(), opts)?;
-        let target = match Target::login(cfg).await {
+        let target = match LoggedIn::login(cfg).await {
             Ok(t) => t,
             Err(e) if url.target.is_none() => {
                 // One target that refuses us (CHAP, ACL) or cannot be
@@ -57,47 +59,54 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
             }
             Err(e) => return Err(e.into()),
         };
-        let luns = target.report_luns().await?;
-        for n in luns {
-            let lurl = turl.with_lun(n);
-            match target.open_lun(n).await {
-                Ok(lun) => out!(
-                    "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
-                    n,
-                    human_size(lun.capacity_bytes()),
-                    lun.block_size(),
-                    lun.inquiry.vendor,
-                    lun.inquiry.product,
-                    if lun.write_protected() { "yes" } else { "no" },
-                    lurl
-                ),
-                Err(ClientError::NotADisk {
-                    device_type,
-                    vendor,
-                    ..
-                }) => {
-                    // Keep the columns aligned: "storage array controller" is long.
-                    let kind: String = device_type.chars().take(16).collect();
-                    out!(
-                        "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
-                        n,
-                        "-",
-                        "-",
-                        if vendor.is_empty() { "-" } else { &vendor },
-                        kind,
-                        "-",
-                        lurl
-                    )
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let _ = target.logout().await;
+        target
+            .scope(async |target: &Target| list_luns(target, &turl).await)
+            .await?;
     }
     match partly_failed(total, failures) {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// One line per LUN of the logged-in `target` (whose URL is `turl`).
+async fn list_luns(target: &Target, turl: &TargetUrl) -> Result<(), CliError> {
+    let luns = target.report_luns().await?;
+    for n in luns {
+        let lurl = turl.with_lun(n);
+        match target.open_lun(n).await {
+            Ok(lun) => out!(
+                "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
+                n,
+                human_size(lun.capacity_bytes()),
+                lun.block_size(),
+                lun.inquiry.vendor,
+                lun.inquiry.product,
+                if lun.write_protected() { "yes" } else { "no" },
+                lurl
+            ),
+            Err(ClientError::NotADisk {
+                device_type,
+                vendor,
+                ..
+            }) => {
+                // Keep the columns aligned: "storage array controller" is long.
+                let kind: String = device_type.chars().take(16).collect();
+                out!(
+                    "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
+                    n,
+                    "-",
+                    "-",
+                    if vendor.is_empty() { "-" } else { &vendor },
+                    kind,
+                    "-",
+                    lurl
+                )
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// The error of `rlun ls PORTAL` when some of its `total` targets could not

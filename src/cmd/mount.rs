@@ -12,11 +12,11 @@
 //! - the mount disappears (`rlun umount`, `fusermount3 -u`, `umount`):
 //!   write back, log out, exit 0.
 //!
-//! The process machinery — foreground or `--daemon`, readiness (to the
-//! `--daemon` parent and to systemd), the pid file `rlun umount` waits on,
-//! signals, write-back and logout at the end, and whether data was lost —
-//! is [`crate::daemon`]'s; the rules of the LUN files are
-//! [`crate::export`]'s. This module does what is particular to FUSE:
+//! The serving lifecycle — foreground or `--daemon`, login, readiness (to
+//! the `--daemon` parent and to systemd), the pid file `rlun umount` waits
+//! on, signals, write-back and logout at the end, and whether data was
+//! lost — is [`crate::service`]'s; the rules of the LUN files are
+//! [`crate::export`]'s. This module is the FUSE front end (`Fuse`):
 //! checking the mount point and `/dev/fuse`, mounting through `fuser`,
 //! unmounting (lazily when files are still open), the kernel's read-ahead
 //! window, and `rlun umount`.
@@ -35,10 +35,14 @@ use std::time::Duration;
 use fuser::{Config, MountOption, SessionACL};
 use tracing::{debug, info, warn};
 
-use super::{human_size, CliError, Ctx};
+use super::context::Ctx;
+use super::error::CliError;
 use crate::cli::{CacheChoice, CacheOpts, ConnectOpts, DaemonOpts, MountOpts, OnOff};
-use crate::daemon::{self, current_ids, Launched, PidFile, Readiness, Signals};
-use crate::fuse::{find_mount, is_rlun_mount, FsOptions, FuseFs, LunFs, MountEntry};
+use crate::client::Lun;
+use crate::daemon::{self, current_ids, Readiness, Signals};
+use crate::export::ExportSet;
+use crate::fuse::{find_mount, is_rlun_mount, FsOptions, FuseFs, FuseStats, LunFs, MountEntry};
+use crate::service::{self, human_size, FrontEnd, Live, Plan};
 
 pub use crate::daemon::state_file;
 
@@ -55,17 +59,14 @@ pub async fn run(
     cache: &CacheOpts,
     conn: &ConnectOpts,
 ) -> Result<(), CliError> {
-    let deadline = daemon::ready_deadline(
-        conn.connect_timeout.unwrap_or(ctx.config.connect_timeout()),
-        conn.login_timeout.unwrap_or(ctx.config.login_timeout()),
-    );
-    let mut readiness = match daemon::launch(d, deadline).await? {
-        Launched::Detached => return Ok(()),
-        Launched::Serve(r) => r,
-    };
-    let result = serve(ctx, target, mountpoint, o, cache, conn, &mut readiness).await;
-    readiness.finished(&result);
-    result
+    service::launch(
+        &d.options(),
+        ctx.ready_deadline(conn),
+        async |readiness: &mut Readiness| {
+            mount(ctx, target, mountpoint, o, cache, conn, readiness).await
+        },
+    )
+    .await
 }
 
 /// The mount point as an absolute, canonical directory path.
@@ -168,8 +169,9 @@ fn mountinfo() -> String {
     std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
 }
 
-/// Log in, open the LUNs to show, mount, serve until told to stop.
-async fn serve(
+/// Check what needs no network, then serve the LUNs as files until told
+/// to stop ([`service::serve`] with the [`Fuse`] front end).
+async fn mount(
     ctx: &Ctx,
     arg: &str,
     mountpoint: &Path,
@@ -194,114 +196,170 @@ async fn serve(
     } else {
         CacheChoice::None
     });
-    let dev_cfg = cache.device_config(mode.mode());
-
-    let (target, exports) = ctx
-        .open_exports(&url, entry.as_deref(), conn, &dev_cfg, o.read_only)
-        .await?;
-    let fs = Arc::new(LunFs::from_exports(exports, fs_options(o)));
+    let plan = Plan {
+        session: ctx.session_config(&url, entry.as_deref(), conn)?,
+        target: iqn.clone(),
+        lun: url.lun,
+        device: cache.device_config(mode.mode()),
+        read_only: o.read_only,
+    };
     let fsname = match url.lun {
         Some(n) => format!("rlun:{iqn}/{n}"),
         None => format!("rlun:{iqn}"),
     };
-    let config = fuse_config(o, fsname, auto_unmount, fs.all_read_only());
-
-    // From here on a signal must not kill rlun before it unmounted and
-    // wrote back: tokio queues it until the serving loop below looks.
-    let mut signals = Signals::install()?;
-    let adapter = FuseFs::new(fs.clone(), tokio::runtime::Handle::current());
-    let fuse_stats = adapter.stats();
-    let mp2 = mp.clone();
-    let session =
-        tokio::task::spawn_blocking(move || fuser::Session::new(adapter, &mp2, &config)).await;
-    let session = match session {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            let _ = target.logout().await;
-            return Err(CliError::Other(format!(
-                "cannot mount on {}: {}",
-                mp.display(),
-                e.to_string().trim()
-            )));
-        }
-        Err(e) => {
-            let _ = target.logout().await;
-            return Err(CliError::Other(format!("mounting failed: {e}")));
-        }
+    let front = Fuse {
+        mp,
+        iqn,
+        fsname,
+        options: o,
+        auto_unmount,
+        kernel_readahead: cache.readahead == OnOff::On,
     };
-    if let Some(m) = find_mount(&mountinfo(), &mp.to_string_lossy()) {
-        set_kernel_readahead(&m, cache.readahead == OnOff::On);
-    }
-    let (done_tx, mut done_rx) = tokio::sync::oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name("rlun-fuse".into())
-        .spawn(move || {
-            let r = session.run();
-            let _ = done_tx.send(r);
-        })
-        .map_err(|e| CliError::Other(format!("cannot start the FUSE thread: {e}")))?;
+    service::serve(plan, front, readiness).await
+}
 
-    let pid_file = PidFile::create(state_file(&mp));
-    announce(readiness, &fs, &iqn, &mp);
+/// The FUSE front end of [`service::serve`]: each export a file in a
+/// mount.
+struct Fuse<'a> {
+    /// The mount point (absolute, canonical).
+    mp: PathBuf,
+    iqn: String,
+    fsname: String,
+    options: &'a MountOpts,
+    auto_unmount: bool,
+    /// Widen the kernel's read-ahead window on the mount.
+    kernel_readahead: bool,
+}
 
-    // Serve until a signal or until the mount goes away.
-    let mut session_result = None;
-    tokio::select! {
-        r = &mut done_rx => session_result = Some(r),
-        s = signals.recv() => info!("{}: unmounting {}", s.name(), mp.display()),
-    }
-    readiness.stopping(&format!("unmounting {}", mp.display()));
-    let mut forced = false;
-    if session_result.is_none() {
-        unmount_self(&mp).await;
-        tokio::select! {
-            r = &mut done_rx => session_result = Some(r),
-            _ = signals.recv() => forced = true,
+impl FrontEnd for Fuse<'_> {
+    type Error = CliError;
+    type Live = Mounted;
+    const STOPPED: &'static str = "unmounted";
+    const PURPOSE: &'static str = "";
+
+    async fn start(self, exports: ExportSet<Lun>) -> Result<Mounted, CliError> {
+        let o = self.options;
+        let fs = Arc::new(LunFs::from_exports(exports, fs_options(o)));
+        let config = fuse_config(o, self.fsname, self.auto_unmount, fs.all_read_only());
+        let adapter = FuseFs::new(fs.clone(), tokio::runtime::Handle::current());
+        let fuse_stats = adapter.stats();
+        let mp = self.mp.clone();
+        let session =
+            tokio::task::spawn_blocking(move || fuser::Session::new(adapter, &mp, &config)).await;
+        let session = match session {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                return Err(CliError::Other(format!(
+                    "cannot mount on {}: {}",
+                    self.mp.display(),
+                    e.to_string().trim()
+                )))
+            }
+            Err(e) => return Err(CliError::Other(format!("mounting failed: {e}"))),
+        };
+        if let Some(m) = find_mount(&mountinfo(), &self.mp.to_string_lossy()) {
+            set_kernel_readahead(&m, self.kernel_readahead);
         }
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("rlun-fuse".into())
+            .spawn(move || {
+                let r = session.run();
+                let _ = done_tx.send(r);
+            })
+            .map_err(|e| CliError::Other(format!("cannot start the FUSE thread: {e}")))?;
+        Ok(Mounted {
+            fs,
+            mp: self.mp,
+            iqn: self.iqn,
+            fuse_stats,
+            thread: Some(thread),
+            done_rx,
+        })
     }
-    if forced {
-        // Refuse further I/O, write back, log out and exit: closing
-        // /dev/fuse with the process ends the connection, and files still
-        // open fail from then on. The FUSE thread is left to the exit.
-        warn!(
-            "second signal: files still open under {} fail from now on",
-            mp.display()
+}
+
+/// The result of the FUSE session's thread (`fuser::Session::run`).
+type SessionEnd = std::io::Result<()>;
+
+/// A mounted [`Fuse`] front end.
+struct Mounted {
+    fs: Arc<LunFs<Lun>>,
+    mp: PathBuf,
+    iqn: String,
+    fuse_stats: Arc<FuseStats>,
+    /// The thread that runs the FUSE session (`None` once joined or left).
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Fires when the FUSE session ends (the mount went away).
+    done_rx: tokio::sync::oneshot::Receiver<SessionEnd>,
+}
+
+impl Live for Mounted {
+    fn exports(&self) -> &ExportSet<Lun> {
+        self.fs.exports()
+    }
+
+    fn state_key(&self) -> PathBuf {
+        self.mp.clone()
+    }
+
+    fn announce(&self, readiness: &mut Readiness) {
+        announce(readiness, &self.fs, &self.iqn, &self.mp);
+    }
+
+    /// Serve until a signal or until the mount goes away; then unmount
+    /// (lazily if files are still open) and wait for the kernel to let go.
+    async fn serve(&mut self, signals: &mut Signals, readiness: &mut Readiness) {
+        let mp = &self.mp;
+        let mut session_result = None;
+        tokio::select! {
+            r = &mut self.done_rx => session_result = Some(r),
+            s = signals.recv() => info!("{}: unmounting {}", s.name(), mp.display()),
+        }
+        readiness.stopping(&format!("unmounting {}", mp.display()));
+        let mut forced = false;
+        if session_result.is_none() {
+            unmount_self(mp).await;
+            tokio::select! {
+                r = &mut self.done_rx => session_result = Some(r),
+                _ = signals.recv() => forced = true,
+            }
+        }
+        if forced {
+            // Refuse further I/O, write back, log out and exit: closing
+            // /dev/fuse with the process ends the connection, and files still
+            // open fail from then on. The FUSE thread is left to the exit.
+            warn!(
+                "second signal: files still open under {} fail from now on",
+                mp.display()
+            );
+            self.fs.shut_down();
+            drop(self.thread.take());
+        } else if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(Ok(Err(e))) = session_result {
+            warn!(error = %e, "the FUSE session ended with an error");
+        }
+        info!(
+            "FUSE requests: {} (largest and most in flight at once: the kernel's read-ahead \
+             and max_pages at work)",
+            self.fuse_stats.counters()
         );
-        fs.shut_down();
-        drop(thread);
-    } else {
-        let _ = thread.join();
-    }
-    if let Some(Ok(Err(e))) = session_result {
-        warn!(error = %e, "the FUSE session ended with an error");
+        // The kernel sends nothing more: the lifecycle writes back and logs out.
     }
 
-    info!(
-        "FUSE requests: {} (largest and most in flight at once: the kernel's read-ahead \
-         and max_pages at work)",
-        fuse_stats.counters()
-    );
-
-    // The kernel sends nothing more: write back and log out.
-    let finished = daemon::finish_exports(fs.exports(), &target).await;
-    drop(fs);
-    let d = crate::stats::DataPathStats::now();
-    info!(
-        copied_bytes = d.copied_bytes,
-        cache_copied_bytes = d.cache_copied_bytes,
-        data_path_registrations = d.data_path_registrations,
-        pool_registrations = d.pool_registrations,
-        "data path at unmount (copied_bytes: SCSI data copied between the network and the callers' buffers)"
-    );
-    let result = finished.map_err(|e| {
-        CliError::Other(format!(
-            "unmounted, but written data did not reach the target: {e}"
-        ))
-    });
-    if let Some(p) = pid_file {
-        p.finish(&result);
+    fn close(self) {
+        drop(self.fs);
+        let d = crate::stats::DataPathStats::now();
+        info!(
+            copied_bytes = d.copied_bytes,
+            cache_copied_bytes = d.cache_copied_bytes,
+            data_path_registrations = d.data_path_registrations,
+            pool_registrations = d.pool_registrations,
+            "data path at unmount (copied_bytes: SCSI data copied between the network and the callers' buffers)"
+        );
     }
-    result
 }
 
 /// Whether fusermount3 may unmount for us when rlun dies (auto-unmount);
@@ -540,27 +598,9 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     }
 }
 
-/// Whether process `pid` still runs (a zombie does not).
-pub(crate) fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which ends with the last ')'.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn this_process_is_alive_and_a_free_pid_is_not() {
-        assert!(process_alive(std::process::id()));
-        assert!(!process_alive(u32::MAX));
-    }
 
     #[test]
     fn dev_t_splits_into_major_and_minor() {

@@ -3,10 +3,15 @@
 //! Local problems are checked before any network I/O: the TLS files are
 //! loaded, `--listen` on a non-loopback address without TLS is refused
 //! (unless `--allow-insecure`), and the socket or port is bound. Then rlun
-//! logs in, opens the disk LUNs (one [`LunDevice`] each, shared by every
-//! connection), and serves until SIGINT/SIGTERM: new connections are
-//! refused, connections stop reading requests, the requests in flight
-//! finish and are answered, every device is flushed, and rlun logs out.
+//! logs in, opens the disk LUNs (one [`crate::device::LunDevice`] each,
+//! shared by every connection), and serves until SIGINT/SIGTERM: new
+//! connections are refused, connections stop reading requests, the
+//! requests in flight finish and are answered, every device is flushed,
+//! and rlun logs out.
+//!
+//! The lifecycle around that (`--daemon`, readiness, the pid file, the
+//! write-back and logout) is [`crate::service`]'s; this module is the NBD
+//! listener front end (`Nbd`).
 
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -20,12 +25,14 @@ use tokio::task::JoinSet;
 use tokio_rustls::rustls;
 use tracing::{info, warn};
 
-use super::{human_size, CliError, Ctx};
+use super::context::Ctx;
+use super::error::CliError;
 use crate::cli::{CacheChoice, CacheOpts, ConnectOpts, DaemonOpts, ServeOpts};
-use crate::client::{Lun, Target};
-use crate::daemon::{self, Launched, PidFile, Readiness, Signals};
-use crate::export::{open_luns, ExportSet, OpenError};
+use crate::client::Lun;
+use crate::daemon::{Readiness, Signals};
+use crate::export::ExportSet;
 use crate::nbd::server::{Limits, Server};
+use crate::service::{self, human_size, FrontEnd, Live, Plan};
 
 /// `rlun serve`.
 pub async fn run(
@@ -36,19 +43,17 @@ pub async fn run(
     cache: &CacheOpts,
     conn: &ConnectOpts,
 ) -> Result<(), CliError> {
-    let deadline = daemon::ready_deadline(
-        conn.connect_timeout.unwrap_or(ctx.config.connect_timeout()),
-        conn.login_timeout.unwrap_or(ctx.config.login_timeout()),
-    );
-    let mut readiness = match daemon::launch(d, deadline).await? {
-        Launched::Detached => return Ok(()),
-        Launched::Serve(r) => r,
-    };
-    let result = serve(ctx, arg, o, cache, conn, &mut readiness).await;
-    readiness.finished(&result);
-    result
+    service::launch(
+        &d.options(),
+        ctx.ready_deadline(conn),
+        async |readiness: &mut Readiness| serve(ctx, arg, o, cache, conn, readiness).await,
+    )
+    .await
 }
 
+/// Check what needs no network and bind the listener, then serve the
+/// LUNs until told to stop ([`service::serve`] with the [`Nbd`] front
+/// end).
 async fn serve(
     ctx: &Ctx,
     arg: &str,
@@ -70,108 +75,144 @@ async fn serve(
         check_insecure(addr, tls.is_some(), o.allow_insecure)?;
     }
     let listener = Listener::bind(o).await?;
-    let dev_cfg = cache.device_config(cache.cache.unwrap_or(CacheChoice::WriteThrough).mode());
-
-    let cfg = ctx.session_config(&url, entry.as_deref(), conn)?;
-    let target = Target::login(cfg).await?;
-    let exports = match open_exports(&target, &iqn, url.lun, &dev_cfg, o.read_only).await {
-        Ok(e) => Arc::new(e),
-        Err(e) => {
-            let _ = target.logout().await;
-            return Err(e);
-        }
+    let plan = Plan {
+        session: ctx.session_config(&url, entry.as_deref(), conn)?,
+        target: iqn.clone(),
+        lun: url.lun,
+        device: cache.device_config(cache.cache.unwrap_or(CacheChoice::WriteThrough).mode()),
+        read_only: o.read_only,
     };
-    let descriptions: Vec<String> = exports
-        .exports()
-        .iter()
-        .map(|e| {
-            let i = e.info();
-            format!(
-                "LUN {} of {iqn}: {}, {}-byte blocks{}",
-                e.number(),
-                human_size(i.size),
-                i.block_size,
-                if i.read_only { ", read-only" } else { "" }
-            )
-        })
-        .collect();
-
-    let mut signals = Signals::install()?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let limits = Limits::default();
-    let server = Arc::new(Server::new(
-        exports.clone(),
-        descriptions.clone(),
-        tls.clone(),
-        limits,
-        stop_rx,
-    ));
-    let pid_file = PidFile::create(daemon::state_file(&listener.state_key()));
-    let uris: Vec<String> = exports
-        .exports()
-        .iter()
-        .map(|e| listener.uri(e.name(), tls.is_some()))
-        .collect();
-    for (uri, d) in uris.iter().zip(&descriptions) {
-        info!("serving {d} at {uri}");
-    }
-    readiness.ready(&format!("serving {}", uris.join(" ")));
-
-    let mut conns = JoinSet::new();
-    let signal = loop {
-        while conns.try_join_next().is_some() {}
-        tokio::select! {
-            s = signals.recv() => break s,
-            r = listener.accept(&server, &mut conns) => {
-                if let Err(e) = r {
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-    };
-    info!(
-        "{}: finishing the requests in flight, then stopping",
-        signal.name()
-    );
-    readiness.stopping("finishing the requests in flight");
-    let _ = stop_tx.send(true);
-    drop(listener);
-    let grace = limits.drain_timeout + Duration::from_secs(5);
-    tokio::select! {
-        _ = async { while conns.join_next().await.is_some() {} } => {}
-        _ = tokio::time::sleep(grace) => warn!("connections did not finish in {grace:?}; closing them"),
-        _ = signals.recv() => warn!("second signal: closing the connections"),
-    }
-    // Whatever still hangs on gets ESHUTDOWN; then write back and log out.
-    exports.shut_down();
-    conns.shutdown().await;
-    drop(server);
-    let result = daemon::finish_exports(&exports, &target)
-        .await
-        .map_err(|e| {
-            CliError::Other(format!(
-                "stopped, but written data did not reach the target: {e}"
-            ))
-        });
-    if let Some(p) = pid_file {
-        p.finish(&result);
-    }
-    result
+    let front = Nbd { listener, tls, iqn };
+    service::serve(plan, front, readiness).await
 }
 
-async fn open_exports(
-    target: &Target,
-    iqn: &str,
-    only: Option<u64>,
-    cfg: &crate::device::DeviceConfig,
-    read_only: bool,
-) -> Result<ExportSet<Lun>, CliError> {
-    let luns = open_luns(target, iqn, only).await.map_err(|e| match e {
-        OpenError::Client(e) => e.into(),
-        e @ OpenError::NoDiskLuns { .. } => CliError::Other(format!("{e} to serve")),
-    })?;
-    ExportSet::new(luns, cfg, read_only).map_err(|e| CliError::Usage(rlun_iscsi::error_chain(&e)))
+/// The NBD server front end of [`service::serve`]: each export served to
+/// the NBD clients that connect to the listener.
+struct Nbd {
+    listener: Listener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    iqn: String,
+}
+
+impl FrontEnd for Nbd {
+    type Error = CliError;
+    type Live = Serving;
+    const STOPPED: &'static str = "stopped";
+    const PURPOSE: &'static str = " to serve";
+
+    async fn start(self, exports: ExportSet<Lun>) -> Result<Serving, CliError> {
+        let exports = Arc::new(exports);
+        let iqn = &self.iqn;
+        let descriptions: Vec<String> = exports
+            .exports()
+            .iter()
+            .map(|e| {
+                let i = e.info();
+                format!(
+                    "LUN {} of {iqn}: {}, {}-byte blocks{}",
+                    e.number(),
+                    human_size(i.size),
+                    i.block_size,
+                    if i.read_only { ", read-only" } else { "" }
+                )
+            })
+            .collect();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let limits = Limits::default();
+        let server = Arc::new(Server::new(
+            exports.clone(),
+            descriptions.clone(),
+            self.tls.clone(),
+            limits,
+            stop_rx,
+        ));
+        let uris: Vec<String> = exports
+            .exports()
+            .iter()
+            .map(|e| self.listener.uri(e.name(), self.tls.is_some()))
+            .collect();
+        Ok(Serving {
+            state_key: self.listener.state_key(),
+            listener: Some(self.listener),
+            uris,
+            exports,
+            descriptions,
+            server,
+            limits,
+            stop_tx,
+        })
+    }
+}
+
+/// A started [`Nbd`] front end.
+struct Serving {
+    /// `None` once closed (the socket file is removed with it).
+    listener: Option<Listener>,
+    state_key: PathBuf,
+    /// The NBD URI of each export.
+    uris: Vec<String>,
+    exports: Arc<ExportSet<Lun>>,
+    descriptions: Vec<String>,
+    server: Arc<Server<Lun>>,
+    limits: Limits,
+    /// Tells the connections to stop reading requests.
+    stop_tx: watch::Sender<bool>,
+}
+
+impl Live for Serving {
+    fn exports(&self) -> &ExportSet<Lun> {
+        &self.exports
+    }
+
+    fn state_key(&self) -> PathBuf {
+        self.state_key.clone()
+    }
+
+    fn announce(&self, readiness: &mut Readiness) {
+        for (uri, d) in self.uris.iter().zip(&self.descriptions) {
+            info!("serving {d} at {uri}");
+        }
+        readiness.ready(&format!("serving {}", self.uris.join(" ")));
+    }
+
+    /// Accept connections until a signal; then refuse new ones, let the
+    /// requests in flight finish (within the drain timeout, or until a
+    /// second signal) and close what still hangs on.
+    async fn serve(&mut self, signals: &mut Signals, readiness: &mut Readiness) {
+        let Some(listener) = self.listener.take() else {
+            return;
+        };
+        let mut conns = JoinSet::new();
+        let signal = loop {
+            while conns.try_join_next().is_some() {}
+            tokio::select! {
+                s = signals.recv() => break s,
+                r = listener.accept(&self.server, &mut conns) => {
+                    if let Err(e) = r {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        };
+        info!(
+            "{}: finishing the requests in flight, then stopping",
+            signal.name()
+        );
+        readiness.stopping("finishing the requests in flight");
+        let _ = self.stop_tx.send(true);
+        drop(listener);
+        let grace = self.limits.drain_timeout + Duration::from_secs(5);
+        tokio::select! {
+            _ = async { while conns.join_next().await.is_some() {} } => {}
+            _ = tokio::time::sleep(grace) => warn!("connections did not finish in {grace:?}; closing them"),
+            _ = signals.recv() => warn!("second signal: closing the connections"),
+        }
+        // Whatever still hangs on gets ESHUTDOWN; then the lifecycle writes
+        // back and logs out.
+        self.exports.shut_down();
+        conns.shutdown().await;
+    }
 }
 
 /// `--listen` beyond loopback without TLS gives every host that reaches

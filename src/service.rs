@@ -1,0 +1,319 @@
+//! The serving lifecycle, written once for `rlun mount`, `rlun serve` and
+//! `rlun attach`.
+//!
+//! Every command that serves a target's LUNs until it is told to stop goes
+//! through the same steps; only its front end differs (a FUSE mount, an NBD
+//! listener, a kernel block device):
+//!
+//! 1. [`launch`]: in the foreground, or as a `--daemon` parent that waits
+//!    for its background child's word ([`crate::daemon::launch`]); the
+//!    command's own local checks run inside, before any network I/O.
+//! 2. [`serve`]: log in ([`LoggedIn`]) and open the exports (one LUN, or
+//!    every disk LUN: [`open_luns`], [`ExportSet`]); catch SIGINT and
+//!    SIGTERM ([`Signals`]); let the front end start over the exports
+//!    ([`FrontEnd::start`]); write the pid file ([`PidFile`]); say it is
+//!    ready ([`Live::announce`]: the `--daemon` pipe, `sd_notify`); serve
+//!    until a stop signal or until the front end ends by itself
+//!    ([`Live::serve`]); then write back and flush ([`finish_exports`]),
+//!    log out, report lost data ([`ServiceError::DataLost`]) and leave the
+//!    exit status for `rlun umount` / `rlun detach` ([`PidFile::finish`]).
+//! 3. The end is told to whoever waits ([`Readiness::finished`]).
+//!
+//! The session is logged out on every path, awaited: a failure to open the
+//! exports or to start the front end logs out before the error is returned
+//! ([`LoggedIn::or_logout`]).
+//!
+//! A layer between the commands (`cmd`, `cli`) and the process machinery
+//! ([`crate::daemon`]); it stands on the front ends' common ground
+//! ([`crate::export`], [`crate::client`]) and knows none of them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+use tracing::{debug, info};
+
+use crate::client::{ClientError, LoggedIn, Lun, Target};
+use crate::daemon::{self, DaemonError, Launched, PidFile, Readiness, Signals};
+use crate::device::{DeviceConfig, DeviceError};
+use crate::exit;
+use crate::export::{open_luns, DataLost, ExportSet, LunBackend, OpenError};
+use crate::session::SessionConfig;
+use rlun_iscsi::ErrorKind;
+
+/// What can end a serving command in the steps every front end shares.
+#[derive(Debug, Error)]
+pub enum ServiceError {
+    /// The login, or opening the LUNs, failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The process machinery failed: `--daemon`, the signal handlers.
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    /// The target has nothing this command can serve.
+    #[error("{error}{purpose}")]
+    NothingToServe {
+        error: OpenError,
+        /// What the LUNs were wanted for ([`FrontEnd::PURPOSE`]).
+        purpose: &'static str,
+    },
+    /// The exports could not be set up with the cache options given.
+    #[error("cannot set up the exports")]
+    Exports(#[source] DeviceError),
+    /// Serving ended, but written data did not reach the target.
+    #[error("{stopped}, but written data did not reach the target: {lost}")]
+    DataLost {
+        /// How the front end ended ([`FrontEnd::STOPPED`]).
+        stopped: &'static str,
+        lost: DataLost,
+    },
+}
+
+impl ServiceError {
+    /// How this failure is classified ([`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ServiceError::Client(e) => e.kind(),
+            ServiceError::Daemon(e) => e.kind(),
+            ServiceError::Exports(_) => ErrorKind::Usage,
+            ServiceError::NothingToServe { .. } | ServiceError::DataLost { .. } => {
+                ErrorKind::Failure
+            }
+        }
+    }
+}
+
+impl exit::Code for ServiceError {
+    fn exit_code(&self) -> i32 {
+        match self {
+            ServiceError::Daemon(e) => e.exit_code(),
+            other => exit::of_kind(other.kind()),
+        }
+    }
+}
+
+/// What one serving command adds to the lifecycle: its front end, before
+/// it starts.
+// The lifecycle awaits these in place, on the command's own task (never
+// spawned), so their futures need no `Send` bound.
+#[allow(async_fn_in_trait)]
+pub trait FrontEnd {
+    /// The command's error: what the front end's own steps fail with and
+    /// what the shared steps' failures ([`ServiceError`]) become.
+    type Error: std::error::Error + exit::Code + From<ServiceError>;
+    /// The front end once started.
+    type Live: Live;
+    /// How the end reads when written data was lost: "unmounted",
+    /// "stopped", "detached".
+    const STOPPED: &'static str;
+    /// What the LUNs are for, after "target T has no disk LUNs": empty,
+    /// " to serve", " to attach".
+    const PURPOSE: &'static str;
+
+    /// Whether `count` opened LUNs can be served (`attach` serves exactly
+    /// one). Checked before the exports are set up.
+    fn accept(&self, count: usize) -> Result<(), Self::Error> {
+        let _ = count;
+        Ok(())
+    }
+
+    /// Start serving `exports` (mount, set up the NBD server, connect the
+    /// kernel device). Stop signals are already caught: one that arrives
+    /// now waits for [`Live::serve`]. On failure the front end has undone
+    /// what it started; the lifecycle logs out.
+    async fn start(self, exports: ExportSet<Lun>) -> Result<Self::Live, Self::Error>;
+}
+
+/// A started front end.
+#[allow(async_fn_in_trait)]
+pub trait Live {
+    /// The exports it serves, for the final write-back.
+    fn exports(&self) -> &ExportSet<Lun>;
+
+    /// What its pid file is named after ([`daemon::state_file`]): the
+    /// mount point, the socket or address, the device.
+    fn state_key(&self) -> PathBuf;
+
+    /// Say that it is ready: [`Readiness::ready`], and what the user sees.
+    fn announce(&self, readiness: &mut Readiness);
+
+    /// Serve until a stop signal, or until the front end ends by itself;
+    /// then say so ([`Readiness::stopping`]), stop taking requests and let
+    /// those in flight finish (a second signal cuts that short). When this
+    /// returns no more I/O comes: the exports are written back next.
+    async fn serve(&mut self, signals: &mut Signals, readiness: &mut Readiness);
+
+    /// After the write-back and the logout: release what is left and say
+    /// what is worth saying.
+    fn close(self)
+    where
+        Self: Sized,
+    {
+    }
+}
+
+/// Start a serving command — in the foreground, or as the `--daemon`
+/// parent that returns `Ok` once its background child is ready — run
+/// `body` to serve, and tell whoever waits how it ended.
+pub async fn launch<E, B>(opts: &daemon::Options, deadline: Duration, body: B) -> Result<(), E>
+where
+    E: std::error::Error + From<DaemonError>,
+    B: AsyncFnOnce(&mut Readiness) -> Result<(), E>,
+{
+    let mut readiness = match daemon::launch(opts, deadline).await? {
+        Launched::Detached => return Ok(()),
+        Launched::Serve(r) => r,
+    };
+    let result = body(&mut readiness).await;
+    readiness.finished(&result);
+    result
+}
+
+/// What to serve: the session to log in with, and the target's LUNs to
+/// open as exports.
+pub struct Plan {
+    pub session: SessionConfig,
+    /// The target's name (for messages).
+    pub target: String,
+    /// The one LUN a LUN URL names; `None`: every disk LUN.
+    pub lun: Option<u64>,
+    /// The device (cache) configuration of every export.
+    pub device: DeviceConfig,
+    /// Make every export read-only.
+    pub read_only: bool,
+}
+
+/// Log in, open the exports, serve them through `front` until stopped,
+/// write back, log out and leave the exit status (the steps of the module
+/// docs).
+pub async fn serve<F: FrontEnd>(
+    plan: Plan,
+    front: F,
+    readiness: &mut Readiness,
+) -> Result<(), F::Error> {
+    let target = LoggedIn::login(plan.session)
+        .await
+        .map_err(ServiceError::from)?;
+    let (target, (mut signals, mut live)) = target
+        .or_logout(async |t: &Target| {
+            let luns = open_luns(t, &plan.target, plan.lun)
+                .await
+                .map_err(|e| match e {
+                    OpenError::Client(e) => ServiceError::Client(e),
+                    error => ServiceError::NothingToServe {
+                        error,
+                        purpose: F::PURPOSE,
+                    },
+                })?;
+            front.accept(luns.len())?;
+            let exports = ExportSet::new(luns, &plan.device, plan.read_only)
+                .map_err(ServiceError::Exports)?;
+            // From here on a signal must not kill rlun before it wrote
+            // back: tokio queues it until the front end looks.
+            let signals = Signals::install().map_err(ServiceError::from)?;
+            let live = front.start(exports).await?;
+            Ok::<_, F::Error>((signals, live))
+        })
+        .await?;
+    let pid_file = PidFile::create(daemon::state_file(&live.state_key()));
+    live.announce(readiness);
+    live.serve(&mut signals, readiness).await;
+    let finished = finish_exports(live.exports()).await;
+    if let Err(e) = target.logout().await {
+        debug!(error = %e, "logout failed");
+    }
+    live.close();
+    let result = finished.map_err(|lost| {
+        F::Error::from(ServiceError::DataLost {
+            stopped: F::STOPPED,
+            lost,
+        })
+    });
+    if let Some(p) = pid_file {
+        p.finish(&result);
+    }
+    result
+}
+
+/// Stop serving exports: write back and flush what was written, and say
+/// whether written data did not reach the target. (The logout follows.)
+pub async fn finish_exports<B: LunBackend>(exports: &ExportSet<B>) -> Result<(), DataLost> {
+    let dirty = exports.dirty_bytes();
+    if dirty > 0 {
+        info!("writing back {} of cached data", human_size(dirty));
+    }
+    exports.finish().await.into_result()
+}
+
+/// Human size: 1.5 GiB, 512 B.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{CacheMode, MemBackend};
+    use crate::exit::Code as _;
+    use crate::export::testing::TestLun;
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human_size(512), "512 B");
+        assert_eq!(human_size(64 << 20), "64.0 MiB");
+        assert_eq!(human_size(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn shared_failures_keep_their_exit_codes() {
+        let not_found = ServiceError::Client(ClientError::LunNotFound(3));
+        let no_luns = ServiceError::NothingToServe {
+            error: OpenError::NoDiskLuns {
+                target: "iqn.x".into(),
+            },
+            purpose: " to serve",
+        };
+        let child = ServiceError::Daemon(DaemonError::Child {
+            message: "m".into(),
+            code: 5,
+        });
+
+        assert_eq!(not_found.exit_code(), exit::NOT_FOUND);
+        assert_eq!(no_luns.exit_code(), exit::FAILURE);
+        assert_eq!(
+            no_luns.to_string(),
+            "target iqn.x has no disk LUNs to serve"
+        );
+        assert_eq!(child.exit_code(), 5);
+    }
+
+    #[tokio::test]
+    async fn finishing_clean_exports_reports_no_lost_data() {
+        let lun = TestLun::new(MemBackend::new(512, 64));
+        let cfg = DeviceConfig {
+            mode: CacheMode::WriteBack,
+            ..DeviceConfig::default()
+        };
+        let set = ExportSet::new(vec![(1, lun)], &cfg, false).unwrap();
+        set.exports()[0]
+            .write(0, bytes::Bytes::from(vec![7u8; 512]), false)
+            .await
+            .unwrap();
+
+        let finished = finish_exports(&set).await;
+
+        assert!(finished.is_ok());
+        assert_eq!(set.dirty_bytes(), 0, "written back");
+    }
+}
