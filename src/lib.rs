@@ -31,17 +31,13 @@
 //! - [`url`] and [`config`]: `iscsi://` URLs and credentials.
 //! - [`exit`]: the documented exit codes.
 //!
-//! # Where `unsafe` may appear
+//! # No `unsafe` here
 //!
-//! Nowhere but the modules that talk to the kernel or the RDMA stack through
-//! C interfaces: the RDMA verbs/CM module of the iSER transport
-//! (`transport::iser::{sys, conn}`) and the nbd kernel-attach module
-//! ([`nbd::kernel`]). The crate denies `unsafe_code`; only
-//! those modules say `#[allow(unsafe_code)]`, and every `unsafe` block there
-//! carries a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks` is
-//! denied).
-#![deny(unsafe_code)]
-#![deny(clippy::undocumented_unsafe_blocks)]
+//! The crate forbids `unsafe_code`. What needs `unsafe` to talk to C
+//! interfaces — rdma-core for iSER, the nbd ioctls of kernel attach — is in
+//! the crate `rlun-sys`, behind safe wrappers (see its crate docs for the
+//! safety design of each).
+#![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod client;

@@ -1,6 +1,6 @@
 //! The `rlun` binary: parse the command line, set up logging, run the
 //! subcommand, print the error chain and exit with a documented code.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 use clap::Parser;
 use rlun::cli::Cli;

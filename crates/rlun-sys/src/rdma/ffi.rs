@@ -19,7 +19,11 @@
 //! rdma-core 13; Debian 12 ships 44) on 64-bit Linux; the test
 //! `layouts_match_system_headers` compiles a C program against the installed
 //! headers and compares every offset and size used here.
-#![allow(non_camel_case_types, clippy::upper_case_acronyms)]
+//!
+//! The module is private to the crate: everything above it goes through the
+//! safe wrappers of [`super`]. Fields no wrapper reads are declared for
+//! their place in the C layout (hence `dead_code` is allowed here).
+#![allow(non_camel_case_types, clippy::upper_case_acronyms, dead_code)]
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
@@ -179,6 +183,7 @@ pub const IBV_WR_SEND: c_int = 2;
 pub const IBV_SEND_SIGNALED: u32 = 1 << 1;
 pub const IBV_WC_SUCCESS: c_int = 0;
 pub const IBV_WC_WR_FLUSH_ERR: c_int = 5;
+pub const IBV_WC_REM_ACCESS_ERR: c_int = 10;
 pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: c_int = 1 << 1;
 pub const IBV_ACCESS_REMOTE_READ: c_int = 1 << 2;
@@ -302,12 +307,21 @@ pub struct Api {
     pub rdma_event_str: unsafe extern "C" fn(event: c_int) -> *const c_char,
 }
 
-/// Why the rdma-core libraries could not be used.
-#[derive(Debug, Clone)]
+/// Why the rdma-core libraries could not be used: which one, and what
+/// `dlopen`/`dlsym` said.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadError {
     pub library: &'static str,
     pub detail: String,
 }
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot load {}: {}", self.library, self.detail)
+    }
+}
+
+impl std::error::Error for LoadError {}
 
 const LIBIBVERBS: &CStr = c"libibverbs.so.1";
 const LIBRDMACM: &CStr = c"librdmacm.so.1";
@@ -366,16 +380,16 @@ unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
 }
 
 macro_rules! load_api {
-    ($ibv:ident, $cm:ident; ibv: $($i:ident),*; cm: $($c:ident),* $(,)?) => {
+    ($ibv:ident, $ibvlib:ident, $cm:ident, $cmlib:ident; ibv: $($i:ident),*; cm: $($c:ident),* $(,)?) => {
         Api {
             $(
                 // SAFETY: the symbol is rdma-core's exported function of that
                 // name, whose C prototype the field's type reproduces.
-                $i: unsafe { as_fn(sym($ibv, LIBIBVERBS, &cstr(stringify!($i)))?) },
+                $i: unsafe { as_fn(sym($ibv, $ibvlib, &cstr(stringify!($i)))?) },
             )*
             $(
                 // SAFETY: as above, for librdmacm.
-                $c: unsafe { as_fn(sym($cm, LIBRDMACM, &cstr(stringify!($c)))?) },
+                $c: unsafe { as_fn(sym($cm, $cmlib, &cstr(stringify!($c)))?) },
             )*
         }
     };
@@ -386,9 +400,15 @@ fn cstr(s: &str) -> std::ffi::CString {
 }
 
 fn load() -> Result<Api, LoadError> {
-    let ibv = open(LIBIBVERBS)?;
-    let cm = open(LIBRDMACM)?;
-    Ok(load_api!(ibv, cm;
+    load_from(LIBIBVERBS, LIBRDMACM)
+}
+
+/// Load the API from the libraries of these names (the tests name one
+/// that does not exist).
+fn load_from(libibverbs: &'static CStr, librdmacm: &'static CStr) -> Result<Api, LoadError> {
+    let ibv = open(libibverbs)?;
+    let cm = open(librdmacm)?;
+    Ok(load_api!(ibv, libibverbs, cm, librdmacm;
         ibv: ibv_get_device_list, ibv_free_device_list, ibv_alloc_pd, ibv_dealloc_pd,
              ibv_create_comp_channel, ibv_destroy_comp_channel, ibv_create_cq, ibv_destroy_cq,
              ibv_get_cq_event, ibv_ack_cq_events, ibv_reg_mr, ibv_dereg_mr, ibv_wc_status_str;
@@ -411,26 +431,37 @@ unsafe impl Send for Api {}
 // SAFETY: as above; the struct is immutable after loading.
 unsafe impl Sync for Api {}
 
-/// Human-readable name of a CM event type.
-pub fn event_str(api: &Api, event: c_int) -> String {
-    // SAFETY: rdma_event_str returns a static string for any value.
-    let p = unsafe { (api.rdma_event_str)(event) };
+/// A static C string of rdma-core as `&'static str`.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that lives for the
+/// rest of the process (a string constant of a library that is never
+/// unloaded, see [`api`]).
+unsafe fn static_str(p: *const c_char) -> Option<&'static str> {
     if p.is_null() {
-        return format!("event {event}");
+        return None;
     }
-    // SAFETY: non-NULL static NUL-terminated string.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    // SAFETY: non-NULL, NUL-terminated and immortal (the caller's promise).
+    unsafe { CStr::from_ptr(p) }.to_str().ok()
 }
 
-/// Human-readable name of a work completion status.
-pub fn wc_status_str(api: &Api, status: c_int) -> String {
-    // SAFETY: ibv_wc_status_str returns a static string for any value.
+/// Name of a CM event type (`rdma_event_str`).
+pub fn event_name(api: &Api, event: c_int) -> &'static str {
+    // SAFETY: rdma_event_str returns a pointer to a string constant of
+    // librdmacm for any value (an "unrecognized" one for unknown values).
+    let p = unsafe { (api.rdma_event_str)(event) };
+    // SAFETY: such a constant lives as long as the library, which stays
+    // loaded for the process.
+    unsafe { static_str(p) }.unwrap_or("unknown CM event")
+}
+
+/// Name of a work completion status (`ibv_wc_status_str`).
+pub fn wc_status_name(api: &Api, status: c_int) -> &'static str {
+    // SAFETY: ibv_wc_status_str returns a pointer to a string constant of
+    // libibverbs for any value.
     let p = unsafe { (api.ibv_wc_status_str)(status) };
-    if p.is_null() {
-        return format!("status {status}");
-    }
-    // SAFETY: non-NULL static NUL-terminated string.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    // SAFETY: as in `event_name`.
+    unsafe { static_str(p) }.unwrap_or("unknown work completion status")
 }
 
 #[cfg(test)]
@@ -563,6 +594,7 @@ mod tests {
             ("IBV_WR_SEND", IBV_WR_SEND as usize),
             ("IBV_SEND_SIGNALED", IBV_SEND_SIGNALED as usize),
             ("IBV_WC_WR_FLUSH_ERR", IBV_WC_WR_FLUSH_ERR as usize),
+            ("IBV_WC_REM_ACCESS_ERR", IBV_WC_REM_ACCESS_ERR as usize),
             ("IBV_ACCESS_LOCAL_WRITE", IBV_ACCESS_LOCAL_WRITE as usize),
             ("IBV_ACCESS_REMOTE_WRITE", IBV_ACCESS_REMOTE_WRITE as usize),
             ("IBV_ACCESS_REMOTE_READ", IBV_ACCESS_REMOTE_READ as usize),
@@ -633,6 +665,38 @@ mod tests {
             .map(|((expr, ours), c)| format!("{expr}: C says {c}, rlun has {ours}"))
             .collect();
         assert!(wrong.is_empty(), "layout mismatches:\n{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn a_missing_library_is_named_in_the_load_error() {
+        let e = load_from(c"libibverbs-rlun-missing.so.1", LIBRDMACM)
+            .err()
+            .expect("no such library");
+        assert_eq!(e.library, "libibverbs-rlun-missing.so.1");
+        assert!(e.detail.contains("libibverbs-rlun-missing.so.1"), "{e}");
+        let e = load_from(LIBIBVERBS, c"librdmacm-rlun-missing.so.1")
+            .err()
+            .expect("no such library");
+        assert_eq!(e.library, "librdmacm-rlun-missing.so.1");
+        assert!(
+            e.to_string()
+                .starts_with("cannot load librdmacm-rlun-missing.so.1: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn status_and_event_names_come_from_rdma_core() {
+        let api = api().expect("rdma-core is installed where the tests run");
+        assert_eq!(wc_status_name(api, IBV_WC_SUCCESS), "success");
+        assert_eq!(
+            wc_status_name(api, IBV_WC_WR_FLUSH_ERR),
+            "Work Request Flushed Error"
+        );
+        assert_eq!(
+            event_name(api, cm_event::DISCONNECTED),
+            "RDMA_CM_EVENT_DISCONNECTED"
+        );
     }
 
     #[test]

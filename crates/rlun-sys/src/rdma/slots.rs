@@ -1,5 +1,6 @@
-//! Send-slot accounting for an iSER connection with selective signalling.
-//! Pure bookkeeping, host-tested; the send half of the connection keeps one.
+//! Send-slot accounting with selective signalling. Pure bookkeeping,
+//! host-tested; each [`super::SendQueue`] keeps one, and it is what decides
+//! when a send slot is lent to the device and when it is back.
 //!
 //! Every Send uses one registered send slot (iSER header, BHS, data copied
 //! or named in place) and one send-queue entry, and both stay busy until the
@@ -86,17 +87,23 @@ impl SendSlots {
     /// return them, newest first given back last. Returns the slots.
     pub fn unpost(&mut self, n: usize) -> Vec<usize> {
         let mut back = Vec::with_capacity(n);
+        self.unpost_with(n, |s| back.push(s));
+        back
+    }
+
+    /// [`SendSlots::unpost`], calling `freed` with each slot given back
+    /// instead of collecting them.
+    pub fn unpost_with(&mut self, n: usize, mut freed: impl FnMut(usize)) {
         for _ in 0..n {
             if let Some(s) = self.posted.pop_back() {
                 self.signalled[s] = false;
                 self.free.push(s);
-                back.push(s);
+                freed(s);
             }
         }
         // The run of unsignalled Sends is unknown now; count conservatively
         // so the next Send is signalled.
         self.since_signal = self.every;
-        back
     }
 
     /// A work completion for the Send in `slot` (signalled, or any Send
@@ -104,19 +111,26 @@ impl SendSlots {
     /// Returns the slots freed, oldest first (empty when `slot` is not
     /// outstanding, e.g. a duplicate).
     pub fn complete(&mut self, slot: usize) -> Vec<usize> {
-        if slot >= self.slots || !self.posted.contains(&slot) {
-            return Vec::new();
-        }
         let mut done = Vec::new();
+        self.complete_with(slot, |s| done.push(s));
+        done
+    }
+
+    /// [`SendSlots::complete`], calling `freed` with each slot freed
+    /// (oldest first) instead of collecting them: no allocation per
+    /// completion.
+    pub fn complete_with(&mut self, slot: usize, mut freed: impl FnMut(usize)) {
+        if slot >= self.slots || !self.posted.contains(&slot) {
+            return;
+        }
         while let Some(s) = self.posted.pop_front() {
             self.signalled[s] = false;
             self.free.push(s);
-            done.push(s);
+            freed(s);
             if s == slot {
                 break;
             }
         }
-        done
     }
 }
 
