@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use rlun_iscsi::proto::connection::{
-    CommandRequest, Connection, DataMovement, Event, FeatureParams, ReadRegion, SessionNumbers,
+    CommandRequest, Connection, DataMovement, Event, FeatureParams, ReadRegion, SequenceNumbers,
     TaskError, TaskHold, Transmit, TransmitKind,
 };
 use rlun_iscsi::proto::pdu::{Bhs, Pdu, Residual, ScsiResponse, TaskAttr, TaskMgmtResponse};
@@ -100,7 +100,7 @@ fn core(initial_r2t: bool) -> Connection {
             initial_r2t,
             ..FeatureParams::default()
         },
-        SessionNumbers {
+        SequenceNumbers {
             cmd_sn: 1,
             exp_cmd_sn: 1,
             max_cmd_sn: 64,
