@@ -1,6 +1,10 @@
-//! rlun: a userspace iSCSI and iSER initiator.
+//! rlun: a userspace iSCSI and iSER initiator — the application crate.
 //!
-//! The layers, top to bottom (see ARCHITECTURE.md for the full picture):
+//! The protocol itself (PDUs, login, negotiation, CHAP, one connection's
+//! full feature phase, the recovery policy, CDBs and SCSI parsers) is the
+//! sans-IO crate [`rlun_iscsi`]; everything here does I/O around it. The
+//! layers, top to bottom, as the architecture check holds them (see
+//! ARCHITECTURE.md; a module may use only the ones below it):
 //!
 //! - [`cmd`]: the subcommands, and the dispatcher `main.rs` calls.
 //! - [`cli`]: the `rlun` command line (clap), also the source of the man page.
@@ -8,28 +12,27 @@
 //!   (login, exports, readiness, pid file, write-back, logout).
 //! - [`daemon`]: the process machinery of serving commands: `--daemon`,
 //!   readiness (pipe and systemd), pid files, signals.
-//! - [`client`]: a logged-in session to one target plus typed SCSI helpers
-//!   (INQUIRY, READ CAPACITY, READ/WRITE…), with UNIT ATTENTION retry.
-//! - [`session`]: the driver task: a thin tokio loop that does the I/O and
-//!   the timers around the sans-IO recovery machine and a transport.
-//! - [`proto`]: the sans-IO RFC 7143 core (PDU codec, digests, text keys,
-//!   negotiation, CHAP, login state machine, full-feature command window and
-//!   Data-In/R2T/Data-Out sequencing, and the recovery policy: retries,
-//!   aborts, reconnects, logout). It never touches a socket or a clock.
-//! - [`scsi`]: CDB builders and response/sense parsers (SPC-5, SBC-4).
-//! - [`transport`]: the `Transport` trait the driver is generic over; TCP
-//!   (in-band data movement) and iSER (direct: RDMA CM + verbs).
-//! - [`device`]: `LunDevice`, byte-addressed cached I/O on a LUN.
-//! - [`remote`]: a remote LUN (`client::Lun`) as the device layer's
-//!   backend: `BlockBackend` and `LunBackend` for it, client errors
-//!   classified for the device layer.
+//! - [`fuse`] and [`nbd`]: the front ends — each export as a file in a
+//!   FUSE mount; NBD exports over TCP, Unix sockets and TLS, and the
+//!   kernel's `/dev/nbdN`.
 //! - [`export`]: the export layer every front end stands on: a target's
 //!   LUNs as exports, clipping, ENOSPC, unmap-or-zero, FUA, flush, capacity
 //!   changes, shutdown and lost-data reports; typed errors with one errno
 //!   mapping.
-//! - [`fuse`]: the FUSE front end (`rlun mount`): each export as a file.
-//! - [`url`] and [`config`]: `iscsi://` URLs and credentials.
-//! - [`exit`]: the documented exit codes.
+//! - [`remote`]: a remote LUN (`client::Lun`) as the device layer's
+//!   backend: `BlockBackend` and `LunBackend` for it, client errors
+//!   classified for the device layer.
+//! - [`device`] and [`client`]: `LunDevice`, byte-addressed cached I/O on
+//!   any block backend; a logged-in target (`client::LoggedIn`) and its
+//!   LUNs with typed SCSI operations and UNIT ATTENTION retry.
+//! - [`session`]: one iSCSI session: a tokio driver task around the
+//!   recovery machine of [`rlun_iscsi`] and a transport.
+//! - [`transport`]: the `Transport` trait the driver is generic over; TCP
+//!   (in-band data movement) and iSER (direct, over `rlun_sys::rdma`).
+//! - [`config`] and [`url`]: `rlun.toml`, credentials, `iscsi://` URLs.
+//! - [`clock`], [`entropy`], [`stats`], [`exit`]: leaves — the clock read
+//!   once per driver turn, the ISID and CHAP nonce, data-path counters,
+//!   the documented exit codes.
 //!
 //! # No `unsafe` here
 //!

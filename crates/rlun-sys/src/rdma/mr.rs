@@ -6,7 +6,7 @@
 //! it behind the compiler's back, so the one rule is: **a registration must
 //! not outlive its memory**. Each kind of memory meets it its own way:
 //!
-//! - memory this crate allocates ([`OwnedMemory`], the send and receive
+//! - memory this crate allocates (`OwnedMemory`, the send and receive
 //!   rings of [`super::queue`]): deregistered, then freed, by its own
 //!   `Drop`, which runs only after the queue pair using it is destroyed
 //!   (the queue pair owns it);

@@ -6,7 +6,7 @@
 //! Safety by construction:
 //!
 //! - **Rings owned here.** Each half has a ring of fixed-size slots in
-//!   memory this module allocates and registers ([`OwnedMemory`]). A slot
+//!   memory this module allocates and registers (`OwnedMemory`). A slot
 //!   is *lent* to the device from the moment it is posted until the
 //!   completion that covers it is polled; only then can the caller read it
 //!   (a received message, [`RecvQueue::received`]) or write it (the next

@@ -21,7 +21,7 @@ use super::fd::set_nonblocking;
 use super::ffi::{self, Api, IbvCompChannel, IbvContext, IbvCq, IbvWc};
 use super::id::Id;
 
-/// rdma-core, loaded ([`ffi`] loads it once per process with `dlopen`).
+/// rdma-core, loaded (`ffi` loads it once per process with `dlopen`).
 #[derive(Clone, Copy)]
 pub struct Rdma {
     pub(crate) api: &'static Api,
