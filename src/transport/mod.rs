@@ -99,7 +99,7 @@ pub enum TransportError {
     Io(#[from] io::Error),
     #[error("target sent a bad PDU")]
     Pdu(#[from] PduError),
-    #[error("{}:// transport is not available yet in this build of rlun; use iscsi://", .0.scheme())]
+    #[error("this rlun was built without the {}:// transport (cargo feature `rdma`); use iscsi://", .0.scheme())]
     Unavailable(TransportKind),
     /// A failure particular to one transport (iSER: the RDMA device,
     /// memory registration…), classified by that transport.
