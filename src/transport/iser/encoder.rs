@@ -137,8 +137,8 @@ pub fn encode<R: Registrar>(
     // The write data the target fetches, and the local key covering it.
     let mut write_data: Option<(&Bytes, u32)> = None;
     if let Some(d) = &tx.direct {
-        if let Some(r) = d.read.filter(|r| r.len > 0) {
-            let stag = match reg.pool_keys(r.addr, r.len as usize)? {
+        if let Some(r) = d.read.filter(|r| !r.is_empty()) {
+            let stag = match reg.pool_keys(r.addr(), r.len() as usize)? {
                 Some(k) => k.rkey,
                 None => {
                     let (m, k) = reg.register_read(&r)?;
@@ -148,7 +148,7 @@ pub fn encode<R: Registrar>(
             };
             header.read = Some(RemoteBuf {
                 stag,
-                va: r.addr as u64,
+                va: r.addr() as u64,
             });
         }
         if let Some(w) = &d.write {

@@ -155,7 +155,8 @@ impl MemoryRegion {
     ///   [`rlun_iscsi::proto::connection::Connection`], which the core
     ///   allocates whole at submission and keeps, neither moved, resized
     ///   nor read, in the task until the task ends ([`ReadRegion`]'s
-    ///   guarantee).
+    ///   guarantee). Its fields are private to `rlun-iscsi`: no other code
+    ///   can make one up, so every region names such a buffer.
     /// - The iSER encoder (rlun's `transport::iser::encoder`) registers it
     ///   when it encodes that task's SCSI Command, on the driver task, in
     ///   the same synchronous step in which the core handed out the
@@ -185,8 +186,8 @@ impl MemoryRegion {
         unsafe {
             MemoryRegion::register(
                 pd,
-                region.addr as *mut u8,
-                region.len as usize,
+                region.addr() as *mut u8,
+                region.len() as usize,
                 Access::REMOTE_WRITE,
                 None,
             )

@@ -47,7 +47,7 @@ impl Fake {
     }
 
     fn in_pool_region(&mut self, r: ReadRegion) {
-        self.pool.push((r.addr, r.len as usize));
+        self.pool.push((r.addr(), r.len() as usize));
     }
 
     fn live(&self) -> usize {
@@ -219,7 +219,7 @@ fn a_read_into_pool_memory_names_the_arena_key_and_holds_nothing() {
         h.read,
         Some(RemoteBuf {
             stag: POOL.rkey,
-            va: region.addr as u64,
+            va: region.addr() as u64,
         })
     );
     assert_eq!(h.write, None);
@@ -241,7 +241,7 @@ fn a_read_outside_the_pool_is_registered_until_its_response() {
         frame.header().read,
         Some(RemoteBuf {
             stag: 0x2001,
-            va: region.addr as u64,
+            va: region.addr() as u64,
         }),
         "named under its own registration"
     );

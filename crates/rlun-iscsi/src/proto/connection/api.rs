@@ -140,10 +140,31 @@ pub struct DirectBuffers {
 /// or the core is dropped; the result hands them back to the caller. Only
 /// a direct transport dereferences the address (to register it with the
 /// RDMA device), under that guarantee.
+///
+/// Only the core makes one (its fields are private), so a region a
+/// transport holds always names memory of a live direct task: that is what
+/// lets `rlun-sys` register it without the caller promising anything more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadRegion {
-    pub addr: usize,
-    pub len: u32,
+    pub(crate) addr: usize,
+    pub(crate) len: u32,
+}
+
+impl ReadRegion {
+    /// The address of the buffer's first byte.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// The buffer's length in bytes.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the buffer is empty (a read of 0 bytes has none at all).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// The write data of a direct task that the target fetches itself.
