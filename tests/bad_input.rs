@@ -540,6 +540,29 @@ fn iser_url_without_an_rdma_device_exits_3_and_names_the_checks() {
 }
 
 #[test]
+fn a_bad_iser_registration_mode_is_a_usage_error_before_any_connection() {
+    // RLUN_ISER_REGISTRATION chooses pool or per-command registration
+    // (the lab runs both); a misspelt value is refused before rdma-core is
+    // even loaded, with an hour-long connect timeout that only an early
+    // refusal beats.
+    let (out, _) = timed_rlun(
+        &[
+            "info",
+            "--connect-timeout",
+            "1h",
+            "iser://192.0.2.1/iqn.2026-11.org.example:x/1",
+        ],
+        &[("RLUN_ISER_REGISTRATION", "always")],
+        Duration::from_secs(60),
+    );
+    assert_failure(
+        &out,
+        EXIT_USAGE,
+        &["RLUN_ISER_REGISTRATION=always", "`pool` or `per-command`"],
+    );
+}
+
+#[test]
 fn iser_url_without_rdma_core_libraries_names_what_to_install() {
     // Hide libibverbs in a private mount namespace (root only), as on a
     // machine where rdma-core is not installed.

@@ -28,6 +28,7 @@ use rlun_sys::rdma::{InPlace, Keys, MemoryRegion, PoolRegistrations, ProtectionD
 
 use super::error::IserError;
 use super::header::{IserHeader, RemoteBuf, ISER_HEADER_LEN};
+use super::params::Registration;
 use crate::stats;
 use crate::transport::{Encoded, FrameEncoder, TransportError};
 
@@ -198,13 +199,17 @@ pub fn encode<R: Registrar>(
 pub struct VerbsRegistrar {
     pd: ProtectionDomain,
     pool: PoolRegistrations,
+    /// Name no buffer by the pool's keys: register each per command
+    /// ([`Registration::PerCommand`]).
+    per_command: bool,
 }
 
 impl VerbsRegistrar {
-    pub fn new(pd: &ProtectionDomain) -> VerbsRegistrar {
+    pub fn new(pd: &ProtectionDomain, mode: Registration) -> VerbsRegistrar {
         VerbsRegistrar {
             pd: pd.clone(),
             pool: PoolRegistrations::new(pd),
+            per_command: mode == Registration::PerCommand,
         }
     }
 
@@ -230,6 +235,9 @@ impl Registrar for VerbsRegistrar {
     type Registration = MemoryRegion;
 
     fn pool_keys(&mut self, addr: usize, len: usize) -> Result<Option<Keys>, IserError> {
+        if self.per_command {
+            return Ok(None);
+        }
         let Some(k) = self.pool.keys(addr, len)? else {
             return Ok(None);
         };

@@ -23,6 +23,8 @@ const CHECKS: &str = "check `rdma link` (an RDMA link, e.g. soft-RoCE `rdma link
 /// fix is on this machine, what to check.
 #[derive(Debug, Error)]
 pub enum IserError {
+    #[error("RLUN_ISER_REGISTRATION={0}: expected `pool` or `per-command`")]
+    BadRegistration(String),
     #[error("this rlun was built without RDMA support (cargo feature `rdma`); iser:// is unavailable, use iscsi://")]
     NotBuilt,
     #[error("iser:// needs rdma-core's {library}, which cannot be loaded ({detail}); install rdma-core (Debian: libibverbs1 librdmacm1 ibverbs-providers), then {CHECKS}")]
@@ -105,6 +107,7 @@ impl IserError {
     /// How this failure is classified (exit codes, errno).
     pub fn kind(&self) -> ErrorKind {
         match self {
+            IserError::BadRegistration(_) => ErrorKind::Usage,
             e if e.is_unreachable() => ErrorKind::Unreachable,
             IserError::Header(_) | IserError::Pdu(_) | IserError::ShortPdu { .. } => {
                 ErrorKind::Protocol

@@ -100,10 +100,12 @@ pub use setup::IserTransport;
 pub use writer::IserWriter;
 
 /// Fail at once, with the checks to run, when this machine cannot do iSER
-/// (rdma-core missing, no RDMA device, or RDMA support not built).
+/// (rdma-core missing, no RDMA device, or RDMA support not built), or
+/// when `RLUN_ISER_REGISTRATION` names no mode.
 pub fn check_available() -> Result<(), error::IserError> {
     #[cfg(feature = "rdma")]
     {
+        setup::registration()?;
         setup::check_devices().map(|_| ())
     }
     #[cfg(not(feature = "rdma"))]

@@ -14,6 +14,39 @@ use rlun_iscsi::proto::pdu::{Digests, FrameLimits};
 /// (it is not MaxBurstLength), so rlun keeps to it for every iSER target.
 pub const MAX_DIRECT_TRANSFER: u64 = 512 * 1024;
 
+/// Environment variable that chooses how data buffers are registered with
+/// the RDMA device: `pool` (the default) or `per-command`.
+pub const REGISTRATION_ENV: &str = "RLUN_ISER_REGISTRATION";
+
+/// How an iSER connection registers the memory of SCSI data
+/// ([`REGISTRATION_ENV`]).
+///
+/// `Pool`: the process-wide buffer pool is registered once, at connect,
+/// and every buffer from it is named by the pool's keys; only buffers from
+/// outside it (a pool at its cap) are registered per command. `PerCommand`
+/// leaves the pool off, so every read buffer and all write data is
+/// registered for its command and released when the command ends (its task
+/// hold). That is the slower path of the two, the one the kernel's iSER
+/// initiator takes with `always_register`; it exists so that the path a
+/// full pool falls back to can be run, and checked, on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    Pool,
+    PerCommand,
+}
+
+impl Registration {
+    /// The mode a value of [`REGISTRATION_ENV`] names (unset or empty:
+    /// `Pool`); the value itself when it names none.
+    pub fn parse(value: Option<&str>) -> Result<Registration, String> {
+        match value.map(str::trim) {
+            None | Some("") | Some("pool") => Ok(Registration::Pool),
+            Some("per-command") => Ok(Registration::PerCommand),
+            Some(other) => Err(other.to_string()),
+        }
+    }
+}
+
 /// The largest data segment the target may send us in one PDU: what one
 /// receive buffer holds after the iSER header, BHS and AHS.
 pub const MAX_RECV_DATA: u32 = 8192;
@@ -68,6 +101,22 @@ pub fn iser_limits(l: FrameLimits) -> FrameLimits {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn registration_mode_from_the_environment() {
+        use super::Registration;
+        assert_eq!(Registration::parse(None), Ok(Registration::Pool));
+        assert_eq!(Registration::parse(Some("")), Ok(Registration::Pool));
+        assert_eq!(Registration::parse(Some("pool")), Ok(Registration::Pool));
+        assert_eq!(
+            Registration::parse(Some(" per-command ")),
+            Ok(Registration::PerCommand)
+        );
+        assert_eq!(
+            Registration::parse(Some("always")),
+            Err("always".to_string())
+        );
+    }
+
     use super::*;
     use rlun_iscsi::proto::connection::FeatureParams;
     use rlun_sys::rdma::slots::SendSlots;

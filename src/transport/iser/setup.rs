@@ -31,8 +31,8 @@ use super::encoder::{IserEncoder, VerbsRegistrar};
 use super::error::IserError;
 use super::header::CmPrivateData;
 use super::params::{
-    self, MAX_DIRECT_TRANSFER, POLL_BATCH, RECV_SLOTS, RECV_SLOT_LEN, SEND_SLOTS, SEND_SLOT_LEN,
-    SIGNAL_EVERY,
+    self, Registration, MAX_DIRECT_TRANSFER, POLL_BATCH, RECV_SLOTS, RECV_SLOT_LEN,
+    REGISTRATION_ENV, SEND_SLOTS, SEND_SLOT_LEN, SIGNAL_EVERY,
 };
 use super::reader::IserReader;
 use super::writer::IserWriter;
@@ -53,6 +53,12 @@ pub fn check_devices() -> Result<Rdma, IserError> {
         }),
         Ok(_) => Ok(rdma),
     }
+}
+
+/// How this process registers data buffers ([`REGISTRATION_ENV`]).
+pub fn registration() -> Result<Registration, IserError> {
+    Registration::parse(std::env::var(REGISTRATION_ENV).ok().as_deref())
+        .map_err(IserError::BadRegistration)
 }
 
 /// Resolve `host:port` to the socket address the RDMA CM connects to.
@@ -137,6 +143,7 @@ impl IserTransport {
         addr: SocketAddr,
         timeout: Duration,
     ) -> Result<IserTransport, IserError> {
+        let registration = registration()?;
         let rdma = check_devices()?;
         let cm = on_tokio(
             EventChannel::new(&rdma)?,
@@ -184,10 +191,15 @@ impl IserTransport {
             },
         )?;
         // From now on I/O buffers come from the registered pool; the arenas
-        // that exist are registered here, off the data path.
-        iobuf::enable();
-        let mut reg = VerbsRegistrar::new(&pd);
-        reg.register_pool()?;
+        // that exist are registered here, off the data path. Unless every
+        // buffer is to be registered per command (RLUN_ISER_REGISTRATION).
+        let mut reg = VerbsRegistrar::new(&pd, registration);
+        if registration == Registration::Pool {
+            iobuf::enable();
+            reg.register_pool()?;
+        } else {
+            debug!(%addr, "{REGISTRATION_ENV}=per-command: data buffers registered per command");
+        }
         // Receive buffers go up before the connect: LIO may send as soon as
         // the connection is established.
         recv.post_idle(POLL_BATCH)?;

@@ -1,4 +1,4 @@
-# about: rlun over iSER (soft-RoCE) to LIO: info, cp both ways on the 512- and 4096-byte-block LUNs checked against the backing files, bench read and write with copied_bytes 0 (over TCP too)
+# about: rlun over iSER (soft-RoCE) to LIO: info, cp both ways on the 512- and 4096-byte-block LUNs checked against the backing files, bench read and write with copied_bytes 0 (over TCP too); the same cp and bench with every buffer registered per command (RLUN_ISER_REGISTRATION=per-command)
 # default: yes
 # timeout: 600
 
@@ -52,6 +52,38 @@ scenario() {
         assert_eq "registrations on the data path in bench $pat over iSER" \
             0 "$(json_get "$W/bench-$pat.json" data_path_registrations)"
     done
+    # The path a full pool falls back to, taken on purpose: no buffer from
+    # the registered pool, so every read buffer and all write data the
+    # target fetches is registered for its command and deregistered when
+    # the command ends (its task hold). Same data, no copies, and one
+    # registration per command at least.
+    url="iser://$LAB_IP_T:$LIO_ISER_PORT/$LIO_IQN/1"
+    backing=$LAB_DATA/lun4k.img
+    random_file "$W/pc-write.img" "$LIO_LUN_MIB"
+    run "rlun cp file -> LUN 1 over iSER, per-command registration" 180 \
+        env RLUN_ISER_REGISTRATION=per-command "$RLUN" cp --no-progress "$W/pc-write.img" "$url"
+    assert_same_data "backing file of LUN 1 after rlun wrote it over iSER with per-command registration" \
+        "$W/pc-write.img" "$backing"
+    run "rlun cp LUN 1 -> file over iSER, per-command registration" 180 \
+        env RLUN_ISER_REGISTRATION=per-command "$RLUN" cp --no-progress "$url" "$W/pc-read.img"
+    assert_same_data "LUN 1 read by rlun over iSER with per-command registration vs the backing file" \
+        "$backing" "$W/pc-read.img"
+    rm -f "$W/pc-write.img" "$W/pc-read.img"
+    local ios regs
+    for pat in randread randwrite; do
+        capture "rlun bench $pat over iSER, per-command registration" 90 "$W/bench-pc-$pat.json" \
+            env RLUN_ISER_REGISTRATION=per-command \
+            "$RLUN" bench "$url" --pattern "$pat" --bs 128k --qd 8 --duration 3s --allow-write --json
+        ios=$(json_get "$W/bench-pc-$pat.json" ios)
+        regs=$(json_get "$W/bench-pc-$pat.json" data_path_registrations)
+        [ "$ios" -gt 0 ] || fail "rlun bench $pat over iSER with per-command registration completed no I/O"
+        [ "$regs" -ge "$ios" ] ||
+            fail "rlun bench $pat with per-command registration: $regs registrations for $ios commands (want one per command at least)"
+        assert_eq "bytes rlun copied in bench $pat over iSER with per-command registration" \
+            0 "$(json_get "$W/bench-pc-$pat.json" copied_bytes)"
+        log "ok: bench $pat, per-command registration: $ios commands, $regs registrations"
+    done
+
     # The same counter over TCP: each Data-In payload is read straight into
     # the read buffer, and writes go out from the caller's buffer: 0 too.
     local tcp="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_IQN/0"
