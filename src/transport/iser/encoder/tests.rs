@@ -413,6 +413,57 @@ fn task_management_ending_a_task_releases_its_registration() {
 }
 
 #[test]
+fn an_abort_of_a_task_the_target_does_not_know_releases_its_registration() {
+    // Response 1, "task does not exist" (RFC 7143 §11.6.1): the target
+    // holds nothing of the task, so its buffer is ours again.
+    let mut c = core(true);
+    let id = c.submit(read(16384));
+    let tx = one(&mut c);
+    let mut reg = Fake::default();
+    let _ = encode_and_hold(&mut reg, &mut c, tx);
+    c.abort_task(id);
+    let tmf = one(&mut c);
+    let Bhs::TaskMgmtRequest(t) = &tmf.pdu.bhs else {
+        panic!("expected ABORT TASK, got {:?}", tmf.pdu.bhs)
+    };
+    assert_eq!(reg.live(), 1);
+
+    let rsp = Pdu::new(Bhs::TaskMgmtResponse(TaskMgmtResponse {
+        response: 1,
+        itt: t.itt,
+        stat_sn: 1,
+        exp_cmd_sn: 3,
+        max_cmd_sn: 64,
+    }));
+    c.handle_pdu(rsp, Instant::now()).unwrap();
+
+    assert_eq!(reg.live(), 0, "the target does not know the task");
+}
+
+#[test]
+fn a_hold_for_a_task_that_ended_before_it_was_given_comes_back_to_be_dropped() {
+    // The driver encodes, then hands the hold over; if the task has ended
+    // in between (its response, a failure), the core gives the hold back
+    // and the driver drops it: nothing outlives the task.
+    let mut c = core(true);
+    c.submit(read(16384));
+    let tx = one(&mut c);
+    let itt = tx.direct.as_ref().unwrap().itt;
+    let mut reg = Fake::default();
+    let (_frame, hold) = encode(&mut reg, tx).unwrap();
+    let hold = hold.expect("a read outside the pool is registered");
+    assert_eq!(reg.live(), 1);
+
+    c.handle_pdu(response(itt, 1), Instant::now()).unwrap();
+    let back = c
+        .hold(itt, Box::new(hold) as TaskHold)
+        .expect_err("the task has ended: the hold comes back");
+    assert_eq!(reg.live(), 1, "given back, not dropped by the core");
+    drop(back);
+    assert_eq!(reg.live(), 0);
+}
+
+#[test]
 fn failed_or_dropped_tasks_release_their_registrations() {
     let mut reg = Fake::default();
     let mut c = core(true);
