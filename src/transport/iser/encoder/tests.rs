@@ -156,6 +156,26 @@ fn response(itt: u32, stat_sn: u32) -> Pdu {
     }))
 }
 
+/// The tag of a Task Management Function Request.
+fn tmf_itt(tmf: &Transmit) -> u32 {
+    let Bhs::TaskMgmtRequest(t) = &tmf.pdu.bhs else {
+        panic!("expected a task management request, got {:?}", tmf.pdu.bhs)
+    };
+    t.itt
+}
+
+/// The target's answer to the TMF `itt`: `response` as RFC 7143 §11.6.1
+/// numbers it.
+fn tmf_response(itt: u32, response: u8, exp_cmd_sn: u32) -> Pdu {
+    Pdu::new(Bhs::TaskMgmtResponse(TaskMgmtResponse {
+        response,
+        itt,
+        stat_sn: 1,
+        exp_cmd_sn,
+        max_cmd_sn: 64,
+    }))
+}
+
 /// Encode the command `tx` and give its hold to `c`, as the driver does.
 fn encode_and_hold(reg: &mut Fake, c: &mut Connection, tx: Transmit) -> IserFrame {
     let itt = tx.direct.as_ref().map(|d| d.itt);
@@ -381,22 +401,14 @@ fn task_management_ending_a_task_releases_its_registration() {
     let _ = encode_and_hold(&mut reg, &mut c, tx);
     c.abort_task(id);
     let tmf = one(&mut c);
-    let Bhs::TaskMgmtRequest(t) = &tmf.pdu.bhs else {
-        panic!("expected ABORT TASK, got {:?}", tmf.pdu.bhs)
-    };
+    let tmf_itt = tmf_itt(&tmf);
     let (frame, hold) = encode(&mut reg, tmf.clone()).unwrap();
     assert!(hold.is_none());
     assert_eq!(frame.header(), IserHeader::CONTROL);
     assert_eq!(reg.live(), 1, "the target may still be writing");
 
-    let rsp = Pdu::new(Bhs::TaskMgmtResponse(TaskMgmtResponse {
-        response: 0,
-        itt: t.itt,
-        stat_sn: 1,
-        exp_cmd_sn: 3,
-        max_cmd_sn: 64,
-    }));
-    c.handle_pdu(rsp, Instant::now()).unwrap();
+    c.handle_pdu(tmf_response(tmf_itt, 0, 3), Instant::now())
+        .unwrap();
 
     assert_eq!(reg.live(), 0, "the TMF response ended the task");
     let events: Vec<Event> = std::iter::from_fn(|| c.poll_event()).collect();
@@ -423,19 +435,11 @@ fn an_abort_of_a_task_the_target_does_not_know_releases_its_registration() {
     let _ = encode_and_hold(&mut reg, &mut c, tx);
     c.abort_task(id);
     let tmf = one(&mut c);
-    let Bhs::TaskMgmtRequest(t) = &tmf.pdu.bhs else {
-        panic!("expected ABORT TASK, got {:?}", tmf.pdu.bhs)
-    };
+    let tmf_itt = tmf_itt(&tmf);
     assert_eq!(reg.live(), 1);
 
-    let rsp = Pdu::new(Bhs::TaskMgmtResponse(TaskMgmtResponse {
-        response: 1,
-        itt: t.itt,
-        stat_sn: 1,
-        exp_cmd_sn: 3,
-        max_cmd_sn: 64,
-    }));
-    c.handle_pdu(rsp, Instant::now()).unwrap();
+    c.handle_pdu(tmf_response(tmf_itt, 1, 3), Instant::now())
+        .unwrap();
 
     assert_eq!(reg.live(), 0, "the target does not know the task");
 }
@@ -498,18 +502,10 @@ fn a_lun_reset_releases_the_registrations_of_that_lun_only() {
     assert_eq!(reg.live(), 3);
     c.lun_reset([0; 8]);
     let tmf = one(&mut c);
-    let Bhs::TaskMgmtRequest(t) = &tmf.pdu.bhs else {
-        panic!("expected LOGICAL UNIT RESET, got {:?}", tmf.pdu.bhs)
-    };
+    let tmf_itt = tmf_itt(&tmf);
 
-    let rsp = Pdu::new(Bhs::TaskMgmtResponse(TaskMgmtResponse {
-        response: 0,
-        itt: t.itt,
-        stat_sn: 1,
-        exp_cmd_sn: 5,
-        max_cmd_sn: 64,
-    }));
-    c.handle_pdu(rsp, Instant::now()).unwrap();
+    c.handle_pdu(tmf_response(tmf_itt, 0, 5), Instant::now())
+        .unwrap();
 
     assert_eq!(reg.live(), 1, "the command on LUN 1 keeps its registration");
 }
@@ -524,19 +520,11 @@ fn a_rejected_abort_keeps_the_registration_until_the_response() {
     let _ = encode_and_hold(&mut reg, &mut c, tx);
     c.abort_task(id);
     let tmf = one(&mut c);
-    let Bhs::TaskMgmtRequest(t) = &tmf.pdu.bhs else {
-        panic!("expected ABORT TASK")
-    };
+    let tmf_itt = tmf_itt(&tmf);
 
     // 255: function rejected; the task lives on at the target.
-    let rsp = Pdu::new(Bhs::TaskMgmtResponse(TaskMgmtResponse {
-        response: 255,
-        itt: t.itt,
-        stat_sn: 1,
-        exp_cmd_sn: 3,
-        max_cmd_sn: 64,
-    }));
-    c.handle_pdu(rsp, Instant::now()).unwrap();
+    c.handle_pdu(tmf_response(tmf_itt, 255, 3), Instant::now())
+        .unwrap();
     assert_eq!(reg.live(), 1, "the target may still write into the buffer");
 
     c.handle_pdu(response(itt, 2), Instant::now()).unwrap();
