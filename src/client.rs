@@ -46,12 +46,16 @@ pub enum ClientError {
     },
     #[error("LUN {0} does not exist on this target")]
     LunNotFound(u64),
-    #[error("LUN {lun} is not a disk (peripheral device type {device_type})")]
+    #[error(
+        "LUN {lun} is a {device_type} ({vendor} {product}), not a disk: rlun reads and writes \
+         disk LUNs only"
+    )]
     NotADisk {
         lun: u64,
         device_type: String,
-        /// INQUIRY's vendor identification, for listings.
+        /// INQUIRY's vendor and product identification, for listings.
         vendor: String,
+        product: String,
     },
     #[error("LUN {0} is write protected (read-only)")]
     ReadOnly(u64),
@@ -86,7 +90,9 @@ impl ClientError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             ClientError::Session(s) => s.kind(),
-            ClientError::LunNotFound(_) | ClientError::NotADisk { .. } => ErrorKind::NotFound,
+            ClientError::LunNotFound(_) => ErrorKind::NotFound,
+            // It exists: asking rlun to read or write it is the mistake.
+            ClientError::NotADisk { .. } => ErrorKind::Usage,
             ClientError::ReadOnly(_)
             | ClientError::OutOfRange { .. }
             | ClientError::TooLarge { .. }
@@ -194,6 +200,7 @@ impl Target {
                 lun: number,
                 device_type: lun.inquiry.device_type.name().to_string(),
                 vendor: lun.inquiry.vendor.clone(),
+                product: lun.inquiry.product.clone(),
             });
         }
         lun.refresh_capacity().await?;

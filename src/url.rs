@@ -138,7 +138,10 @@ pub enum UrlError {
     #[error("URL has an empty target name before the LUN; expected {URL_SYNTAX}")]
     EmptyTarget,
 
-    #[error("bad LUN '{lun}': expected a decimal number from 0 to 18446744073709551615")]
+    #[error(
+        "bad LUN '{lun}': expected a decimal number from 0 to 18446744073709551615 \
+         (or lunN, as `rlun mount` names the files)"
+    )]
     BadLun { lun: String },
 
     #[error("unexpected '{extra}' after the LUN; expected {URL_SYNTAX}")]
@@ -650,11 +653,16 @@ fn parse_path(path: &str) -> Result<(Option<String>, Option<u64>), UrlError> {
 }
 
 fn parse_lun(l: &str) -> Result<u64, UrlError> {
-    if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(UrlError::BadLun { lun: printable(l) });
+    let bad = || UrlError::BadLun { lun: printable(l) };
+    // `lun1`, the name `rlun mount` gives the LUN's file, reads as LUN 1.
+    let digits = l
+        .strip_prefix("lun")
+        .or_else(|| l.strip_prefix("LUN"))
+        .unwrap_or(l);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
     }
-    l.parse::<u64>()
-        .map_err(|_| UrlError::BadLun { lun: printable(l) })
+    digits.parse::<u64>().map_err(|_| bad())
 }
 
 /// Strict percent-decoding (RFC 3986 §2.1) of the target segment.
@@ -1174,6 +1182,21 @@ mod tests {
             let e = err(&format!("iscsi://h/{IQN}/{l}"));
             assert_eq!(e, UrlError::BadLun { lun: l.into() }, "{l}");
         }
+        for l in ["lun", "lunx", "lun-1", "Lun1"] {
+            assert!(
+                matches!(
+                    err(&format!("iscsi://h/{IQN}/{l}")),
+                    UrlError::BadLun { .. }
+                ),
+                "{l}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lun_named_like_its_mounted_file_is_accepted() {
+        assert_eq!(parse(&format!("iscsi://h/{IQN}/lun1")).lun, Some(1));
+        assert_eq!(parse(&format!("iscsi://h/{IQN}/LUN12")).lun, Some(12));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::error::CliError;
 use crate::cli::{ConnectOpts, DigestChoice};
-use crate::client::{LoggedIn, Lun, Target};
+use crate::client::{ClientError, LoggedIn, Lun, Target};
 use crate::config::{resolve_initiator_name, CliCreds, Config, Credentials};
 use crate::session::SessionConfig;
 use crate::url::{TargetUrl, TransportKind};
@@ -20,9 +20,26 @@ use rlun_iscsi::proto::login::ChapSettings;
 /// Shared state of one invocation: the config file and what it implies.
 pub struct Ctx {
     pub config: Config,
+    /// The session settings of the last target this invocation logged in
+    /// to (or tried to): an error that a target does not exist is followed
+    /// by a discovery with the same settings, to list the names there are.
+    last_target: std::sync::Mutex<Option<SessionConfig>>,
 }
 
 impl Ctx {
+    pub fn new(config: Config) -> Ctx {
+        Ctx {
+            config,
+            last_target: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The session settings of the last target [`Ctx::session_config`]
+    /// was asked for.
+    pub fn last_target(&self) -> Option<SessionConfig> {
+        self.last_target.lock().ok()?.clone()
+    }
+
     /// Resolve an argument that names a target: a URL, a bare portal, or
     /// the name of a `[targets.<name>]` entry in the config file.
     pub fn resolve_url(&self, arg: &str) -> Result<(TargetUrl, Option<String>), CliError> {
@@ -130,6 +147,11 @@ impl Ctx {
         if let Some(d) = data {
             cfg.proposal.data_digest = digest_list(d);
         }
+        if cfg.target_name.is_some() {
+            if let Ok(mut last) = self.last_target.lock() {
+                *last = Some(cfg.clone());
+            }
+        }
         Ok(cfg)
     }
 
@@ -144,7 +166,7 @@ impl Ctx {
         let (url, entry) = self.resolve_target_url(arg)?;
         url.require_target()?;
         let lun = match (url.lun, &entry) {
-            (Some(lun), _) => lun,
+            (Some(lun), _) => Some(lun),
             // The README's [targets.NAME] examples name a whole target (for
             // mount and serve): say which URL that was and what to do.
             (None, Some(name)) => {
@@ -153,15 +175,77 @@ impl Ctx {
                      works on one LUN: `rlun ls {name}` lists them; give {url}/<lun>"
                 )))
             }
-            (None, None) => url.require_lun()?,
+            (None, None) => None,
         };
         let cfg = self.session_config(&url, entry.as_deref(), opts)?;
         let target = LoggedIn::login(cfg).await?;
+        let Some(lun) = lun else {
+            // Say which LUNs there are, then fail as the URL does.
+            let listed = target.scope(async |t: &Target| Ok::<_, CliError>(disk_luns(t).await));
+            let listed = listed.await?;
+            let e = url.require_lun().expect_err("the URL names no LUN");
+            return Err(match listed {
+                Some((luns, first)) => CliError::Usage(format!(
+                    "URL {url} names no LUN, and this command works on one; {luns}: give {}",
+                    url.with_lun(first.unwrap_or(1))
+                )),
+                None => e.into(),
+            });
+        };
         let opened = target
-            .or_logout(async |t: &Target| t.open_lun(lun).await.map_err(CliError::from))
+            .or_logout(async |t: &Target| match t.open_lun(lun).await {
+                Err(ClientError::LunNotFound(n)) => Err(match disk_luns(t).await {
+                    Some((luns, _)) => CliError::Described {
+                        message: format!(
+                            "LUN {n} does not exist on {}; {luns}",
+                            TargetUrl {
+                                lun: None,
+                                ..url.clone()
+                            }
+                        ),
+                        kind: rlun_iscsi::ErrorKind::NotFound,
+                    },
+                    None => ClientError::LunNotFound(n).into(),
+                }),
+                r => r.map_err(CliError::from),
+            })
             .await?;
         Ok(opened)
     }
+}
+
+/// Most LUNs [`disk_luns`] opens to tell disks from other devices.
+const MAX_LUNS_DESCRIBED: usize = 32;
+
+/// "the target's disk LUNs are 1, 2, 3" (with the others it reports, by
+/// kind), for messages about a LUN that is not there, and the first disk
+/// LUN; `None` when even REPORT LUNS fails.
+pub async fn disk_luns(t: &Target) -> Option<(String, Option<u64>)> {
+    let numbers = t.report_luns().await.ok()?;
+    let mut disks = Vec::new();
+    let mut others = Vec::new();
+    for &n in numbers.iter().take(MAX_LUNS_DESCRIBED) {
+        match t.open_lun(n).await {
+            Ok(_) => disks.push(n),
+            Err(ClientError::NotADisk { device_type, .. }) => {
+                others.push(format!("LUN {n}: {device_type}"))
+            }
+            Err(_) => others.push(format!("LUN {n}")),
+        }
+    }
+    if numbers.len() > MAX_LUNS_DESCRIBED {
+        others.push(format!("{} more", numbers.len() - MAX_LUNS_DESCRIBED));
+    }
+    let list: Vec<String> = disks.iter().map(u64::to_string).collect();
+    let mut text = match disks.len() {
+        0 => "the target has no disk LUNs".to_string(),
+        1 => format!("the target's disk LUN is {}", list[0]),
+        _ => format!("the target's disk LUNs are {}", list.join(", ")),
+    };
+    if !others.is_empty() {
+        text.push_str(&format!(" (besides {})", others.join(", ")));
+    }
+    Some((text, disks.first().copied()))
 }
 
 fn choice_pref(c: DigestChoice) -> DigestPref {
@@ -203,9 +287,7 @@ mod tests {
     #[test]
     fn the_ready_deadline_follows_the_connect_and_login_timeouts() {
         use clap::Parser as _;
-        let ctx = Ctx {
-            config: Config::default(),
-        };
+        let ctx = Ctx::new(Config::default());
         let cli = crate::cli::Cli::parse_from([
             "rlun",
             "info",

@@ -5,15 +5,39 @@ use serde_json::{json, Value};
 use super::context::Ctx;
 use super::error::CliError;
 use crate::cli::ConnectOpts;
-use crate::client::{Lun, Target};
+use crate::client::{ClientError, Lun, Target};
 use crate::service::human_size;
 use rlun_iscsi::scsi::vpd::{DeviceIdentification, UnitSerialNumber};
 
 pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Result<(), CliError> {
-    let (target, lun) = ctx.open_lun(arg, opts).await?;
-    let v = target
-        .scope(async |t: &Target| Ok::<_, CliError>(describe(t, &lun).await))
-        .await?;
+    let v = match ctx.open_lun(arg, opts).await {
+        Ok((target, lun)) => {
+            target
+                .scope(async |t: &Target| Ok::<_, CliError>(describe(t, &lun).await))
+                .await?
+        }
+        // `rlun ls` lists it with its URL: say what it is instead of failing.
+        Err(CliError::Client(ClientError::NotADisk {
+            lun,
+            device_type,
+            vendor,
+            product,
+        })) => {
+            let (url, _) = ctx.resolve_target_url(arg)?;
+            json!({
+                "lun": lun,
+                "target": url.target,
+                "portal": url.portal.to_string(),
+                "disk": false,
+                "inquiry": {
+                    "vendor": vendor,
+                    "product": product,
+                    "device_type": device_type,
+                },
+            })
+        }
+        Err(e) => return Err(e),
+    };
     if as_json {
         out!(
             "{}",
@@ -54,6 +78,7 @@ async fn describe(target: &Target, lun: &Lun) -> Value {
         "lun": lun.number(),
         "target": info.target_name,
         "portal": info.portal,
+        "disk": true,
         "inquiry": {
             "vendor": inq.vendor,
             "product": inq.product,
@@ -128,6 +153,10 @@ fn print_text(v: &Value) -> Result<(), CliError> {
     out!("Product:         {}", s(&i["product"]));
     out!("Revision:        {}", s(&i["revision"]));
     out!("Device type:     {}", s(&i["device_type"]));
+    if v["disk"] == Value::Bool(false) {
+        out!("Not a disk:      rlun reads and writes disk LUNs only");
+        return Ok(());
+    }
     out!("Serial:          {}", s(&i["serial"]));
     if let Some(ids) = i["identifiers"].as_array() {
         for id in ids {

@@ -36,15 +36,59 @@ pub use error::CliError;
 use crate::cli::{Cli, Command};
 use crate::client::ClientError;
 use crate::config::Config;
-use crate::session::{discover, SessionError};
+use crate::session::{self, discover, SessionError};
 use crate::url::TargetUrl;
 use error::discovery_failed;
 
 /// Run the parsed command line.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
-    match run_command(cli).await {
-        Err(e) => Err(explain_foreign_service(e).await),
+    let config = Config::load(cli.config.as_deref())?;
+    let ctx = Ctx::new(config);
+    match run_command(&ctx, cli).await {
+        Err(e) => Err(explain_unknown_target(&ctx, explain_foreign_service(e).await).await),
         ok => ok,
+    }
+}
+
+/// The target named in the URL does not exist at the portal (login
+/// status 0x0203): repeat the name and list the names the portal offers
+/// (one SendTargets discovery with the same settings), so that a typo is
+/// seen at once.
+async fn explain_unknown_target(ctx: &Ctx, e: CliError) -> CliError {
+    use rlun_iscsi::proto::login::LoginError;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    let mut not_found = false;
+    while let Some(s) = source {
+        if matches!(
+            s.downcast_ref::<LoginError>(),
+            Some(LoginError::TargetNotFound)
+        ) {
+            not_found = true;
+            break;
+        }
+        source = s.source();
+    }
+    let Some(cfg) = ctx.last_target().filter(|_| not_found) else {
+        return e;
+    };
+    let name = cfg.target_name.clone().unwrap_or_default();
+    let portal = session::portal_string(&cfg.host, cfg.port);
+    let offered = match discover(cfg).await {
+        Ok(targets) if targets.is_empty() => "it offers no targets to this initiator".to_string(),
+        Ok(targets) => {
+            let names: Vec<String> = targets.into_iter().map(|t| t.name).collect();
+            format!("it offers {}", names.join(", "))
+        }
+        Err(d) => format!(
+            "listing its targets failed too: {}",
+            rlun_iscsi::error_chain(&d)
+        ),
+    };
+    CliError::Described {
+        message: format!(
+            "target {name} not found at portal {portal} (login status 0x0203); {offered}"
+        ),
+        kind: e.kind(),
     }
 }
 
@@ -129,9 +173,7 @@ fn show_bytes(bytes: &[u8]) -> String {
     format!("\"{shown}{more}\"")
 }
 
-async fn run_command(cli: Cli) -> Result<(), CliError> {
-    let config = Config::load(cli.config.as_deref())?;
-    let ctx = Ctx { config };
+async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Discover { portal, conn } => {
             let (url, entry) = ctx.resolve_url(&portal)?;
@@ -154,8 +196,8 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
             }
             Ok(())
         }
-        Command::Ls { url, conn } => ls::run(&ctx, &url, &conn).await,
-        Command::Info { url, json, conn } => info::run(&ctx, &url, json, &conn).await,
+        Command::Ls { url, conn } => ls::run(ctx, &url, &conn).await,
+        Command::Info { url, json, conn } => info::run(ctx, &url, json, &conn).await,
         Command::Cp {
             src,
             dst,
@@ -172,7 +214,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
                 progress || std::io::IsTerminal::is_terminal(&std::io::stderr())
             };
             cp::run(
-                &ctx,
+                ctx,
                 &src,
                 &dst,
                 cp::Options {
@@ -198,7 +240,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
             conn,
         } => {
             bench::run(
-                &ctx,
+                ctx,
                 &url,
                 bench::Options {
                     pattern,
@@ -221,7 +263,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
             daemon,
             cache,
             conn,
-        } => mount::run(&ctx, &target, &mountpoint, &mount, &daemon, &cache, &conn).await,
+        } => mount::run(ctx, &target, &mountpoint, &mount, &daemon, &cache, &conn).await,
         Command::Umount {
             mountpoint,
             lazy,
@@ -233,7 +275,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
             daemon,
             conn,
             cache,
-        } => serve::run(&ctx, &target, &serve, &daemon, &cache, &conn).await,
+        } => serve::run(ctx, &target, &serve, &daemon, &cache, &conn).await,
         Command::Attach {
             target,
             device,
@@ -243,7 +285,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
             cache,
         } => {
             attach::run(
-                &ctx,
+                ctx,
                 &target,
                 device.as_deref(),
                 &attach,

@@ -855,6 +855,7 @@ mod tests {
                 },
                 target_alias: Some("store".into()),
                 target_portal_group_tag: Some(1),
+                auth_method: rlun_iscsi::proto::chap::AuthMethod::None,
             },
         };
         let mut cfg = SessionConfig::new("192.0.2.1", 3260, "iqn.2026-12.org.example:host");

@@ -34,7 +34,7 @@ pub struct SessionInfo {
 }
 
 /// `host:port`, with an IPv6 address in brackets.
-pub(super) fn portal_string(host: &str, port: u16) -> String {
+pub fn portal_string(host: &str, port: u16) -> String {
     if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
@@ -80,13 +80,20 @@ pub(super) async fn establish<T: Transport>(
         })??;
         match outcome {
             LoginStep::Complete(result) => {
+                info!(
+                    %portal,
+                    target = cfg.target_name.as_deref().unwrap_or("(discovery)"),
+                    auth = ?result.auth_method,
+                    chap_configured = cfg.chap.is_some(),
+                    "logged in"
+                );
                 return Ok(Established {
                     portal,
                     reader,
                     wr,
                     encoder,
                     result,
-                })
+                });
             }
             LoginStep::Redirect { address, permanent } => {
                 info!(%portal, %address, permanent, "login redirected");

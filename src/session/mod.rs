@@ -76,7 +76,7 @@ mod queue;
 
 pub use config::SessionConfig;
 pub use error::SessionError;
-pub use login::SessionInfo;
+pub use login::{portal_string, SessionInfo};
 pub use queue::{CommandQueue, Completion};
 
 use driver::{start_driver, Shared};

@@ -18,7 +18,7 @@
 use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
-use super::chap::{ChapError, ChapInitiator, ChapNonce};
+use super::chap::{AuthMethod, ChapError, ChapInitiator, ChapNonce};
 use super::connection::SequenceNumbers;
 use super::negotiate::{
     InitiatorProposal, NegotiationError, Negotiator, OperationalParams, SessionType,
@@ -68,6 +68,10 @@ pub struct LoginResult {
     pub numbers: SequenceNumbers,
     pub target_alias: Option<String>,
     pub target_portal_group_tag: Option<u16>,
+    /// How the security stage ended: `None` when no CHAP was exchanged
+    /// (none configured, or a discovery target that chose `None` from our
+    /// `CHAP,None` offer).
+    pub auth_method: AuthMethod,
 }
 
 /// Why a login failed. The variants for status class 2 and 3 carry the
@@ -116,6 +120,12 @@ pub enum LoginError {
         "target requires authentication ({offered}) but no CHAP credentials were given; set RLUN_CHAP_USER and RLUN_CHAP_SECRET, or use --chap-file or the config file"
     )]
     AuthRequired { offered: String },
+    #[error(
+        "the target refused AuthMethod=CHAP before any credentials were exchanged \
+         (status 0x0201): it does not use CHAP for this target and initiator name; \
+         try without credentials"
+    )]
+    ChapNotAccepted,
     #[error("target chose AuthMethod={0}, which we did not offer")]
     BadAuthMethod(String),
     #[error("operational parameter negotiation failed")]
@@ -133,6 +143,7 @@ impl LoginError {
             LoginError::AuthenticationFailed
             | LoginError::NotAuthorized
             | LoginError::AuthRequired { .. }
+            | LoginError::ChapNotAccepted
             | LoginError::Chap(_)
             // A target that answers RDMAExtensions=No refuses iSER logins.
             | LoginError::Negotiation(NegotiationError::RdmaRefused) => ErrorKind::Auth,
@@ -235,6 +246,8 @@ pub struct Login {
     csg: Stage,
     /// Continued responses received since the last complete one.
     continuations: u32,
+    /// The method the target chose (None until CHAP is agreed on).
+    auth_method: AuthMethod,
 }
 
 /// Most login text one Login Response sequence may carry (RFC 7143 §6.1
@@ -265,12 +278,20 @@ impl Login {
         if let Some(t) = &cfg.target_name {
             keys.push(("TargetName".into(), t.clone()));
         }
-        // Offer only CHAP when credentials are configured: offering None too
-        // would let a rogue target skip authentication (and mutual CHAP).
+        // A normal session with credentials offers only CHAP: offering None
+        // too would let a rogue target skip authentication (and mutual CHAP).
+        // Discovery offers `CHAP,None`, as iscsiadm does by default: the same
+        // credentials serve the portal's targets, and a portal whose
+        // discovery needs no CHAP (tgtd's never does) must still answer.
         let transit = cfg.chap.is_none();
         keys.push((
             "AuthMethod".into(),
-            if cfg.chap.is_some() { "CHAP" } else { "None" }.into(),
+            match (&cfg.chap, cfg.session_type) {
+                (None, _) => "None",
+                (Some(_), SessionType::Discovery) => "CHAP,None",
+                (Some(_), SessionType::Normal) => "CHAP",
+            }
+            .into(),
         ));
         let mut login = Login {
             cfg,
@@ -281,6 +302,7 @@ impl Login {
             partial: BytesMut::new(),
             csg: Stage::Security,
             continuations: 0,
+            auth_method: AuthMethod::None,
         };
         let pdu = login.request(Stage::Security, transit, Stage::Operational, &keys);
         Ok((login, pdu))
@@ -353,6 +375,14 @@ impl Login {
                 return Err(LoginError::AuthRequired {
                     offered: "it refused AuthMethod=None".into(),
                 });
+            }
+            if matches!(err, LoginError::AuthenticationFailed)
+                && matches!(self.state, State::ExpectSecurityRsp)
+                && self.cfg.session_type == SessionType::Normal
+            {
+                // Refused at our first request, before CHAP_A: the offer
+                // itself (AuthMethod=CHAP) was refused, not our secret.
+                return Err(LoginError::ChapNotAccepted);
             }
             return Err(err);
         }
@@ -438,6 +468,7 @@ impl Login {
                 if let Some(nonce) = self.cfg.chap_nonce {
                     initiator = initiator.with_nonce(nonce);
                 }
+                self.auth_method = AuthMethod::Chap;
                 self.state = State::ExpectChapChallenge(initiator);
                 let pdu = self.request(
                     Stage::Security,
@@ -449,6 +480,15 @@ impl Login {
                     next: Box::new(self),
                     pdu,
                 })
+            }
+            // Discovery offered `CHAP,None` and the target needs no CHAP: it
+            // answered None, or (tgtd) left the security stage without
+            // answering AuthMethod at all.
+            (Some(_), Some("None")) if self.cfg.session_type == SessionType::Discovery => {
+                self.after_security(h, answers)
+            }
+            (Some(_), None) if h.transit && self.cfg.session_type == SessionType::Discovery => {
+                self.after_security(h, answers)
             }
             (Some(_), Some(other)) => Err(LoginError::BadAuthMethod(other.to_string())),
             (None, Some(m)) if m != "None" => {
@@ -521,7 +561,7 @@ impl Login {
         if !h.transit {
             // The target wants another round in the security stage (it may
             // have more keys to exchange): keep the stage, answer what it asked.
-            let transit = self.cfg.chap.is_none();
+            let transit = self.cfg.chap.is_none() || self.auth_method == AuthMethod::None;
             let pdu = self.request(Stage::Security, transit, Stage::Operational, &answers);
             return Ok(LoginStep::Send {
                 next: Box::new(self),
@@ -555,6 +595,7 @@ impl Login {
             return Ok(LoginStep::Complete(LoginResult {
                 tsih: h.tsih,
                 isid: self.cfg.isid,
+                auth_method: self.auth_method,
                 params,
                 numbers: SequenceNumbers {
                     cmd_sn: self.cfg.cmd_sn,
