@@ -87,6 +87,9 @@ pub enum Command {
     Discover {
         /// Portal: iscsi://host[:port] or host[:port].
         portal: String,
+        /// Print JSON instead of text (fields in rlun-discover(8)).
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: ConnectOpts,
     },
@@ -101,6 +104,9 @@ pub enum Command {
     Ls {
         /// Portal or target URL.
         url: String,
+        /// Print JSON instead of a table (fields in rlun-ls(8)).
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: ConnectOpts,
     },
@@ -306,7 +312,11 @@ pub enum Command {
     /// List what this user's rlun processes have mounted, served and
     /// attached: one line each, kind (mounted, served, attached), mount
     /// point / socket or address / device, and pid.
-    List,
+    List {
+        /// Print JSON instead of a table (fields in rlun-list(8)).
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell completion script (bash, zsh or fish) to standard output.
     ///
     /// bash: `rlun completions bash > /etc/bash_completion.d/rlun`;

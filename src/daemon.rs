@@ -548,6 +548,23 @@ fn exit_file(pid_file: &Path) -> PathBuf {
     pid_file.with_extension("exit")
 }
 
+/// What the process of the pid file `pid_file` serves ([`PidFile::describe`]):
+/// its pid on the first line, a JSON object on the second.
+fn info_file(pid_file: &Path) -> PathBuf {
+    pid_file.with_extension("info")
+}
+
+/// The description process `pid` left next to `pid_file`
+/// ([`PidFile::describe`]), if it is still its own.
+pub fn read_info(pid_file: &Path, pid: u32) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(info_file(pid_file)).ok()?;
+    let (who, json) = text.split_once('\n')?;
+    if who.trim().parse::<u32>().ok()? != pid {
+        return None;
+    }
+    serde_json::from_str(json).ok()
+}
+
 /// Where a command waiting for the process of the pid file `pid_file`
 /// ([`Waiter`]) leaves its own pid.
 fn wait_file(pid_file: &Path) -> PathBuf {
@@ -645,13 +662,29 @@ impl PidFile {
     }
 }
 
+impl PidFile {
+    /// Say what this process serves (target, LUNs, URIs), for `rlun list`:
+    /// next to the pid file, removed with it.
+    pub fn describe(&self, what: &serde_json::Value) {
+        let text = format!("{}\n{what}\n", std::process::id());
+        if let Err(e) = std::fs::write(info_file(&self.0), text) {
+            debug!(error = %e, "cannot describe this process for `rlun list`");
+        }
+    }
+}
+
 impl Drop for PidFile {
     fn drop(&mut self) {
         // Only remove it if it is still ours (a later process may own it).
-        if std::fs::read_to_string(&self.0)
-            .is_ok_and(|t| t.trim() == std::process::id().to_string())
-        {
+        let me = std::process::id().to_string();
+        if std::fs::read_to_string(&self.0).is_ok_and(|t| t.trim() == me) {
             let _ = std::fs::remove_file(&self.0);
+        }
+        let info = info_file(&self.0);
+        if std::fs::read_to_string(&info)
+            .is_ok_and(|t| t.split_whitespace().next() == Some(me.as_str()))
+        {
+            let _ = std::fs::remove_file(info);
         }
     }
 }
@@ -738,7 +771,7 @@ pub fn sweep_stale_pid_files(dir: &Path) {
                     let _ = std::fs::remove_file(&path);
                 }
             }
-            Some("pid") | Some("wait") if gone(pid_in(&path)) => {
+            Some("pid") | Some("wait") | Some("info") if gone(pid_in(&path)) => {
                 let _ = std::fs::remove_file(&path);
             }
             _ => {}

@@ -109,6 +109,8 @@ pub trait FrontEnd {
     /// What the LUNs are for, after "target T has no disk LUNs": empty,
     /// " to serve", " to attach".
     const PURPOSE: &'static str;
+    /// What `rlun list` calls it: "mounted", "served", "attached".
+    const KIND: &'static str;
 
     /// Whether `count` opened LUNs can be served (`attach` serves exactly
     /// one). Checked before the exports are set up.
@@ -133,6 +135,12 @@ pub trait Live {
     /// What its pid file is named after ([`daemon::state_file`]): the
     /// mount point, the socket or address, the device.
     fn state_key(&self) -> PathBuf;
+
+    /// Where users reach it, for `rlun list`: the mount point, the NBD
+    /// URIs, the device.
+    fn endpoints(&self) -> Vec<String> {
+        vec![self.state_key().display().to_string()]
+    }
 
     /// Say that it is ready: [`Readiness::ready`], and what the user sees.
     fn announce(&self, readiness: &mut Readiness);
@@ -191,6 +199,7 @@ pub async fn serve<F: FrontEnd>(
     front: F,
     readiness: &mut Readiness,
 ) -> Result<(), F::Error> {
+    let portal = crate::session::portal_string(&plan.session.host, plan.session.port);
     let target = LoggedIn::login(plan.session)
         .await
         .map_err(ServiceError::from)?;
@@ -216,6 +225,22 @@ pub async fn serve<F: FrontEnd>(
         })
         .await?;
     let pid_file = PidFile::create(daemon::state_file(&live.state_key()));
+    if let Some(p) = &pid_file {
+        let luns: Vec<u64> = live
+            .exports()
+            .exports()
+            .iter()
+            .map(|e| e.number())
+            .collect();
+        p.describe(&serde_json::json!({
+            "kind": F::KIND,
+            "what": live.state_key(),
+            "endpoints": live.endpoints(),
+            "target": plan.target,
+            "portal": portal,
+            "luns": luns,
+        }));
+    }
     live.announce(readiness);
     live.serve(&mut signals, readiness).await;
     let finished = finish_exports(live.exports()).await;

@@ -155,6 +155,7 @@ impl FrontEnd for Kernel<'_> {
     type Error = CliError;
     type Live = Attached;
     const STOPPED: &'static str = "detached";
+    const KIND: &'static str = "attached";
     const PURPOSE: &'static str = " to attach";
 
     fn accept(&self, count: usize) -> Result<(), CliError> {
@@ -522,12 +523,80 @@ pub fn held(dir: &Path) -> Vec<Held> {
 }
 
 /// `rlun list`: what this user's rlun processes have mounted, served and
-/// attached (one line each: kind, path or address, pid).
-pub fn list() -> Result<(), CliError> {
+/// attached: kind, where (mount point, device, socket, `nbd://ADDR`),
+/// target, LUNs and pid — a table, or JSON with the fields of rlun-list(8).
+pub fn list(as_json: bool) -> Result<(), CliError> {
     use std::io::Write;
+    let dir = daemon::state_dir();
+    let rows: Vec<serde_json::Value> = held(&dir)
+        .into_iter()
+        .map(|h| {
+            let info = daemon::read_info(&daemon::state_file(Path::new(&h.what)), h.pid)
+                .unwrap_or_default();
+            let what = match h.what.strip_prefix("nbd-") {
+                Some(addr) => format!("nbd://{addr}"),
+                None => h.what.clone(),
+            };
+            serde_json::json!({
+                "kind": h.kind,
+                "what": what,
+                "endpoints": info.get("endpoints").cloned().unwrap_or_else(|| serde_json::json!([what])),
+                "target": info.get("target"),
+                "portal": info.get("portal"),
+                "luns": info.get("luns").cloned().unwrap_or_else(|| serde_json::json!([])),
+                "pid": h.pid,
+            })
+        })
+        .collect();
     let mut out = std::io::stdout().lock();
-    for h in held(&daemon::state_dir()) {
-        writeln!(out, "{}\t{}\t{}", h.kind, h.what, h.pid).map_err(stdout_error)?;
+    if as_json {
+        let text = serde_json::to_string_pretty(&rows).expect("JSON of plain values");
+        return writeln!(out, "{text}").map_err(stdout_error);
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let s = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let width = rows
+        .iter()
+        .map(|r| s(&r["what"]).len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        out,
+        "{:<8} {:<width$} {:>7} {:<6} TARGET",
+        "KIND", "WHAT", "PID", "LUNS"
+    )
+    .map_err(stdout_error)?;
+    for r in &rows {
+        let luns: Vec<String> = r["luns"]
+            .as_array()
+            .map(|a| a.iter().map(&s).collect())
+            .unwrap_or_default();
+        let luns = if luns.is_empty() {
+            "-".into()
+        } else {
+            luns.join(",")
+        };
+        let target = match (&r["target"], &r["portal"]) {
+            (serde_json::Value::String(t), serde_json::Value::String(p)) => format!("{t} at {p}"),
+            (t, _) => s(t),
+        };
+        writeln!(
+            out,
+            "{:<8} {:<width$} {:>7} {:<6} {}",
+            s(&r["kind"]),
+            s(&r["what"]),
+            s(&r["pid"]),
+            luns,
+            target
+        )
+        .map_err(stdout_error)?;
     }
     Ok(())
 }

@@ -5,13 +5,12 @@ use super::error::{discovery_failed, CliError};
 use crate::cli::ConnectOpts;
 use crate::client::{ClientError, LoggedIn, Target};
 use crate::service::human_size;
-use crate::session::discover;
-#[cfg(test)]
-use crate::session::SessionError;
+use crate::session::{discover, SessionConfig, SessionError};
 use crate::url::TargetUrl;
 use rlun_iscsi::ErrorKind;
+use tracing::info;
 
-pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliError> {
+pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Result<(), CliError> {
     let (url, entry) = ctx.resolve_url(arg)?;
     let targets: Vec<String> = match &url.target {
         Some(t) => vec![t.clone()],
@@ -30,16 +29,8 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
                 .collect()
         }
     };
-    out!(
-        "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} URL",
-        "LUN",
-        "SIZE",
-        "BLOCK",
-        "VENDOR",
-        "PRODUCT",
-        "RO"
-    );
     let total = targets.len();
+    let mut rows: Vec<Row> = Vec::new();
     let mut failures: Vec<(String, CliError)> = Vec::new();
     for name in targets {
         let turl = TargetUrl {
@@ -48,7 +39,17 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
             ..url.clone()
         };
         let cfg = ctx.session_config(&turl, entry.as_deref(), opts)?;
-        let target = match LoggedIn::login(cfg).await {
+        let login = match LoggedIn::login(cfg.clone()).await {
+            // Credentials given for a portal are offered to each of its
+            // targets; one that takes no CHAP refuses the offer itself
+            // (no secret was sent): list it without.
+            Err(e) if url.target.is_none() && cfg.chap.is_some() && chap_not_used(&e) => {
+                info!(target = %name, "the target takes no CHAP; listing it without credentials");
+                LoggedIn::login(SessionConfig { chap: None, ..cfg }).await
+            }
+            other => other,
+        };
+        let target = match login {
             Ok(t) => t,
             Err(e) if url.target.is_none() => {
                 // One target that refuses us (CHAP, ACL) or cannot be
@@ -59,9 +60,19 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
             }
             Err(e) => return Err(e.into()),
         };
-        target
-            .scope(async |target: &Target| list_luns(target, &turl).await)
+        let listed = target
+            .scope(async |target: &Target| list_luns(target, &name, &turl).await)
             .await?;
+        rows.extend(listed);
+    }
+    if as_json {
+        let v: Vec<serde_json::Value> = rows.iter().map(Row::json).collect();
+        out!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("JSON of plain values")
+        );
+    } else {
+        print_table(&rows)?;
     }
     match partly_failed(total, failures) {
         Some(e) => Err(e),
@@ -69,44 +80,139 @@ pub async fn run(ctx: &Ctx, arg: &str, opts: &ConnectOpts) -> Result<(), CliErro
     }
 }
 
-/// One line per LUN of the logged-in `target` (whose URL is `turl`).
-async fn list_luns(target: &Target, turl: &TargetUrl) -> Result<(), CliError> {
-    let luns = target.report_luns().await?;
-    for n in luns {
-        let lurl = turl.with_lun(n);
-        match target.open_lun(n).await {
-            Ok(lun) => out!(
-                "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
-                n,
-                human_size(lun.capacity_bytes()),
-                lun.block_size(),
-                lun.inquiry.vendor,
-                lun.inquiry.product,
-                if lun.write_protected() { "yes" } else { "no" },
-                lurl
+/// Whether a login failed because the target refused `AuthMethod=CHAP`.
+fn chap_not_used(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Session(SessionError::Login {
+            source: rlun_iscsi::proto::login::LoginError::ChapNotAccepted,
+            ..
+        })
+    )
+}
+
+/// One LUN of a listing.
+#[derive(Debug)]
+struct Row {
+    target: String,
+    portal: String,
+    lun: u64,
+    url: String,
+    device_type: String,
+    vendor: String,
+    product: String,
+    /// `None` for LUNs that are no disks.
+    disk: Option<Disk>,
+}
+
+#[derive(Debug)]
+struct Disk {
+    bytes: u64,
+    block_size: u32,
+    read_only: bool,
+}
+
+impl Row {
+    /// The documented fields of `rlun ls --json` (rlun-ls(8)).
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "target": self.target,
+            "portal": self.portal,
+            "lun": self.lun,
+            "url": self.url,
+            "device_type": self.device_type,
+            "disk": self.disk.is_some(),
+            "size_bytes": self.disk.as_ref().map(|d| d.bytes),
+            "block_size": self.disk.as_ref().map(|d| d.block_size),
+            "read_only": self.disk.as_ref().map(|d| d.read_only),
+            "vendor": self.vendor,
+            "product": self.product,
+        })
+    }
+}
+
+fn print_table(rows: &[Row]) -> Result<(), CliError> {
+    out!(
+        "{:<4} {:>9} {:>6} {:<8} {:<16} {:<3} URL",
+        "LUN",
+        "SIZE",
+        "BLOCK",
+        "VENDOR",
+        "PRODUCT",
+        "RO"
+    );
+    for r in rows {
+        // Keep the columns aligned: "storage array controller" is long.
+        let (size, block, ro, product) = match &r.disk {
+            Some(d) => (
+                compact_size(d.bytes),
+                d.block_size.to_string(),
+                if d.read_only { "yes" } else { "no" },
+                r.product.clone(),
             ),
+            None => (
+                "-".into(),
+                "-".into(),
+                "-",
+                r.device_type.chars().take(16).collect(),
+            ),
+        };
+        let vendor = if r.vendor.is_empty() { "-" } else { &r.vendor };
+        out!(
+            "{:<4} {:>9} {:>6} {:<8} {:<16} {:<3} {}",
+            r.lun,
+            size,
+            block,
+            vendor,
+            product,
+            ro,
+            r.url
+        );
+    }
+    Ok(())
+}
+
+/// A size for a table column, with no space inside: `64.0MiB`, `512B`.
+fn compact_size(bytes: u64) -> String {
+    human_size(bytes).replace(' ', "")
+}
+
+/// The LUNs of the logged-in `target` (named `name`, at `turl`).
+async fn list_luns(target: &Target, name: &str, turl: &TargetUrl) -> Result<Vec<Row>, CliError> {
+    let luns = target.report_luns().await?;
+    let mut rows = Vec::with_capacity(luns.len());
+    for n in luns {
+        let row = |device_type: &str, vendor: &str, product: &str, disk| Row {
+            target: name.to_string(),
+            portal: turl.portal.to_string(),
+            lun: n,
+            url: turl.with_lun(n).to_string(),
+            device_type: device_type.to_string(),
+            vendor: vendor.to_string(),
+            product: product.to_string(),
+            disk,
+        };
+        match target.open_lun(n).await {
+            Ok(lun) => rows.push(row(
+                lun.inquiry.device_type.name(),
+                &lun.inquiry.vendor,
+                &lun.inquiry.product,
+                Some(Disk {
+                    bytes: lun.capacity_bytes(),
+                    block_size: lun.block_size(),
+                    read_only: lun.write_protected(),
+                }),
+            )),
             Err(ClientError::NotADisk {
                 device_type,
                 vendor,
+                product,
                 ..
-            }) => {
-                // Keep the columns aligned: "storage array controller" is long.
-                let kind: String = device_type.chars().take(16).collect();
-                out!(
-                    "{:<4} {:>10} {:>6} {:<8} {:<16} {:<3} {}",
-                    n,
-                    "-",
-                    "-",
-                    if vendor.is_empty() { "-" } else { &vendor },
-                    kind,
-                    "-",
-                    lurl
-                )
-            }
+            }) => rows.push(row(&device_type, &vendor, &product, None)),
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(rows)
 }
 
 /// The error of `rlun ls PORTAL` when some of its `total` targets could not

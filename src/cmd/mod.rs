@@ -22,6 +22,7 @@ pub mod attach;
 mod bench;
 pub mod context;
 mod cp;
+mod discover;
 mod docs;
 pub mod error;
 mod info;
@@ -36,9 +37,7 @@ pub use error::CliError;
 use crate::cli::{Cli, Command};
 use crate::client::ClientError;
 use crate::config::Config;
-use crate::session::{self, discover, SessionError};
-use crate::url::TargetUrl;
-use error::discovery_failed;
+use crate::session::{self, SessionError};
 
 /// Run the parsed command line.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
@@ -73,7 +72,7 @@ async fn explain_unknown_target(ctx: &Ctx, e: CliError) -> CliError {
     };
     let name = cfg.target_name.clone().unwrap_or_default();
     let portal = session::portal_string(&cfg.host, cfg.port);
-    let offered = match discover(cfg).await {
+    let offered = match session::discover(cfg).await {
         Ok(targets) if targets.is_empty() => "it offers no targets to this initiator".to_string(),
         Ok(targets) => {
             let names: Vec<String> = targets.into_iter().map(|t| t.name).collect();
@@ -175,28 +174,8 @@ fn show_bytes(bytes: &[u8]) -> String {
 
 async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
     match cli.command {
-        Command::Discover { portal, conn } => {
-            let (url, entry) = ctx.resolve_url(&portal)?;
-            let portal_url = TargetUrl {
-                target: None,
-                lun: None,
-                ..url
-            };
-            let cfg = ctx.session_config(&portal_url, entry.as_deref(), &conn)?;
-            let targets = discover(cfg).await.map_err(discovery_failed)?;
-            if targets.is_empty() {
-                eprintln!(
-                    "portal {} offers no targets to this initiator",
-                    portal_url.portal
-                );
-            }
-            for t in targets {
-                let addrs: Vec<String> = t.addresses.iter().map(|a| a.to_string()).collect();
-                out!("{} {}", t.name, addrs.join(" "));
-            }
-            Ok(())
-        }
-        Command::Ls { url, conn } => ls::run(ctx, &url, &conn).await,
+        Command::Discover { portal, json, conn } => discover::run(ctx, &portal, json, &conn).await,
+        Command::Ls { url, json, conn } => ls::run(ctx, &url, json, &conn).await,
         Command::Info { url, json, conn } => info::run(ctx, &url, json, &conn).await,
         Command::Cp {
             src,
@@ -296,7 +275,7 @@ async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
             .await
         }
         Command::Detach { device, timeout } => attach::detach(&device, timeout).await,
-        Command::List => attach::list(),
+        Command::List { json } => attach::list(json),
         Command::GenerateMan { dir } => docs::generate_man(&dir),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();

@@ -235,6 +235,7 @@ impl FrontEnd for Fuse<'_> {
     type Error = CliError;
     type Live = Mounted;
     const STOPPED: &'static str = "unmounted";
+    const KIND: &'static str = "mounted";
     const PURPOSE: &'static str = "";
 
     async fn start(self, exports: ExportSet<Lun>) -> Result<Mounted, CliError> {
@@ -524,6 +525,47 @@ async fn run_unmount_program(mp: &Path, lazy: bool) -> Result<(), String> {
     }
 }
 
+/// The processes that keep `mp` busy, as `PID (COMMAND, cwd|root|file)`
+/// (at most eight; only those this user may inspect), for the hint of a
+/// failed unmount.
+fn holders(mp: &Path) -> Vec<String> {
+    let inside = |p: &Path| p.starts_with(mp);
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let dir = e.path();
+        let how = if std::fs::read_link(dir.join("cwd")).is_ok_and(|p| inside(&p)) {
+            Some("cwd")
+        } else if std::fs::read_link(dir.join("root"))
+            .is_ok_and(|p| inside(&p) && p != Path::new("/"))
+        {
+            Some("root")
+        } else {
+            std::fs::read_dir(dir.join("fd")).ok().and_then(|fds| {
+                fds.flatten()
+                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|p| inside(&p)))
+                    .then_some("open file")
+            })
+        };
+        if let Some(how) = how {
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            found.push(format!("{pid} ({}, {how})", comm.trim()));
+            if found.len() == 8 {
+                break;
+            }
+        }
+    }
+    found
+}
+
 /// `rlun umount`.
 pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<(), CliError> {
     // A dead mount cannot be canonicalized (ENOTCONN): look it up by its
@@ -564,9 +606,21 @@ pub async fn umount(mountpoint: &Path, lazy: bool, timeout: Duration) -> Result<
     // Say that we wait before the process can end, so that it leaves its
     // exit status for us (and only for us).
     let _waiter = pid.and_then(|_| daemon::Waiter::register(&state));
-    run_unmount_program(&path, lazy)
-        .await
-        .map_err(|e| CliError::Other(format!("cannot unmount {}: {e}", path.display())))?;
+    run_unmount_program(&path, lazy).await.map_err(|e| {
+        let mut message = format!("cannot unmount {}: {e}", path.display());
+        if e.to_string().contains("busy") {
+            let users = holders(&path);
+            if !users.is_empty() {
+                message.push_str(&format!("; in use by {}", users.join(", ")));
+            }
+            message.push_str(&format!(
+                "; close what uses it, or `rlun umount --lazy {}` detaches it now and \
+                 writes back once the last file is closed",
+                path.display()
+            ));
+        }
+        CliError::Other(message)
+    })?;
     let Some(pid) = pid else {
         return Ok(());
     };

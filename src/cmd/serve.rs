@@ -98,6 +98,7 @@ impl FrontEnd for Nbd {
     type Error = CliError;
     type Live = Serving;
     const STOPPED: &'static str = "stopped";
+    const KIND: &'static str = "served";
     const PURPOSE: &'static str = " to serve";
 
     async fn start(self, exports: ExportSet<Lun>) -> Result<Serving, CliError> {
@@ -168,9 +169,16 @@ impl Live for Serving {
         self.state_key.clone()
     }
 
+    fn endpoints(&self) -> Vec<String> {
+        self.uris.clone()
+    }
+
     fn announce(&self, readiness: &mut Readiness) {
         for (uri, d) in self.uris.iter().zip(&self.descriptions) {
             info!("serving {d} at {uri}");
+            // The URI clients use, on standard output (with --daemon, from
+            // the parent), as `rlun attach` prints its device.
+            readiness.print(uri);
         }
         readiness.ready(&format!("serving {}", self.uris.join(" ")));
     }
@@ -283,6 +291,9 @@ enum Listener {
 impl Listener {
     async fn bind(o: &ServeOpts) -> Result<Listener, CliError> {
         if let Some(path) = &o.socket {
+            // Absolute, so that the URIs work from any directory and two
+            // `rel.sock` of different directories are told apart.
+            let path = &std::path::absolute(path).unwrap_or_else(|_| path.clone());
             let local = |what, source| CliError::LocalFile {
                 what,
                 path: path.clone(),
