@@ -8,7 +8,18 @@ use rlun::exit;
 use tracing_subscriber::EnvFilter;
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|err| {
+        // A flag or subcommand of iscsiadm, qemu-nbd, nbd-client, mount or
+        // fio gets the rlun way of saying it.
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        match rlun::cmd::tips::explain(&err, &args) {
+            Some(text) => {
+                eprint!("{text}");
+                std::process::exit(exit::USAGE);
+            }
+            None => err.exit(),
+        }
+    });
     let default_level = if cli.quiet {
         "error"
     } else {

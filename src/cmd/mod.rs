@@ -29,6 +29,7 @@ mod info;
 mod ls;
 pub mod mount;
 pub mod serve;
+pub mod tips;
 
 pub use context::Ctx;
 pub use docs::write_completions;
