@@ -83,7 +83,14 @@ pub enum Command {
     /// A portal that closes the connection during or right after the
     /// discovery login (tgtd does, with no targets bound to it) fails with
     /// exit code 3 and a hint: it may have no targets, or none an ACL lets
-    /// this initiator see.
+    /// this initiator see. CHAP credentials (RLUN_CHAP_USER/SECRET, the
+    /// config) are offered as AuthMethod=CHAP,None, as iscsiadm does: a
+    /// portal whose discovery takes no CHAP still answers.
+    ///
+    /// With --json: an array with one object per target: `target` (its
+    /// name), `url` (iscsi://portal/name), `addresses` (each with
+    /// `address` as the target sent it, `host`, `port`,
+    /// `portal_group_tag` or null).
     Discover {
         /// Portal: iscsi://host[:port] or host[:port].
         portal: String,
@@ -101,6 +108,13 @@ pub enum Command {
     /// connection) do not hide the others: their LUNs are left out, one
     /// error at the end names each with its cause, and the exit code is
     /// theirs when they all fail alike (4 when all want CHAP), else 1.
+    /// Credentials given for a portal are offered to each target; a target
+    /// that refuses the CHAP offer itself is listed without them.
+    ///
+    /// With --json: an array with one object per LUN: `target`, `portal`,
+    /// `lun`, `url`, `device_type` ("disk", "storage array controller"…),
+    /// `disk` (true or false), `size_bytes`, `block_size` and `read_only`
+    /// (null when not a disk), `vendor`, `product`. Sizes are bytes.
     Ls {
         /// Portal or target URL.
         url: String,
@@ -310,8 +324,14 @@ pub enum Command {
         timeout: Duration,
     },
     /// List what this user's rlun processes have mounted, served and
-    /// attached: one line each, kind (mounted, served, attached), mount
-    /// point / socket or address / device, and pid.
+    /// attached: one line each with kind (mounted, served, attached),
+    /// where (mount point, socket path, nbd://ADDR, device), pid, LUNs and
+    /// target.
+    ///
+    /// With --json: an array with one object per process: `kind`, `what`,
+    /// `endpoints` (the NBD URIs of a server, else `what`), `target`,
+    /// `portal`, `luns` (numbers), `pid`. `target` and `portal` are null
+    /// for a process that did not describe itself (an older rlun).
     List {
         /// Print JSON instead of a table (fields in rlun-list(8)).
         #[arg(long)]

@@ -76,3 +76,52 @@ fn bash_completion_script_registers_a_completion_for_rlun() {
     );
     assert!(text.contains("rlun"), "complete -p rlun printed: {text}");
 }
+
+/// Every page has EXIT STATUS and SEE ALSO sections, and every rlun page
+/// a page names (in SEE ALSO or its list of subcommands) is shipped.
+#[test]
+fn every_page_has_exit_status_and_see_also_naming_only_pages_that_exist() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("man");
+    let mut pages = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".8") {
+            continue;
+        }
+        pages += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(".SH \"EXIT STATUS\""),
+            "{name} has no EXIT STATUS"
+        );
+        for code in ["\\fB0\\fR", "\\fB2\\fR", "\\fB5\\fR", "\\fB8\\fR"] {
+            assert!(text.contains(code), "{name}: EXIT STATUS lacks {code}");
+        }
+        let see_also = text
+            .split(".SH \"SEE ALSO\"")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{name} has no SEE ALSO"));
+        assert!(see_also.contains("rlun.toml\\fR(5)"), "{name}");
+        // rlun\-x(8) anywhere in the page: a page that must exist.
+        let mut named = 0;
+        for (i, _) in text.match_indices("rlun\\-") {
+            let rest = &text[i..];
+            let Some(end) = rest.find("(8)") else {
+                continue;
+            };
+            let page = rest[..end].replace("\\fR", "").replace("\\-", "-");
+            if page.contains(char::is_whitespace) {
+                continue;
+            }
+            named += 1;
+            assert!(
+                dir.join(format!("{page}.8")).exists(),
+                "{name} names {page}(8), which is not in man/"
+            );
+        }
+        assert!(named >= 10, "{name} names only {named} rlun pages");
+    }
+    assert!(pages >= 13, "{pages} pages");
+    assert!(!dir.join("rlun-help.8").exists());
+}

@@ -467,7 +467,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__discover)
-            opts="-v -q -h -V --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -839,7 +839,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__list)
-            opts="-v -q -h -V --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --json --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -861,7 +861,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__ls)
-            opts="-v -q -h -V --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
