@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::cli::{assert_failure, timed_rlun};
+use common::cli::{assert_failure, assert_success, timed_rlun};
 use common::{make_backing_file, pattern_bytes, rlun_bin, run_rlun, run_with_timeout, Tgtd};
 
 const MIB: u64 = 1 << 20;
@@ -230,7 +230,12 @@ fn unknown_target_iqn_exits_5_and_says_not_found() {
         &[],
     );
 
-    assert_failure(&out, EXIT_NOT_FOUND, &["target not found"]);
+    // The name is repeated, and the names the portal offers are listed.
+    assert_failure(
+        &out,
+        EXIT_NOT_FOUND,
+        &["target iqn.2026-11.org.example:nobody not found", IQN],
+    );
     assert_untouched(&img, MIB, 1);
 }
 
@@ -245,14 +250,24 @@ fn lun_that_does_not_exist_exits_5_and_names_the_lun() {
 }
 
 #[test]
-fn info_on_the_controller_lun_0_exits_5_and_says_it_is_not_a_disk() {
+fn the_controller_lun_0_is_described_by_info_and_refused_by_cp_as_no_disk() {
     let dir = tempdir();
     let (tgtd, _img) = one_lun(dir.path(), MIB, 17);
+    let out_file = dir.path().join("lun0.img");
 
-    // tgtd's LUN 0 is a storage array controller, not a block device.
-    let out = run_rlun(["info", &tgtd.url(IQN, 0)], &[]);
+    // tgtd's LUN 0 is a storage array controller, not a block device: `ls`
+    // lists it with its URL, so `info` says what it is.
+    let info = run_rlun(["info", &tgtd.url(IQN, 0)], &[]);
+    let cp = run_rlun(["cp", &tgtd.url(IQN, 0), out_file.to_str().unwrap()], &[]);
 
-    assert_failure(&out, EXIT_NOT_FOUND, &["lun 0", "not a disk"]);
+    let text = assert_success(&info, "info of LUN 0");
+    assert!(text.contains("storage array controller"), "{text}");
+    assert!(text.contains("Not a disk"), "{text}");
+    assert_failure(&cp, EXIT_USAGE, &["lun 0", "not a disk"]);
+    assert!(
+        !out_file.exists(),
+        "nothing is written for a LUN that is no disk"
+    );
 }
 
 #[test]

@@ -44,7 +44,7 @@ fn info_json(url: &str, extra: &[&str]) -> serde_json::Value {
     json(&assert_success(&run_rlun(&args, &[]), "rlun info --json"))
 }
 
-/// One data row of `rlun ls`: `LUN SIZE(2 words) BLOCK VENDOR PRODUCT RO URL`.
+/// One data row of `rlun ls`: `LUN SIZE BLOCK VENDOR PRODUCT RO URL`.
 #[derive(Debug, PartialEq)]
 struct LsRow {
     lun: u32,
@@ -66,10 +66,10 @@ fn ls_rows(out: &str) -> Vec<LsRow> {
     lines
         .filter_map(|line| {
             let w: Vec<&str> = line.split_whitespace().collect();
-            let block = w.get(3)?.parse().ok()?;
+            let block = w.get(2)?.parse().ok()?;
             Some(LsRow {
                 lun: w[0].parse().ok()?,
-                size: format!("{} {}", w[1], w[2]),
+                size: w[1].to_string(),
                 block,
                 read_only: w[w.len() - 2].to_string(),
                 url: w[w.len() - 1].to_string(),
@@ -167,9 +167,9 @@ fn ls_shows_lun_numbers_sizes_block_sizes_and_read_only_flag() {
     assert_eq!(
         rows,
         vec![
-            row(1, "4.0 MiB", 512, "no"),
-            row(2, "8.0 MiB", 4096, "no"),
-            row(3, "2.0 MiB", 512, "yes"),
+            row(1, "4.0MiB", 512, "no"),
+            row(2, "8.0MiB", 4096, "no"),
+            row(3, "2.0MiB", 512, "yes"),
         ]
     );
 }
@@ -199,12 +199,12 @@ fn ls_on_a_portal_lists_the_luns_of_every_target() {
         vec![
             (
                 tgtd.url("iqn.2026-11.org.example:first", 1),
-                "4.0 MiB".to_string(),
+                "4.0MiB".to_string(),
                 4096
             ),
             (
                 tgtd.url("iqn.2026-11.org.example:second", 1),
-                "1.0 TiB".to_string(),
+                "1.0TiB".to_string(),
                 512
             ),
         ]

@@ -178,8 +178,12 @@ impl Ctx {
             (None, None) => None,
         };
         let cfg = self.session_config(&url, entry.as_deref(), opts)?;
-        let target = LoggedIn::login(cfg).await?;
+        let login = LoggedIn::login(cfg).await;
         let Some(lun) = lun else {
+            let Ok(target) = login else {
+                // Cannot list them: the URL's mistake comes first.
+                return Err(url.require_lun().expect_err("the URL names no LUN").into());
+            };
             // Say which LUNs there are, then fail as the URL does.
             let listed = target.scope(async |t: &Target| Ok::<_, CliError>(disk_luns(t).await));
             let listed = listed.await?;
@@ -192,7 +196,7 @@ impl Ctx {
                 None => e.into(),
             });
         };
-        let opened = target
+        let opened = login?
             .or_logout(async |t: &Target| match t.open_lun(lun).await {
                 Err(ClientError::LunNotFound(n)) => Err(match disk_luns(t).await {
                     Some((luns, _)) => CliError::Described {
