@@ -34,7 +34,9 @@ scenario() {
     assert_eq "$dev size (bytes) as soon as attach returned" "$(stat -c %s "$backing")" \
         "$(($(cat "/sys/block/$n/size") * 512))"
     capture "rlun list" 30 "$W/list.txt" "$RLUN" list
-    grep -qP "^attached\t$dev\t[0-9]+$" "$W/list.txt" || fail "rlun list does not show $dev attached"
+    # KIND WHAT PID LUNS TARGET, after a header line.
+    awk -v d="$dev" '$1 == "attached" && $2 == d && $3 ~ /^[0-9]+$/ && $4 == "0" && /'"$LIO_IQN"'/ {ok=1} END {exit !ok}' \
+        "$W/list.txt" || fail "rlun list does not show $dev attached with its LUN and target: $(cat "$W/list.txt")"
     pid=$(awk -v d="$dev" '$2 == d {print $3}' "$W/list.txt")
     kill -0 "$pid" || fail "rlun list shows pid $pid, which is not running"
     # FUA offered to the kernel again; LIO's fileio LUN has no DPOFUA.
