@@ -172,7 +172,7 @@ pub enum Command {
         #[command(flatten)]
         conn: ConnectOpts,
     },
-    /// Measure a LUN: IOPS, MB/s, latency percentiles and CPU time.
+    /// Measure a LUN: IOPS, MiB/s, latency percentiles and CPU time.
     ///
     /// Write patterns overwrite the LUN's data. With --cache the I/O goes
     /// through rlun's page cache, as a mount's does.

@@ -144,7 +144,10 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         "ios": ios,
         "bytes": bytes,
         "iops": ios as f64 / elapsed,
+        // MB/s (10^6) as fio and the compare scripts report it; MiB/s as
+        // rlun's text and sizes use binary units.
         "mb_per_s": bytes as f64 / elapsed / 1e6,
+        "mib_per_s": bytes as f64 / elapsed / (1u64 << 20) as f64,
         "p50_us": percentile(&all, 0.50),
         "p99_us": percentile(&all, 0.99),
         "cpu_seconds": cpu,
@@ -161,12 +164,12 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         out!("{v}");
     } else {
         out!(
-            "{} bs={} qd={}: {:.0} IOPS, {:.1} MB/s, p50 {:.0} us, p99 {:.0} us, CPU {:.2} s ({:.2} s/GiB) over {:.1} s, {} bytes copied",
+            "{} bs={} qd={}: {:.0} IOPS, {:.1} MiB/s, p50 {:.0} us, p99 {:.0} us, CPU {:.2} s ({:.2} s/GiB) over {:.1} s, {} bytes copied",
             o.pattern.name(),
             o.bs,
             o.qd,
             v["iops"].as_f64().unwrap_or(0.0),
-            v["mb_per_s"].as_f64().unwrap_or(0.0),
+            v["mib_per_s"].as_f64().unwrap_or(0.0),
             v["p50_us"].as_f64().unwrap_or(0.0),
             v["p99_us"].as_f64().unwrap_or(0.0),
             cpu,
