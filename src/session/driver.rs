@@ -638,6 +638,8 @@ fn enter_full_feature_phase<T: Transport>(
         %portal,
         target = cfg.target_name.as_deref().unwrap_or("(discovery)"),
         tsih = result.tsih,
+        auth = ?result.auth_method,
+        chap_offered = cfg.chap.is_some(),
         header_digest = digests.header,
         data_digest = digests.data,
         max_burst = p.max_burst_length,

@@ -80,13 +80,6 @@ pub(super) async fn establish<T: Transport>(
         })??;
         match outcome {
             LoginStep::Complete(result) => {
-                info!(
-                    %portal,
-                    target = cfg.target_name.as_deref().unwrap_or("(discovery)"),
-                    auth = ?result.auth_method,
-                    chap_configured = cfg.chap.is_some(),
-                    "logged in"
-                );
                 return Ok(Established {
                     portal,
                     reader,
