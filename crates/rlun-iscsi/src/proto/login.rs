@@ -900,6 +900,145 @@ mod tests {
         assert_eq!(req(&op).csg, Stage::Operational);
     }
 
+    fn alice() -> Option<ChapSettings> {
+        Some(ChapSettings {
+            user: "alice".into(),
+            secret: Secret::new("alice-secret-123"),
+            mutual: None,
+        })
+    }
+
+    fn discovery(chap: Option<ChapSettings>) -> LoginConfig {
+        LoginConfig {
+            target_name: None,
+            session_type: SessionType::Discovery,
+            ..cfg(chap)
+        }
+    }
+
+    #[test]
+    fn discovery_with_credentials_offers_chap_or_none_and_takes_none() {
+        let (login, first) = Login::start(discovery(alice())).unwrap();
+        assert!(keys_of(&first).contains(&("AuthMethod".into(), "CHAP,None".into())));
+        // tgtd: straight to operational, AuthMethod not even answered.
+        let (login, op) = expect_send(
+            login
+                .handle_response(rsp(true, Stage::Security, Stage::Operational, 0, &[]))
+                .unwrap(),
+        );
+        assert_eq!(req(&op).csg, Stage::Operational);
+        assert_eq!(login.auth_method, AuthMethod::None);
+        // A target that answers None but wants another security round is
+        // answered with transit (no CHAP follows).
+        let (login, _) = Login::start(discovery(alice())).unwrap();
+        let (_, again) = expect_send(
+            login
+                .handle_response(rsp(
+                    false,
+                    Stage::Security,
+                    Stage::Security,
+                    0,
+                    &[("AuthMethod", "None")],
+                ))
+                .unwrap(),
+        );
+        assert!(req(&again).transit);
+        // And one that picks CHAP gets the CHAP exchange.
+        let (login, _) = Login::start(discovery(alice())).unwrap();
+        let (login, a) = expect_send(
+            login
+                .handle_response(rsp(
+                    false,
+                    Stage::Security,
+                    Stage::Security,
+                    0,
+                    &[("AuthMethod", "CHAP")],
+                ))
+                .unwrap(),
+        );
+        assert_eq!(keys_of(&a), vec![("CHAP_A".to_string(), "5".to_string())]);
+        assert_eq!(login.auth_method, AuthMethod::Chap);
+    }
+
+    #[test]
+    fn normal_session_with_credentials_offers_chap_alone_and_never_takes_none() {
+        let (login, first) = Login::start(cfg(alice())).unwrap();
+        assert!(keys_of(&first).contains(&("AuthMethod".into(), "CHAP".into())));
+        let err = login
+            .handle_response(rsp(
+                false,
+                Stage::Security,
+                Stage::Security,
+                0,
+                &[("AuthMethod", "None")],
+            ))
+            .unwrap_err();
+        assert!(matches!(err, LoginError::BadAuthMethod(_)), "{err}");
+    }
+
+    #[test]
+    fn a_refused_chap_offer_is_told_apart_from_a_wrong_secret() {
+        let (login, _) = Login::start(cfg(alice())).unwrap();
+        let offer_refused = login
+            .handle_response(rsp_status(
+                false,
+                Stage::Security,
+                Stage::Security,
+                0,
+                &[],
+                2,
+                1,
+            ))
+            .unwrap_err();
+        let (login, _) = Login::start(cfg(alice())).unwrap();
+        let (login, _) = expect_send(
+            login
+                .handle_response(rsp(
+                    false,
+                    Stage::Security,
+                    Stage::Security,
+                    0,
+                    &[("AuthMethod", "CHAP")],
+                ))
+                .unwrap(),
+        );
+        let (login, _) = expect_send(
+            login
+                .handle_response(rsp(
+                    false,
+                    Stage::Security,
+                    Stage::Security,
+                    1,
+                    &[
+                        ("CHAP_A", "5"),
+                        ("CHAP_I", "7"),
+                        ("CHAP_C", "0x0102030405060708090a0b0c0d0e0f10"),
+                    ],
+                ))
+                .unwrap(),
+        );
+        let secret_refused = login
+            .handle_response(rsp_status(
+                false,
+                Stage::Security,
+                Stage::Security,
+                2,
+                &[],
+                2,
+                1,
+            ))
+            .unwrap_err();
+        assert!(
+            matches!(offer_refused, LoginError::ChapNotAccepted),
+            "{offer_refused}"
+        );
+        assert_eq!(offer_refused.kind(), ErrorKind::Auth);
+        assert!(
+            matches!(secret_refused, LoginError::AuthenticationFailed),
+            "{secret_refused}"
+        );
+    }
+
     #[test]
     fn login_response_with_wrong_itt_is_a_protocol_error() {
         let (login, _) = Login::start(cfg(None)).unwrap();
