@@ -56,6 +56,10 @@ fn chap_from_the_environment_works_on_portal_commands() {
             ("RLUN_CHAP_SECRET", "not-the-secret-1"),
         ],
     );
+    let with_url_user = run_rlun(
+        ["ls", "--json", &format!("iscsi://{USER}%{SECRET}@{portal}")],
+        &[],
+    );
     let chap_on_plain = run_rlun(["info", &tgtd.url_with_chap(USER, SECRET, THREE, 1)], &[]);
 
     let text = assert_success(&discover, "discover with CHAP in the environment");
@@ -77,6 +81,13 @@ fn chap_from_the_environment_works_on_portal_commands() {
             listed.contains(&(want.0.to_string(), want.1)),
             "{want:?} not in {listed:?}"
         );
+    }
+    // The URLs ls prints carry the user name only where CHAP was used.
+    let rows = json(&assert_success(&with_url_user, "ls with CHAP in the URL"));
+    for r in rows.as_array().unwrap() {
+        let url = r["url"].as_str().unwrap();
+        assert_eq!(url.contains("alice@"), r["target"] == LOCKED, "{url}");
+        assert!(!url.contains(SECRET), "{url}");
     }
     // Without credentials the CHAP target is named at the end, exit 4.
     assert_failure(&ls_without, 4, &[LOCKED, "no CHAP credentials were given"]);

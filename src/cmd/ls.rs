@@ -39,12 +39,16 @@ pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Res
             ..url.clone()
         };
         let cfg = ctx.session_config(&turl, entry.as_deref(), opts)?;
+        let mut turl = turl;
         let login = match LoggedIn::login(cfg.clone()).await {
             // Credentials given for a portal are offered to each of its
             // targets; one that takes no CHAP refuses the offer itself
-            // (no secret was sent): list it without.
+            // (no secret was sent): list it without, and give its LUNs
+            // URLs without the user name.
             Err(e) if url.target.is_none() && cfg.chap.is_some() && chap_not_used(&e) => {
                 info!(target = %name, "the target takes no CHAP; listing it without credentials");
+                turl.user = None;
+                turl.mutual_user = None;
                 LoggedIn::login(SessionConfig { chap: None, ..cfg }).await
             }
             other => other,
