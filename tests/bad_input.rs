@@ -949,12 +949,17 @@ fn cp_into_a_full_filesystem_fails_and_leaves_only_what_was_copied() {
 
 /// A tiny stand-in for a web server: every connection's first bytes get an
 /// HTTP 400 answer, then the connection is closed. Deliberately not iSCSI.
-fn http_server() -> SocketAddr {
+/// Also returns the number of connections it accepted.
+fn http_server() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("address");
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
     std::thread::spawn(move || {
         for mut conn in listener.incoming().flatten() {
+            count.fetch_add(1, Ordering::SeqCst);
             let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
             let mut buf = [0u8; 512];
             let _ = conn.read(&mut buf);
@@ -964,17 +969,27 @@ fn http_server() -> SocketAddr {
             );
         }
     });
-    addr
+    (addr, accepted)
 }
 
 #[test]
 fn a_web_server_on_the_port_is_named_as_not_an_iscsi_target_with_its_first_bytes() {
-    let addr = http_server();
+    use std::sync::atomic::Ordering;
+    let (addr, accepted) = http_server();
     const EXIT_PROTOCOL: i32 = 7;
 
     let discover = run_rlun(["discover", &addr.to_string()], &[]);
+    let after_discover = accepted.load(Ordering::SeqCst);
     let info = run_rlun(["info", &format!("iscsi://{addr}/{IQN}/1")], &[]);
 
+    // What answered is named from the one connection's bytes: no second
+    // connection to ask again.
+    assert_eq!(after_discover, 1, "connections of discover");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "connections of discover and info"
+    );
     for out in [&discover, &info] {
         let line = assert_failure(out, EXIT_PROTOCOL, &["\"HTTP/1.1 400 Bad Request"]);
         assert!(

@@ -94,9 +94,10 @@ async fn explain_unknown_target(ctx: &Ctx, e: CliError) -> CliError {
 
 /// The login failed on an answer that is no iSCSI PDU (a framing error,
 /// or a cut-off or unexpected answer): often another service (a web
-/// server, SSH) listens on the port. Ask again on a fresh connection
-/// with a bare login request and, unless a login response comes back,
-/// say so with the first bytes of the answer — they name the service.
+/// server, SSH) listens on the port. Unless the answer starts like a
+/// login response, say so with its first bytes — they name the service.
+/// They come from the failed connection; only a login response that broke
+/// the protocol is asked again on a fresh connection.
 async fn explain_foreign_service(e: CliError) -> CliError {
     use crate::transport::TransportError;
     use rlun_iscsi::proto::login::LoginError;
@@ -104,18 +105,25 @@ async fn explain_foreign_service(e: CliError) -> CliError {
         CliError::Session(s) | CliError::Client(ClientError::Session(s)) => s,
         _ => return e,
     };
-    let portal = match session {
+    let (portal, first) = match session {
         SessionError::LoginTransport {
             portal,
             source: TransportError::Pdu(_) | TransportError::Truncated { .. },
-        }
-        | SessionError::Login {
+            answer,
+        } => (portal.clone(), Some(answer.clone())),
+        SessionError::Login {
             portal,
             source: LoginError::Protocol(_),
-        } => portal.clone(),
+        } => (portal.clone(), None),
         _ => return e,
     };
-    let answer = match probe_login_answer(&portal).await {
+    // The answer to rlun's own login, when the connection kept it; else
+    // (a login response that broke the protocol) ask once more.
+    let answer = match first.filter(|a| !a.is_empty()) {
+        Some(a) => Some(a),
+        None => probe_login_answer(&portal).await,
+    };
+    let answer = match answer {
         Some(a) if looks_like_login_response(&a) => return e,
         Some(a) if !a.is_empty() => format!("its answer to a login begins {}", show_bytes(&a)),
         _ => "its answer to the login is no iSCSI login response".to_string(),

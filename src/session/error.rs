@@ -35,6 +35,9 @@ pub enum SessionError {
         portal: String,
         #[source]
         source: TransportError,
+        /// The first bytes of the answer that could not be read as a PDU
+        /// (empty if none came): another service's greeting names it.
+        answer: Vec<u8>,
     },
     #[error("too many login redirections (last: {0})")]
     TooManyRedirects(String),
@@ -111,11 +114,13 @@ mod tests {
         let e = SessionError::LoginTransport {
             portal: "p".into(),
             source: TransportError::Truncated { have: 1, need: 48 },
+            answer: b"H".to_vec(),
         };
         assert_eq!(e.kind(), ErrorKind::Protocol);
         let e = SessionError::LoginTransport {
             portal: "p".into(),
             source: TransportError::Closed,
+            answer: Vec::new(),
         };
         assert_eq!(e.kind(), ErrorKind::Unreachable);
         let e = SessionError::Task(TaskError::ConnectionLost("x".into()));

@@ -135,6 +135,7 @@ async fn run_login<T: Transport>(
     let transport_err = |source| SessionError::LoginTransport {
         portal: portal.to_string(),
         source,
+        answer: Vec::new(),
     };
     let (mut login, mut pdu) = Login::start(login_cfg).map_err(|source| SessionError::Login {
         portal: portal.to_string(),
@@ -148,11 +149,16 @@ async fn run_login<T: Transport>(
         wr.write_frames(std::slice::from_ref(&frame))
             .await
             .map_err(|e| transport_err(TransportError::Io(e)))?;
-        let rsp = reader
-            .read_pdu(&mut NoPlacement)
-            .await
-            .map_err(transport_err)?
-            .pdu;
+        let rsp = match reader.read_pdu(&mut NoPlacement).await {
+            Ok(r) => r.pdu,
+            Err(source) => {
+                return Err(SessionError::LoginTransport {
+                    portal: portal.to_string(),
+                    source,
+                    answer: reader.received_head().to_vec(),
+                })
+            }
+        };
         match login
             .handle_response(rsp)
             .map_err(|source| SessionError::Login {

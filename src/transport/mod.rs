@@ -272,6 +272,13 @@ pub trait PduReader: Send + 'static {
         &mut self,
         place: &mut (dyn Placement + Send),
     ) -> Result<Option<Received>, TransportError>;
+
+    /// The bytes of the header that was being received when a read failed:
+    /// for the first answer of a connection, what answered (an HTTP or SSH
+    /// server's greeting names it). Empty when the transport cannot say.
+    fn received_head(&self) -> &[u8] {
+        &[]
+    }
 }
 
 /// The send half: writes encoded frames in order.

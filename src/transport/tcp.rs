@@ -123,6 +123,10 @@ impl<R: ByteSource + 'static> PduReader for FrameReader<R> {
     ) -> Result<Option<Received>, TransportError> {
         FrameReader::try_next(self, place)
     }
+
+    fn received_head(&self) -> &[u8] {
+        &self.head[..self.head_have]
+    }
 }
 
 /// Resolve `host:port` and connect to the first address that answers, each
