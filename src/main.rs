@@ -31,7 +31,10 @@ fn main() {
         }
     };
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("rlun={default_level},warn")));
+        // rustls warns of every client that connects by IP address
+        // ("Illegal SNI extension"), which is no fault of anyone's: only
+        // its errors are shown.
+        .unwrap_or_else(|_| EnvFilter::new(format!("rlun={default_level},rustls=error,warn")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -1242,3 +1242,111 @@ fn run_with_timeout_wait(child: &mut ChildGuard) -> i32 {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A client certificate without extensions (X.509 v1) is refused, and the
+/// operator reads why at the default log level; clients that connect by IP
+/// address put no "Illegal SNI" warning into the log.
+#[test]
+fn a_v1_client_certificate_is_refused_with_the_reason_and_ip_clients_log_no_sni_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, _, _) = tgtd_two_luns(dir.path());
+    let (cert, key) = make_cert(dir.path());
+    let d = dir.path();
+    let p = |n: &str| d.join(n).display().to_string();
+    let (ca_key, ca_pem) = (p("ca.key"), p("ca.pem"));
+    let (client_key, client_csr, client_pem) = (p("client.key"), p("client.csr"), p("client.pem"));
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend([
+        "-days", "1", "-subj", "/CN=ca", "-keyout", &ca_key, "-out", &ca_pem,
+    ]);
+    sh("openssl", &ca);
+    let mut csr = vec!["req"];
+    csr.extend(ec);
+    csr.extend([
+        "-subj",
+        "/CN=client",
+        "-keyout",
+        &client_key,
+        "-out",
+        &client_csr,
+    ]);
+    sh("openssl", &csr);
+    // No -extfile: OpenSSL signs an X.509 v1 certificate.
+    sh(
+        "openssl",
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &client_csr,
+            "-CA",
+            &ca_pem,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            &client_pem,
+        ],
+    );
+    let v1 = d.join("v1");
+    fs::create_dir(&v1).unwrap();
+    fs::copy(&cert, v1.join("ca-cert.pem")).unwrap();
+    fs::copy(&client_pem, v1.join("client-cert.pem")).unwrap();
+    fs::copy(&client_key, v1.join("client-key.pem")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = d.join("serve.log");
+    let child = Command::new(common::rlun_bin())
+        .args(["serve", &target_url(&tgtd), "--listen", &addr])
+        .args(["--tls-cert", &cert.display().to_string()])
+        .args(["--tls-key", &key.display().to_string(), "--tls-ca", &ca_pem])
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut serve = ChildGuard(child);
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "rlun serve never listened on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let out = run_with_timeout(
+        Command::new("nbdinfo").arg("--size").arg(format!(
+            "nbds://{addr}/lun1?tls-certificates={}",
+            v1.display()
+        )),
+        TOOL_TIMEOUT,
+    );
+    let _ = Command::new("kill").arg(serve.id().to_string()).status();
+    let _ = serve.0.wait();
+    let text = fs::read_to_string(&log).unwrap();
+
+    assert!(
+        !out.status.success(),
+        "served a v1 client certificate: {}",
+        both(&out)
+    );
+    assert!(
+        text.contains("client certificate must be X.509 v3"),
+        "{text}"
+    );
+    assert!(text.contains("WARN"), "said at the default level: {text}");
+    assert!(!text.contains("Illegal SNI"), "{text}");
+}

@@ -157,8 +157,48 @@ pub enum ConnError {
     HandshakeTimeout(Duration),
     #[error("TLS handshake failed")]
     Tls(#[source] io::Error),
+    /// A TLS handshake that failed for a reason the operator can act on.
+    #[error("TLS handshake refused: {reason}")]
+    TlsRefused {
+        reason: &'static str,
+        #[source]
+        source: io::Error,
+    },
     #[error("the client broke the transmission protocol: {0}")]
     Protocol(String),
+}
+
+/// Why a TLS handshake failed, in the words an operator acts on, when it
+/// was the client's certificate: the client itself only sees a fatal alert.
+fn tls_refusal(e: &io::Error) -> Option<&'static str> {
+    use tokio_rustls::rustls::{CertificateError, Error};
+    let error = e.get_ref()?.downcast_ref::<Error>()?;
+    Some(match error {
+        Error::NoCertificatesPresented => {
+            "the client sent no certificate, and --tls-ca requires one"
+        }
+        Error::InvalidCertificate(c) => match c {
+            CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+                "the client certificate has expired"
+            }
+            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+                "the client certificate is not valid yet"
+            }
+            CertificateError::UnknownIssuer => {
+                "the client certificate is not signed by a CA of --tls-ca"
+            }
+            CertificateError::Revoked => "the client certificate is revoked",
+            // webpki refuses X.509 v1 and v2 certificates (no extensions).
+            CertificateError::Other(other)
+                if format!("{other:?}").contains("UnsupportedCertVersion") =>
+            {
+                "client certificate must be X.509 v3 (it is v1 or v2: sign it with \
+                 extensions, e.g. `openssl x509 -req -extfile` with basicConstraints=CA:FALSE)"
+            }
+            _ => return None,
+        },
+        _ => return None,
+    })
 }
 
 /// A byte stream a connection runs on (TCP, Unix, or TLS over either).
@@ -327,7 +367,13 @@ impl<B: LunBackend> Server<B> {
                 }
                 HandshakeEvent::StartTls => {
                     let acceptor = self.tls.clone().expect("StartTls only in TLS mode");
-                    let tls = acceptor.accept(stream).await.map_err(ConnError::Tls)?;
+                    let tls = acceptor
+                        .accept(stream)
+                        .await
+                        .map_err(|e| match tls_refusal(&e) {
+                            Some(reason) => ConnError::TlsRefused { reason, source: e },
+                            None => ConnError::Tls(e),
+                        })?;
                     stream = Box::new(tls);
                     hs.tls_started();
                 }
