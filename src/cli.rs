@@ -6,6 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use rlun_iscsi::proto::digest::DigestPref;
+
+use crate::config::settings::Settings;
+pub use crate::config::settings::{
+    parse_cache_size, parse_duration, parse_segment_size, parse_size, parse_threads, parse_timeout,
+    CacheChoice, OnOff,
+};
 
 /// Exit codes that scripts can rely on (also listed in `rlun --help`):
 /// [`crate::exit`], under the name it always had here.
@@ -52,21 +59,23 @@ pub struct Cli {
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
 
-    /// Worker threads of the async runtime. 1 (the default) runs each
-    /// session's whole hot path on one thread: completing an I/O wakes no
-    /// other thread, which gives the least CPU per I/O and, with one or a
-    /// few LUNs, the most throughput (see benches/compare.sh). Raise it only
-    /// when one process serves many busy LUNs (`rlun serve`/`mount` of
-    /// several) and a single core is the limit. Blocking work (file I/O of
-    /// `rlun cp`) runs in a separate pool whatever this says.
+    /// Worker threads of the async runtime [default: 1].
+    ///
+    /// 1 runs each session's whole hot path on one thread: completing an
+    /// I/O wakes no other thread, which gives the least CPU per I/O and,
+    /// with one or a few LUNs, the most throughput (see benches/compare.sh).
+    /// Raise it only when one process serves many busy LUNs (`rlun
+    /// serve`/`mount` of several) and a single core is the limit. Blocking
+    /// work (file I/O of `rlun cp`) runs in a separate pool whatever this
+    /// says. Also `threads` in the config file's [defaults].
     #[arg(
         long,
         global = true,
-        default_value_t = 1,
         value_name = "N",
-        env = "RLUN_THREADS"
+        env = "RLUN_THREADS",
+        value_parser = parse_threads
     )]
-    pub threads: usize,
+    pub threads: Option<usize>,
 
     /// Configuration file (named targets, CHAP, defaults).
     #[arg(long, global = true, value_name = "PATH", env = "RLUN_CONFIG")]
@@ -363,63 +372,62 @@ impl Pattern {
 }
 
 /// rlun's page cache, for every command that opens a device (`mount`,
-/// `bench`, `serve`, `attach`).
+/// `bench`, `serve`, `attach`). Each can also come from the config file.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Cache options")]
 pub struct CacheOpts {
-    /// rlun's own cache of LUN data. Default: for mount none (the kernel
-    /// page cache already caches), write-through with --direct-io; for serve
-    /// and attach write-through (shared by every connection; it wins for
-    /// 4 KiB random and hot re-reads, and reads of 128 KiB or more streamed
-    /// with several in flight, as nbdcopy does, bypass it); for bench no
-    /// cache at all (I/O goes straight to the LUN).
+    /// rlun's own cache of LUN data [default: see --help].
+    ///
+    /// Default: for mount none (the kernel page cache already caches),
+    /// write-through with --direct-io; for serve and attach write-through
+    /// (shared by every connection; it wins for 4 KiB random and hot
+    /// re-reads, and reads of 128 KiB or more streamed with several in
+    /// flight, as nbdcopy does, bypass it); for bench no cache at all (I/O
+    /// goes straight to the LUN; bench takes the mode from --cache only,
+    /// never from the config file).
     #[arg(long, value_enum, value_name = "MODE")]
     pub cache: Option<CacheChoice>,
-    /// Memory cap of rlun's cache for the whole process: every LUN the
-    /// command opens shares it (a mount of a target with 16 LUNs uses at
-    /// most this much in all, not 16 times it). 7/8 of it (at least SIZE
-    /// minus 256M) holds cache pages, reserved once as one region when the
-    /// command starts and, over iSER, registered with the RDMA device once
-    /// per connection; the rest bounds the cache's reads and write-backs in
-    /// flight. Unused with --cache none.
-    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
-    pub cache_size: u64,
-    /// Read ahead of sequential streams in rlun's cache; mount also raises
-    /// the kernel's read-ahead window to 8 MiB (when rlun may write
-    /// /sys/class/bdi). Off: no read-ahead at all.
-    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On)]
-    pub readahead: OnOff,
-    /// Longest time written data waits in memory with --cache write-back
-    /// before it is written back.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub writeback_delay: Duration,
-    /// Log each LUN's cache counters (hits, misses, read-ahead hits,
-    /// evictions, dirty bytes, flushes) at this interval, at info level.
+    /// Memory cap of rlun's cache for the whole process [default: 256M].
+    ///
+    /// Every LUN the command opens shares it (a mount of a target with 16
+    /// LUNs uses at most this much in all, not 16 times it). 7/8 of it (at
+    /// least SIZE minus 256M) holds cache pages, reserved once as one
+    /// region when the command starts and, over iSER, registered with the
+    /// RDMA device once per connection; the rest bounds the cache's reads
+    /// and write-backs in flight. At least 1M. Unused with --cache none.
+    #[arg(long, value_name = "SIZE", value_parser = parse_cache_size)]
+    pub cache_size: Option<u64>,
+    /// Read ahead of sequential streams [default: on].
+    ///
+    /// In rlun's cache; mount also raises the kernel's read-ahead window to
+    /// 8 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at
+    /// all.
+    #[arg(long, value_enum, value_name = "ON|OFF")]
+    pub readahead: Option<OnOff>,
+    /// Longest wait of written data in a write-back cache [default: 1s].
+    ///
+    /// With --cache write-back, data written waits in memory at most this
+    /// long before it is written back (0: at once).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub writeback_delay: Option<Duration>,
+    /// Log cache counters at this interval [default: never].
+    ///
+    /// Each LUN's cache counters (hits, misses, read-ahead hits,
+    /// evictions, dirty bytes, flushes), at info level. More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub stats_interval: Option<Duration>,
 }
 
 impl CacheOpts {
-    /// The device settings for cache `mode` (the command's choice when
-    /// `--cache` is not given).
-    /// Every call makes a new budget of `--cache-size`, shared by every
-    /// device opened with (a clone of) the returned settings: call it once
-    /// per process.
-    /// With a cache, its page memory is reserved here, before the command
-    /// logs in, so that an iSER connection registers it when it connects.
-    pub fn device_config(&self, mode: crate::device::CacheMode) -> crate::device::DeviceConfig {
-        let budget = crate::device::CacheBudget::new(self.cache_size);
-        if mode != crate::device::CacheMode::None {
-            budget.reserve();
-        }
-        crate::device::DeviceConfig {
-            mode,
+    /// The settings given on the command line.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            cache: self.cache,
             cache_size: self.cache_size,
-            budget: Some(budget),
-            readahead: self.readahead == OnOff::On,
+            readahead: self.readahead,
             writeback_delay: self.writeback_delay,
             stats_interval: self.stats_interval,
-            ..crate::device::DeviceConfig::default()
+            ..Settings::default()
         }
     }
 }
@@ -601,18 +609,8 @@ pub struct ServeOpts {
     pub allow_insecure: bool,
 }
 
-/// Page cache mode for `--cache`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CacheChoice {
-    /// Through LunDevice, but every I/O goes to the target.
-    None,
-    /// Reads cached; writes complete when the target has them.
-    WriteThrough,
-    /// Writes complete in memory and are written back later.
-    WriteBack,
-}
-
 impl CacheChoice {
+    /// The device layer's mode.
     pub fn mode(self) -> crate::device::CacheMode {
         match self {
             CacheChoice::None => crate::device::CacheMode::None,
@@ -620,13 +618,6 @@ impl CacheChoice {
             CacheChoice::WriteBack => crate::device::CacheMode::WriteBack,
         }
     }
-}
-
-/// A switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OnOff {
-    On,
-    Off,
 }
 
 /// Digest choice for `--header-digest` / `--data-digest`.
@@ -641,87 +632,122 @@ pub enum DigestChoice {
     Prefer,
 }
 
-/// Options for connecting and logging in, shared by every subcommand.
+impl DigestChoice {
+    /// What to offer for the digest.
+    pub fn pref(self) -> DigestPref {
+        match self {
+            DigestChoice::None => DigestPref::None,
+            DigestChoice::Crc32c => DigestPref::Crc32c,
+            DigestChoice::Prefer => DigestPref::PreferCrc32c,
+        }
+    }
+}
+
+/// Options for connecting and logging in, shared by every subcommand that
+/// logs in. Each but the CHAP ones can also come from the config file
+/// (rlun.toml(5)): the command line goes first, then the target's entry,
+/// then [defaults], then the default shown.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection options")]
 pub struct ConnectOpts {
-    /// Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config
-    /// file's initiator_name, else the InitiatorName= of open-iscsi's
-    /// /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>).
+    /// Our iSCSI name [default: see --help].
+    ///
+    /// Default: RLUN_INITIATOR_NAME, else the config file's
+    /// initiator_name, else the InitiatorName= of open-iscsi's
+    /// /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>.
     #[arg(long, value_name = "IQN", env = "RLUN_INITIATOR_NAME")]
     pub initiator_name: Option<String>,
 
-    /// CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config).
+    /// CHAP user name.
+    ///
+    /// The secret comes from RLUN_CHAP_SECRET, --chap-file or the config
+    /// file.
     #[arg(long, value_name = "NAME")]
     pub chap_user: Option<String>,
 
-    /// File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret).
+    /// File with CHAP credentials (TOML).
+    ///
+    /// Its keys: user, secret, mutual_user, mutual_secret. Keep it mode
+    /// 0600.
     #[arg(long, value_name = "PATH")]
     pub chap_file: Option<PathBuf>,
 
-    /// Header digest.
+    /// Header digest [default: none unless the target insists].
+    ///
+    /// none offers None, crc32c insists on CRC32C, prefer-crc32c offers
+    /// CRC32C,None. Without any setting rlun offers None,CRC32C: None
+    /// unless the target insists on CRC32C.
     #[arg(long, value_enum, value_name = "MODE")]
     pub header_digest: Option<DigestChoice>,
 
-    /// Data digest.
+    /// Data digest [default: none unless the target insists].
+    ///
+    /// As --header-digest.
     #[arg(long, value_enum, value_name = "MODE")]
     pub data_digest: Option<DigestChoice>,
 
-    /// Give up connecting after this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Give up connecting after this long [default: 10s].
+    ///
+    /// More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub connect_timeout: Option<Duration>,
 
-    /// Give up logging in after this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Give up logging in after this long [default: 15s].
+    ///
+    /// More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub login_timeout: Option<Duration>,
 
+    /// How long I/O waits for a lost connection to come back [default: 120s].
+    ///
     /// When the connection is lost, keep logging in again until I/O has
     /// waited this long without any command completing, then fail pending
-    /// and new I/O (a login alone does not count; 0 disables reconnecting).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "120s")]
-    pub replacement_timeout: Duration,
+    /// and new I/O (a login alone does not count). 0 disables
+    /// reconnecting.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub replacement_timeout: Option<Duration>,
 
-    /// Ping the target (NOP-Out) after this much silence.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
-    pub nop_interval: Duration,
+    /// Ping the target (NOP-Out) after this much silence [default: 5s].
+    ///
+    /// 0 sends no pings.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub nop_interval: Option<Duration>,
 
-    /// Declare the connection dead when a ping is unanswered this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
-    pub nop_timeout: Duration,
+    /// Declare the connection dead when a ping is unanswered this long [default: 10s].
+    ///
+    /// More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub nop_timeout: Option<Duration>,
 
-    /// Largest data segment the target may send us in one PDU
-    /// (MaxRecvDataSegmentLength we declare, 512 to 16M-1).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "256k")]
-    pub max_recv_segment: u64,
+    /// Largest data segment the target may send us in one PDU [default: 256k].
+    ///
+    /// The MaxRecvDataSegmentLength we declare, 512 to 16M-1.
+    #[arg(long, value_name = "SIZE", value_parser = parse_segment_size)]
+    pub max_recv_segment: Option<u32>,
 
-    /// Abort and retry a SCSI command that has no answer after this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
-    pub command_timeout: Duration,
+    /// Abort and retry a SCSI command unanswered this long [default: 30s].
+    ///
+    /// More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub command_timeout: Option<Duration>,
 }
 
-/// Parse sizes like `4096`, `4k`, `128K`, `1M`, `2g`, `1MiB` (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let digits_end = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
-    let (num, unit) = lower.split_at(digits_end);
-    if num.is_empty() {
-        return Err(format!(
-            "invalid size {t:?}: expected a number like 4k or 1M"
-        ));
+impl ConnectOpts {
+    /// The settings given on the command line.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            connect_timeout: self.connect_timeout,
+            login_timeout: self.login_timeout,
+            replacement_timeout: self.replacement_timeout,
+            nop_interval: self.nop_interval,
+            nop_timeout: self.nop_timeout,
+            command_timeout: self.command_timeout,
+            max_recv_segment: self.max_recv_segment,
+            header_digest: self.header_digest.map(DigestChoice::pref),
+            data_digest: self.data_digest.map(DigestChoice::pref),
+            ..Settings::default()
+        }
     }
-    let n: u64 = num.parse().map_err(|_| format!("invalid size {t:?}"))?;
-    let mult: u64 = match unit.trim() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        u => return Err(format!("invalid size unit {u:?} in {t:?} (use k, M, G, T)")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size {t:?} is too large"))
 }
 
 /// Parse an octal permission mode like `0640` or `640` (at most `7777`).
@@ -734,29 +760,6 @@ pub fn parse_mode(s: &str) -> Result<u16, String> {
             "invalid mode {t:?}: expected octal permission bits like 0640"
         )),
     }
-}
-
-/// Parse durations like `10s`, `500ms`, `2m`, `1h`, or plain seconds `10`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let digits_end = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits_end);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {t:?}: expected e.g. 10s, 500ms, 2m"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        u => return Err(format!("invalid duration unit {u:?} in {t:?}")),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(format!("duration {t:?} out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// A duration the kernel takes in whole seconds: at least one second,
@@ -823,5 +826,46 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    /// The "[default: …]" of each option's help is the built-in default
+    /// ([`crate::config::settings::BUILT_IN`]), which the help cannot read.
+    #[test]
+    fn help_shows_the_built_in_defaults() {
+        use crate::config::settings::{BUILT_IN, DEFAULT_THREADS};
+        let secs = |d: Duration| format!("{}s", d.as_secs());
+        let cmd = Cli::command();
+        let mount = cmd.find_subcommand("mount").unwrap();
+        let b = BUILT_IN;
+        for (id, shown) in [
+            ("connect_timeout", secs(b.connect_timeout)),
+            ("login_timeout", secs(b.login_timeout)),
+            ("replacement_timeout", secs(b.replacement_timeout)),
+            ("nop_interval", secs(b.nop_interval)),
+            ("nop_timeout", secs(b.nop_timeout)),
+            ("command_timeout", secs(b.command_timeout)),
+            ("max_recv_segment", format!("{}k", b.max_recv_segment >> 10)),
+            ("cache_size", format!("{}M", b.cache_size >> 20)),
+            ("readahead", "on".to_string()),
+            ("writeback_delay", secs(b.writeback_delay)),
+        ] {
+            let arg = mount.get_arguments().find(|a| a.get_id() == id).unwrap();
+            let help = arg.get_help().unwrap().to_string();
+            assert!(
+                help.contains(&format!("[default: {shown}]")),
+                "--{id}: {help}"
+            );
+        }
+        assert_eq!(b.readahead, OnOff::On);
+        assert!(b.stats_interval.is_none() && b.cache.is_none());
+        let threads = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "threads")
+            .unwrap();
+        let help = threads.get_help().unwrap().to_string();
+        assert!(
+            help.contains(&format!("[default: {DEFAULT_THREADS}]")),
+            "{help}"
+        );
     }
 }

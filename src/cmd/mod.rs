@@ -41,8 +41,8 @@ use crate::url::TargetUrl;
 use error::discovery_failed;
 
 /// Run the parsed command line.
-pub async fn run(cli: Cli) -> Result<(), CliError> {
-    match run_command(cli).await {
+pub async fn run(cli: Cli, config: Config) -> Result<(), CliError> {
+    match run_command(cli, config).await {
         Err(e) => Err(explain_foreign_service(e).await),
         ok => ok,
     }
@@ -129,8 +129,21 @@ fn show_bytes(bytes: &[u8]) -> String {
     format!("\"{shown}{more}\"")
 }
 
-async fn run_command(cli: Cli) -> Result<(), CliError> {
-    let config = Config::load(cli.config.as_deref())?;
+/// The config file `--config` names, or the default one: loaded before the
+/// runtime starts, as `threads` in it sizes the runtime.
+pub fn load_config(cli: &Cli) -> Result<Config, CliError> {
+    Ok(Config::load(cli.config.as_deref())?)
+}
+
+/// Worker threads of the runtime: `--threads` (or RLUN_THREADS), else the
+/// config file's `[defaults] threads`, else one.
+pub fn threads(cli: &Cli, config: &Config) -> usize {
+    cli.threads
+        .or(config.defaults.threads)
+        .unwrap_or(crate::config::settings::DEFAULT_THREADS)
+}
+
+async fn run_command(cli: Cli, config: Config) -> Result<(), CliError> {
     let ctx = Ctx { config };
     match cli.command {
         Command::Discover { portal, conn } => {

@@ -21,9 +21,15 @@ pub enum ConfigError {
     #[error("config file {}: {detail}", path.display())]
     ParseConfig { path: PathBuf, detail: String },
 
-    #[error("config file {}: {key}: {reason}", path.display())]
+    #[error(
+        "config file {}: {}key `{key}`: {reason}",
+        path.display(),
+        line.map(|l| format!("line {l}, ")).unwrap_or_default()
+    )]
     InvalidConfig {
         path: PathBuf,
+        /// The line of the key, when it could be found.
+        line: Option<usize>,
         key: String,
         reason: String,
     },

@@ -11,48 +11,51 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::error::ConfigError;
+use super::settings::{settings_table, Settings};
 use crate::url::{check_iscsi_name, TargetUrl};
-use rlun_iscsi::proto::digest::DigestPref;
 use rlun_iscsi::secret::Secret;
 
 /// Where the config file lives unless `--config` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/rlun/rlun.toml";
 
-/// Default TCP connect timeout when the config file sets none.
-pub const DEFAULT_CONNECT_TIMEOUT_SECS: u64 = 10;
-
-/// Default login timeout when the config file sets none.
-pub const DEFAULT_LOGIN_TIMEOUT_SECS: u64 = 15;
-
-/// The `[defaults]` table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Defaults {
-    pub initiator_name: Option<String>,
-    pub connect_timeout_secs: Option<u64>,
-    pub login_timeout_secs: Option<u64>,
-    pub header_digest: Option<DigestPref>,
-    pub data_digest: Option<DigestPref>,
+settings_table! {
+    /// The `[defaults]` table: the settings every target starts from.
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Defaults {
+        pub initiator_name: Option<String>,
+        /// Worker threads of the async runtime (`--threads`): only here,
+        /// as the runtime is one per process, started before any target
+        /// is looked up.
+        #[serde(default, deserialize_with = "super::settings::de::threads")]
+        pub threads: Option<usize>,
+        /// Deprecated spelling of `connect_timeout` (whole seconds); read
+        /// into it by [`Config::from_toml_str`], with a warning.
+        pub connect_timeout_secs: Option<u64>,
+        /// Deprecated spelling of `login_timeout`, as above.
+        pub login_timeout_secs: Option<u64>,
+    }
 }
 
-/// One `[targets.<name>]` table.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TargetEntry {
-    #[serde(deserialize_with = "de_url")]
-    pub url: TargetUrl,
-    pub chap_user: Option<String>,
-    #[serde(default, deserialize_with = "de_opt_secret")]
-    pub chap_secret: Option<Secret>,
-    /// Absolute after [`Config::load`] (relative paths are taken from the
-    /// config file's directory).
-    pub chap_secret_file: Option<PathBuf>,
-    pub mutual_user: Option<String>,
-    #[serde(default, deserialize_with = "de_opt_secret")]
-    pub mutual_secret: Option<Secret>,
-    pub mutual_secret_file: Option<PathBuf>,
-    pub header_digest: Option<DigestPref>,
-    pub data_digest: Option<DigestPref>,
+settings_table! {
+    /// One `[targets.<name>]` table: where the target is, its credentials,
+    /// and settings that go before `[defaults]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct TargetEntry {
+        #[serde(deserialize_with = "de_url")]
+        pub url: TargetUrl,
+        pub chap_user: Option<String>,
+        #[serde(default, deserialize_with = "de_opt_secret")]
+        pub chap_secret: Option<Secret>,
+        /// Absolute after [`Config::load`] (relative paths are taken from the
+        /// config file's directory).
+        pub chap_secret_file: Option<PathBuf>,
+        pub mutual_user: Option<String>,
+        #[serde(default, deserialize_with = "de_opt_secret")]
+        pub mutual_secret: Option<Secret>,
+        pub mutual_secret_file: Option<PathBuf>,
+    }
 }
 
 /// The whole config file.
@@ -132,36 +135,66 @@ impl Config {
             detail: describe_toml_error(text, &e),
         })?;
         config.path = Some(path.to_path_buf());
-        config.validate(path)?;
+        config.validate(text, path)?;
         Ok(config)
     }
 
-    fn validate(&mut self, path: &Path) -> Result<(), ConfigError> {
-        let invalid = |key: String, reason: String| ConfigError::InvalidConfig {
-            path: path.to_path_buf(),
-            key,
-            reason,
-        };
+    fn validate(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let invalid =
+            |key: String, line: Option<usize>, reason: String| ConfigError::InvalidConfig {
+                path: path.to_path_buf(),
+                line,
+                key,
+                reason,
+            };
         if let Some(name) = &self.defaults.initiator_name {
-            check_iscsi_name(name)
-                .map_err(|e| invalid("defaults.initiator_name".into(), e.to_string()))?;
+            check_iscsi_name(name).map_err(|e| {
+                invalid(
+                    "defaults.initiator_name".into(),
+                    line_of(text, "defaults", "initiator_name"),
+                    e.to_string(),
+                )
+            })?;
         }
-        for (key, v) in [
-            ("connect_timeout_secs", self.defaults.connect_timeout_secs),
-            ("login_timeout_secs", self.defaults.login_timeout_secs),
+        // The old integer keys still work, with a warning; 0 is refused as
+        // it is for connect_timeout and login_timeout.
+        let d = &mut self.defaults;
+        for (old, new, secs, value) in [
+            (
+                "connect_timeout_secs",
+                "connect_timeout",
+                d.connect_timeout_secs,
+                &mut d.connect_timeout,
+            ),
+            (
+                "login_timeout_secs",
+                "login_timeout",
+                d.login_timeout_secs,
+                &mut d.login_timeout,
+            ),
         ] {
-            if v == Some(0) {
-                return Err(invalid(
-                    format!("defaults.{key}"),
-                    "must be at least 1".into(),
-                ));
+            let Some(secs) = secs else { continue };
+            let key = format!("defaults.{old}");
+            let line = line_of(text, "defaults", old);
+            if value.is_some() {
+                return Err(invalid(key, line, format!("give {new} or {old}, not both")));
             }
+            if secs == 0 {
+                return Err(invalid(key, line, "must be more than 0".into()));
+            }
+            *value = Some(Duration::from_secs(secs));
+            self.warnings.push(format!(
+                "config file {}: {}key `{key}` is deprecated: write {new} = \"{secs}s\" instead",
+                path.display(),
+                line.map(|l| format!("line {l}, ")).unwrap_or_default(),
+            ));
         }
         let base = path.parent().unwrap_or(Path::new("/"));
         for (name, t) in &mut self.targets {
             if t.url.target.is_none() {
                 return Err(invalid(
                     format!("targets.{name}.url"),
+                    line_of(text, &format!("targets.{name}"), "url"),
                     "must name a target: iscsi://host/<iqn>[/<lun>]".into(),
                 ));
             }
@@ -177,6 +210,7 @@ impl Config {
                     let inline = file_key.trim_end_matches("_file");
                     return Err(invalid(
                         format!("targets.{name}.{file_key}"),
+                        line_of(text, &format!("targets.{name}"), file_key),
                         format!("give {inline} or {file_key}, not both"),
                     ));
                 }
@@ -217,44 +251,15 @@ impl Config {
         })
     }
 
-    /// The connect timeout from `[defaults]`, or the built-in default.
-    pub fn connect_timeout(&self) -> Duration {
-        Duration::from_secs(
-            self.defaults
-                .connect_timeout_secs
-                .unwrap_or(DEFAULT_CONNECT_TIMEOUT_SECS),
-        )
-    }
-
-    /// The login timeout from `[defaults]`, or the built-in default.
-    pub fn login_timeout(&self) -> Duration {
-        Duration::from_secs(
-            self.defaults
-                .login_timeout_secs
-                .unwrap_or(DEFAULT_LOGIN_TIMEOUT_SECS),
-        )
-    }
-
-    /// Header digest: the URL's `?header_digest=`, else the target entry,
-    /// else `[defaults]`, else none. (A command-line value, if the CLI has
-    /// one, goes before all of these.)
-    pub fn header_digest(
-        &self,
-        url: Option<&TargetUrl>,
-        entry: Option<&TargetEntry>,
-    ) -> DigestPref {
-        url.and_then(|u| u.header_digest)
-            .or(entry.and_then(|e| e.header_digest))
-            .or(self.defaults.header_digest)
-            .unwrap_or_default()
-    }
-
-    /// Data digest: the target entry, else `[defaults]`, else none.
-    pub fn data_digest(&self, entry: Option<&TargetEntry>) -> DigestPref {
-        entry
-            .and_then(|e| e.data_digest)
-            .or(self.defaults.data_digest)
-            .unwrap_or_default()
+    /// The settings the file gives for a target: its entry's, else
+    /// `[defaults]`'s (the command line's go before both; see
+    /// [`Settings::or`]).
+    pub fn settings_for(&self, entry: Option<&TargetEntry>) -> Settings {
+        let defaults = self.defaults.settings();
+        match entry {
+            Some(e) => e.settings().or(&defaults),
+            None => defaults,
+        }
     }
 }
 
@@ -362,4 +367,31 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
         (Some(t), None) => Some(t),
         (None, None) => None,
     }
+}
+
+/// The line of `key = …` in table `[table]` of `text`, for messages (best
+/// effort: the first such line after the header, or `None`).
+fn line_of(text: &str, table: &str, key: &str) -> Option<usize> {
+    let mut in_table = false;
+    for (n, raw) in text.lines().enumerate() {
+        let l = raw.trim();
+        if l.starts_with('[') {
+            let inner = l.trim_start_matches('[').split(']').next().unwrap_or("");
+            let inner: String = inner
+                .split('.')
+                .map(|p| p.trim().trim_matches('"'))
+                .collect::<Vec<_>>()
+                .join(".");
+            in_table = inner == table;
+            continue;
+        }
+        if in_table {
+            if let Some((k, _)) = l.split_once('=') {
+                if k.trim().trim_matches('"') == key {
+                    return Some(n + 1);
+                }
+            }
+        }
+    }
+    None
 }

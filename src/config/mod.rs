@@ -35,6 +35,7 @@
 mod credentials;
 mod error;
 mod file;
+pub mod settings;
 
 pub use credentials::{ChapCredentials, CliCreds, Credentials, MIN_CHAP_SECRET_LEN};
 pub use error::{ChapRole, ConfigError};
@@ -90,16 +91,65 @@ DESCRIPTION
         open-iscsi's /etc/iscsi/initiatorname.iscsi when that file exists
         (so target ACLs written for this host's kernel initiator admit rlun
         too), else iqn.2026-11.org.rlun:<host name>, stable for the host.
-    connect_timeout_secs = 10
-        Seconds to wait for the TCP (or RDMA) connection. Must be above 0.
-    login_timeout_secs = 15
-        Seconds to wait for the login to complete. Must be above 0.
+    threads = 1
+        Worker threads of the async runtime (--threads, RLUN_THREADS take
+        precedence), 1 to 1024. Only in [defaults]: one runtime serves the
+        whole process. Default 1.
+    Every setting of the next section, for every target.
+
+SETTINGS
+    Each of these may appear in [defaults] and in [targets.<name>]; each is
+    also a command-line option of the same name (--connect-timeout, ...).
+    The first of these that gives a setting wins: the command line, the
+    target's [targets.<name>] entry, [defaults], the built-in default.
+    Values are written as on the command line, as TOML strings: durations
+    "10s", "500ms", "2m", "1h"; sizes "4k", "256M", "1G". A bare integer
+    means what a bare number means there (seconds, bytes). A value the
+    command line refuses is refused here too, naming the line and key.
+    connect_timeout = "10s"
+        How long to wait for the TCP (or RDMA) connection. More than 0.
+    login_timeout = "15s"
+        How long to wait for the login to complete. More than 0.
+    replacement_timeout = "120s"
+        When the connection is lost, how long I/O waits, without any
+        command completing, while rlun logs in again; then pending and new
+        I/O fail. "0" disables reconnecting.
+    nop_interval = "5s"
+        Ping the target (NOP-Out) after this much silence. "0": no pings.
+    nop_timeout = "10s"
+        Declare the connection dead when a ping is unanswered this long.
+        More than 0.
+    command_timeout = "30s"
+        Abort and retry a SCSI command unanswered this long. More than 0.
+    max_recv_segment = "256k"
+        Largest data segment the target may send in one PDU (the
+        MaxRecvDataSegmentLength rlun declares), 512 to 16M-1.
     header_digest = "none" | "crc32c" | "prefer-crc32c"
     data_digest = "none" | "crc32c" | "prefer-crc32c"
         What to offer for HeaderDigest and DataDigest (RFC 7143 section
         13.1): "none" offers None, "crc32c" insists on CRC32C, and
         "prefer-crc32c" offers CRC32C,None ("prefer", the short form
-        --header-digest also takes, means the same). Default: "none".
+        --header-digest also takes, means the same). Unset, rlun offers
+        None,CRC32C: None unless the target insists on CRC32C. A URL's
+        ?header_digest= goes before the file.
+    cache = "none" | "write-through" | "write-back"
+        rlun's own cache of LUN data, for mount, serve and attach (bench
+        takes it from --cache only). Unset: none for mount (write-through
+        with --direct-io), write-through for serve and attach.
+    cache_size = "256M"
+        Memory cap of rlun's cache for the whole process. At least 1M.
+    readahead = "on" | "off"
+        Read ahead of sequential streams (true and false work too).
+        Default "on".
+    writeback_delay = "1s"
+        With cache = "write-back", the longest time written data waits in
+        memory. "0": write back at once.
+    stats_interval = "1m"
+        Log each LUN's cache counters at this interval, at info level.
+        More than 0. Default: never.
+    Deprecated: connect_timeout_secs = 10 and login_timeout_secs = 15
+    (whole seconds, in [defaults] only) still work, with a warning; give
+    either the old or the new key, not both.
 
 [targets.<name>]
     A named target, usable in place of a URL: `rlun mount store /mnt/x`.
@@ -114,8 +164,7 @@ DESCRIPTION
     mutual_user = "store-target"
     mutual_secret = "..."  or  mutual_secret_file = "..."
         Mutual CHAP: the name and secret the target must prove it knows.
-    header_digest, data_digest
-        As in [defaults], for this target only.
+    Any setting of SETTINGS, for this target only.
 
     A file that holds secrets must be readable by its owner only (chmod 600):
     rlun refuses a secret file, a credentials file, or this file when it
@@ -134,9 +183,11 @@ SYSTEMD
         rlun attach <name>: the target's one disk LUN (or the LUN its url
         names) as the first free /dev/nbdN, shown in the unit's status and
         by `rlun list`; the unit loads the nbd module first.
-    The mount point, the socket and the device follow that fixed layout. To
-    use another one, replace the unit's command with a drop-in (`systemctl
-    edit rlun-mount@store`: an empty ExecStart= line, then your
+    The mount point, the socket and the device follow that fixed layout;
+    timeouts, the cache and threads come from this file (the target's
+    entry, or [defaults]), so an instance needs no options of its own. To
+    use another layout, replace the unit's command with a drop-in
+    (`systemctl edit rlun-mount@store`: an empty ExecStart= line, then your
     ExecStart=). All three are Type=notify: the unit is started only when
     the mount answers, the socket accepts clients or the device is
     configured. Stopping writes back cached data, logs out and unmounts or
@@ -150,11 +201,15 @@ EXAMPLE
     [defaults]
     initiator_name = "iqn.2026-11.org.example:db1"
     header_digest = "prefer-crc32c"
+    connect_timeout = "5s"
+    replacement_timeout = "5m"
 
     [targets.store]
     url = "iscsi://10.0.0.5/iqn.2026-11.org.example:store/1"
     chap_user = "db1"
     chap_secret_file = "store.secret"
+    cache = "write-back"
+    cache_size = "1G"
 "#;
 
 /// open-iscsi's initiator name file, used when nothing else names one.

@@ -1,5 +1,6 @@
-use super::file::{DEFAULT_CONNECT_TIMEOUT_SECS, DEFAULT_LOGIN_TIMEOUT_SECS};
+use super::settings::{CacheChoice, OnOff, Settings, BUILT_IN};
 use super::*;
+use crate::config::settings::Effective;
 use crate::url::TargetUrl;
 use rlun_iscsi::proto::digest::DigestPref;
 use rlun_iscsi::secret::Secret;
@@ -403,8 +404,9 @@ fn missing_credentials_file_is_an_error() {
 const FULL: &str = r#"
 [defaults]
 initiator_name = "iqn.2026-11.org.example:db1"
-connect_timeout_secs = 5
-login_timeout_secs = 20
+connect_timeout = "5s"
+login_timeout = "20s"
+threads = 2
 header_digest = "prefer-crc32c"
 data_digest = "crc32c"
 
@@ -415,6 +417,8 @@ chap_secret = "inline-secret-1"
 mutual_user = "store"
 mutual_secret_file = "/etc/rlun/store-mutual.secret"
 header_digest = "none"
+login_timeout = "1m"
+cache = "write-back"
 
 [targets.all]
 url = "iscsi://10.0.0.6/iqn.2026-11.org.example:all"
@@ -427,8 +431,8 @@ fn full_config_parses() {
         cfg.defaults.initiator_name.as_deref(),
         Some("iqn.2026-11.org.example:db1")
     );
-    assert_eq!(cfg.connect_timeout(), Duration::from_secs(5));
-    assert_eq!(cfg.login_timeout(), Duration::from_secs(20));
+    assert_eq!(cfg.defaults.threads, Some(2));
+    assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
     let store = cfg.target("store").unwrap();
     assert_eq!(store.url.transport, crate::url::TransportKind::Iser);
     assert_eq!(store.url.lun, Some(1));
@@ -436,45 +440,36 @@ fn full_config_parses() {
         store.chap_secret.as_ref().map(Secret::expose),
         Some("inline-secret-1")
     );
-    assert_eq!(cfg.header_digest(None, Some(store)), DigestPref::None);
-    assert_eq!(cfg.data_digest(Some(store)), DigestPref::Crc32c);
+    let s = cfg.settings_for(Some(store)).resolve();
+    assert_eq!(s.header_digest, Some(DigestPref::None));
+    assert_eq!(s.data_digest, Some(DigestPref::Crc32c));
+    assert_eq!(s.connect_timeout, Duration::from_secs(5));
+    assert_eq!(s.login_timeout, Duration::from_secs(60));
+    assert_eq!(s.cache, Some(CacheChoice::WriteBack));
     let all = cfg.target("all").unwrap();
     assert_eq!(all.url.lun, None);
-    assert_eq!(cfg.header_digest(None, Some(all)), DigestPref::PreferCrc32c);
+    let s = cfg.settings_for(Some(all)).resolve();
+    assert_eq!(s.header_digest, Some(DigestPref::PreferCrc32c));
+    assert_eq!(s.login_timeout, Duration::from_secs(20));
+    assert_eq!(s.cache, None);
     assert!(!format!("{cfg:?}").contains("inline-secret"));
 }
 
 #[test]
 fn empty_config_uses_built_in_defaults() {
     let cfg = Config::from_toml_str("", Path::new("x.toml")).unwrap();
-    assert_eq!(
-        cfg.connect_timeout(),
-        Duration::from_secs(DEFAULT_CONNECT_TIMEOUT_SECS)
-    );
-    assert_eq!(
-        cfg.login_timeout(),
-        Duration::from_secs(DEFAULT_LOGIN_TIMEOUT_SECS)
-    );
-    assert_eq!(cfg.header_digest(None, None), DigestPref::None);
+    assert_eq!(cfg.settings_for(None), Settings::default());
+    assert_eq!(cfg.settings_for(None).resolve(), BUILT_IN);
+    assert_eq!(cfg.defaults.threads, None);
     assert!(cfg.targets.is_empty());
 }
 
 #[test]
-fn url_header_digest_beats_the_config() {
-    let cfg = Config::from_toml_str(FULL, Path::new("/etc/rlun/rlun.toml")).unwrap();
-    let u = url(&format!("iscsi://h/{IQN}/1?header_digest=crc32c"));
-    assert_eq!(
-        cfg.header_digest(Some(&u), cfg.target("store")),
-        DigestPref::Crc32c
-    );
-}
-
-#[test]
 fn unknown_key_is_an_error_naming_file_line_and_key() {
-    let text = "[defaults]\nconnect_timeout = 5\n";
+    let text = "[defaults]\nconect_timeout = \"5s\"\n";
     let err = Config::from_toml_str(text, Path::new("/etc/rlun/rlun.toml")).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.starts_with("config file /etc/rlun/rlun.toml: line 2, column 1, key `defaults.connect_timeout`: unknown field `connect_timeout`"), "{msg}");
+    assert!(msg.starts_with("config file /etc/rlun/rlun.toml: line 2, column 1, key `defaults.conect_timeout`: unknown field `conect_timeout`"), "{msg}");
 }
 
 #[test]
@@ -550,7 +545,7 @@ fn secret_and_secret_file_together_are_rejected() {
     let err = Config::from_toml_str(&text, Path::new("r.toml")).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "config file r.toml: targets.s.mutual_secret_file: give mutual_secret or mutual_secret_file, not both"
+        "config file r.toml: line 4, key `targets.s.mutual_secret_file`: give mutual_secret or mutual_secret_file, not both"
     );
 }
 
@@ -558,10 +553,9 @@ fn secret_and_secret_file_together_are_rejected() {
 fn zero_timeout_and_bad_initiator_name_are_rejected() {
     let err = Config::from_toml_str("[defaults]\nlogin_timeout_secs = 0\n", Path::new("r.toml"))
         .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("defaults.login_timeout_secs: must be at least 1"),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        "config file r.toml: line 2, key `defaults.login_timeout_secs`: must be more than 0",
     );
     let err = Config::from_toml_str(
         "[defaults]\ninitiator_name = \"bob\"\n",
@@ -570,7 +564,7 @@ fn zero_timeout_and_bad_initiator_name_are_rejected() {
     .unwrap_err();
     assert!(
         err.to_string()
-            .contains("defaults.initiator_name: bad iSCSI name 'bob'"),
+            .contains("line 2, key `defaults.initiator_name`: bad iSCSI name 'bob'"),
         "{err}"
     );
 }
@@ -732,12 +726,215 @@ fn help_texts_mention_every_source_and_key() {
         "initiator_name",
         "connect_timeout_secs",
         "login_timeout_secs",
-        "header_digest",
-        "data_digest",
+        "threads",
         "chap_secret_file",
         "mutual_secret_file",
         "mutual_user",
     ] {
         assert!(CONFIG_FORMAT_HELP.contains(k), "{k}");
     }
+    for k in super::settings::SETTING_KEYS {
+        assert!(CONFIG_FORMAT_HELP.contains(&format!("{k} =")), "{k}");
+    }
+}
+
+// ---- settings shared with the command line ----
+
+/// Every setting key, in [defaults] and in a target entry, in the command
+/// line's syntax.
+const EVERY_SETTING: &str = r#"
+connect_timeout = "7s"
+login_timeout = "500ms"
+replacement_timeout = "0"
+nop_interval = "0s"
+nop_timeout = "3s"
+command_timeout = "2m"
+max_recv_segment = "64k"
+header_digest = "crc32c"
+data_digest = "prefer-crc32c"
+cache = "write-through"
+cache_size = "64M"
+readahead = "off"
+writeback_delay = "250ms"
+stats_interval = "1h"
+"#;
+
+fn every_setting_resolved() -> Effective {
+    Effective {
+        connect_timeout: Duration::from_secs(7),
+        login_timeout: Duration::from_millis(500),
+        replacement_timeout: Duration::ZERO,
+        nop_interval: Duration::ZERO,
+        nop_timeout: Duration::from_secs(3),
+        command_timeout: Duration::from_secs(120),
+        max_recv_segment: 64 << 10,
+        header_digest: Some(DigestPref::Crc32c),
+        data_digest: Some(DigestPref::PreferCrc32c),
+        cache: Some(CacheChoice::WriteThrough),
+        cache_size: 64 << 20,
+        readahead: OnOff::Off,
+        writeback_delay: Duration::from_millis(250),
+        stats_interval: Some(Duration::from_secs(3600)),
+    }
+}
+
+#[test]
+fn every_setting_parses_in_defaults_and_in_a_target_entry() {
+    let text = format!("[defaults]\nthreads = 4\n{EVERY_SETTING}");
+    let cfg = Config::from_toml_str(&text, Path::new("r.toml")).unwrap();
+    assert_eq!(cfg.defaults.threads, Some(4));
+    assert_eq!(cfg.settings_for(None).resolve(), every_setting_resolved());
+
+    let text = format!("[targets.t]\nurl = \"iscsi://h/{IQN}\"\n{EVERY_SETTING}");
+    let cfg = Config::from_toml_str(&text, Path::new("r.toml")).unwrap();
+    assert_eq!(cfg.settings_for(None), Settings::default());
+    assert_eq!(
+        cfg.settings_for(cfg.target("t")).resolve(),
+        every_setting_resolved()
+    );
+}
+
+#[test]
+fn bare_integers_mean_seconds_and_bytes_and_booleans_switch() {
+    let text = "[defaults]\nconnect_timeout = 5\ncache_size = 2097152\nreadahead = false\n";
+    let s = Config::from_toml_str(text, Path::new("r.toml"))
+        .unwrap()
+        .settings_for(None);
+    assert_eq!(s.connect_timeout, Some(Duration::from_secs(5)));
+    assert_eq!(s.cache_size, Some(2 << 20));
+    assert_eq!(s.readahead, Some(OnOff::Off));
+}
+
+#[test]
+fn a_target_entry_beats_defaults_which_beat_the_built_in_defaults() {
+    let text = format!(
+        "[defaults]\nconnect_timeout = \"3s\"\nnop_interval = \"1s\"\n\
+         [targets.t]\nurl = \"iscsi://h/{IQN}\"\nconnect_timeout = \"4s\"\n"
+    );
+    let cfg = Config::from_toml_str(&text, Path::new("r.toml")).unwrap();
+    let s = cfg.settings_for(cfg.target("t")).resolve();
+    assert_eq!(s.connect_timeout, Duration::from_secs(4));
+    assert_eq!(s.nop_interval, Duration::from_secs(1));
+    assert_eq!(s.login_timeout, BUILT_IN.login_timeout);
+    // The command line goes before all of them.
+    let cli = Settings {
+        connect_timeout: Some(Duration::from_secs(9)),
+        ..Settings::default()
+    };
+    let s = cli.or(&cfg.settings_for(cfg.target("t"))).resolve();
+    assert_eq!(s.connect_timeout, Duration::from_secs(9));
+    assert_eq!(s.nop_interval, Duration::from_secs(1));
+}
+
+#[test]
+fn bad_values_are_errors_naming_file_line_and_key() {
+    for (key, value, why) in [
+        ("connect_timeout", "\"0\"", "must be more than 0"),
+        ("login_timeout", "\"0s\"", "must be more than 0"),
+        ("nop_timeout", "0", "must be more than 0"),
+        ("command_timeout", "\"0ms\"", "must be more than 0"),
+        ("stats_interval", "\"0\"", "must be more than 0"),
+        ("connect_timeout", "\"soon\"", "invalid duration"),
+        ("replacement_timeout", "\"-1s\"", "invalid duration"),
+        ("connect_timeout", "true", "expected a duration"),
+        ("max_recv_segment", "\"100\"", "outside 512..16777215"),
+        ("max_recv_segment", "\"16M\"", "outside 512..16777215"),
+        ("cache_size", "\"512k\"", "at least 1M"),
+        ("cache_size", "\"4x\"", "invalid size unit"),
+        ("readahead", "\"maybe\"", "neither on nor off"),
+        ("cache", "\"write-around\"", "unknown variant"),
+        ("threads", "0", "from 1 to 1024"),
+    ] {
+        let text = format!("[defaults]\n\n{key} = {value}\n");
+        let err = Config::from_toml_str(&text, Path::new("/etc/rlun/rlun.toml")).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with(&format!(
+                "config file /etc/rlun/rlun.toml: line 3, column {}, key `defaults.{key}`: ",
+                key.len() + 4
+            )) && msg.contains(why),
+            "{key} = {value}: {msg}"
+        );
+    }
+    // The same in a target entry; threads is for [defaults] only.
+    let text = format!("[targets.t]\nurl = \"iscsi://h/{IQN}\"\nnop_timeout = \"0\"\n");
+    let msg = Config::from_toml_str(&text, Path::new("r.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("line 3, column 15, key `targets.t.nop_timeout`: ")
+            && msg.contains("more than 0"),
+        "{msg}"
+    );
+    let text = format!("[targets.t]\nurl = \"iscsi://h/{IQN}\"\nthreads = 2\n");
+    let msg = Config::from_toml_str(&text, Path::new("r.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("line 3, column 1, key `targets.t.threads`: unknown field `threads`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn zero_is_refused_or_taken_alike_on_the_command_line_and_in_the_file() {
+    use super::settings::{parse_duration, parse_timeout};
+    // (file key, the command line's parser, whether 0 is allowed)
+    type Parser = fn(&str) -> Result<Duration, String>;
+    let rules: [(&str, Parser, bool); 7] = [
+        ("connect_timeout", parse_timeout, false),
+        ("login_timeout", parse_timeout, false),
+        ("nop_timeout", parse_timeout, false),
+        ("command_timeout", parse_timeout, false),
+        ("stats_interval", parse_timeout, false),
+        ("replacement_timeout", parse_duration, true),
+        ("nop_interval", parse_duration, true),
+    ];
+    for (key, cli_parse, zero_ok) in rules {
+        let file = Config::from_toml_str(&format!("[defaults]\n{key} = \"0s\"\n"), Path::new("r"));
+        assert_eq!(file.is_ok(), zero_ok, "{key} in the file");
+        assert_eq!(
+            cli_parse("0s").is_ok(),
+            zero_ok,
+            "{key} on the command line"
+        );
+    }
+    // And through clap itself, for the options of that name.
+    use clap::Parser as _;
+    for (key, _, zero_ok) in rules {
+        let flag = format!("--{}", key.replace('_', "-"));
+        let parsed =
+            crate::cli::Cli::try_parse_from(["rlun", "bench", "iscsi://h/iqn.x/1", &flag, "0"]);
+        assert_eq!(parsed.is_ok(), zero_ok, "{flag} 0");
+    }
+    assert!(crate::cli::Cli::try_parse_from(["rlun", "--threads", "0", "list"]).is_err());
+    assert!(Config::from_toml_str("[defaults]\nthreads = 0\n", Path::new("r")).is_err());
+}
+
+#[test]
+fn the_old_integer_timeout_keys_still_work_with_a_warning() {
+    let cfg = Config::from_toml_str(
+        "[defaults]\nconnect_timeout_secs = 5\nlogin_timeout_secs = 20\n",
+        Path::new("r.toml"),
+    )
+    .unwrap();
+    let s = cfg.settings_for(None);
+    assert_eq!(s.connect_timeout, Some(Duration::from_secs(5)));
+    assert_eq!(s.login_timeout, Some(Duration::from_secs(20)));
+    assert_eq!(cfg.warnings.len(), 2, "{:?}", cfg.warnings);
+    assert_eq!(
+        cfg.warnings[0],
+        "config file r.toml: line 2, key `defaults.connect_timeout_secs` is deprecated: \
+         write connect_timeout = \"5s\" instead"
+    );
+    let err = Config::from_toml_str(
+        "[defaults]\nconnect_timeout = \"5s\"\nconnect_timeout_secs = 5\n",
+        Path::new("r.toml"),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "config file r.toml: line 3, key `defaults.connect_timeout_secs`: give connect_timeout \
+         or connect_timeout_secs, not both"
+    );
 }
