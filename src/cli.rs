@@ -23,7 +23,7 @@ URLs:
   iscsi://[user[%password]@]host[:port]/<target-iqn>/<lun>   one LUN
   iscsi://host[:port]/<target-iqn>                            all LUNs of a target
   iscsi://host[:port]  or  host[:port]                        a portal (discovery)
-  iser://...   (same forms)                                   iSER: iSCSI over RDMA (needs an RDMA device)
+  iser://...   (same forms)                                   iSER: iSCSI over RDMA
   IPv6 hosts go in brackets: iscsi://[::1]:3260/...
 
 Credentials (CHAP) should not be given on the command line, where other users
@@ -36,49 +36,89 @@ Exit codes:
   5 target or LUN not found  6 I/O refused by LUN  7 target protocol error
   8 local file error   129/130/143 cp stopped by SIGHUP/SIGINT/SIGTERM
 
-Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
+Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.
+
+Threads: --threads 1 (the default) runs each session's whole hot path on
+one thread: completing an I/O wakes no other thread, which gives the least
+CPU per I/O and, with one or a few LUNs, the most throughput (see
+benches/compare.sh). Raise it only when one process serves many busy LUNs
+(`rlun serve`/`mount` of several) and a single core is the limit. Blocking
+work (file I/O of `rlun cp`) runs in a separate pool whatever it says.
+
+Settings: the connection and cache options can also be set in the config
+file, for every target ([defaults]) or one ([targets.NAME]), written the
+same way (\"10s\", \"256M\"); the command line goes first (rlun.toml(5)).";
+
+/// What `rlun -h` shows after the options (`--help` shows [`AFTER_HELP`]).
+const SHORT_AFTER_HELP: &str = "\
+URLs: iscsi://[user@]host[:port]/<target-iqn>[/<lun>], or iser://... over RDMA.
+Each command's -h is brief; --help and the man pages (rlun(8), rlun-<command>(8),
+rlun.toml(5)) say more: URL forms, CHAP credentials, exit codes.";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "rlun",
     version,
-    about = "Userspace iSCSI/iSER initiator: discover targets, inspect, copy, benchmark, mount, serve and attach LUNs",
+    about = "Userspace iSCSI/iSER initiator: inspect, copy, benchmark, mount, serve and attach LUNs",
     long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) or iSER (RDMA) and works \
                   with their LUNs from user space: discover what a portal offers, inspect a LUN, \
                   copy whole LUNs to and from files, benchmark them, mount them as files (FUSE), \
                   serve them to NBD clients and attach them as /dev/nbdN block devices.",
-    after_help = AFTER_HELP,
+    after_help = SHORT_AFTER_HELP,
+    after_long_help = AFTER_HELP,
     propagate_version = true
 )]
 pub struct Cli {
-    /// More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    /// More logging (-v info, -vv debug, -vvv trace).
+    ///
+    /// RUST_LOG (e.g. RUST_LOG=rlun=debug) overrides it.
+    #[arg(
+        short,
+        long,
+        action = clap::ArgAction::Count,
+        global = true,
+        help_heading = "Global options"
+    )]
     pub verbose: u8,
 
     /// Only print errors.
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose",
+        help_heading = "Global options"
+    )]
     pub quiet: bool,
 
     /// Worker threads of the async runtime [default: 1].
     ///
-    /// 1 runs each session's whole hot path on one thread: completing an
-    /// I/O wakes no other thread, which gives the least CPU per I/O and,
-    /// with one or a few LUNs, the most throughput (see benches/compare.sh).
-    /// Raise it only when one process serves many busy LUNs (`rlun
-    /// serve`/`mount` of several) and a single core is the limit. Blocking
-    /// work (file I/O of `rlun cp`) runs in a separate pool whatever this
-    /// says. Also `threads` in the config file's [defaults].
+    /// Raise it only when one process serves many busy LUNs (`rlun --help`
+    /// says why). Also RLUN_THREADS, or `threads` in the config file's
+    /// [defaults].
     #[arg(
         long,
         global = true,
         value_name = "N",
         env = "RLUN_THREADS",
-        value_parser = parse_threads
+        hide_env = true,
+        value_parser = parse_threads,
+        help_heading = "Global options"
     )]
     pub threads: Option<usize>,
 
-    /// Configuration file (named targets, CHAP, defaults).
-    #[arg(long, global = true, value_name = "PATH", env = "RLUN_CONFIG")]
+    /// Configuration file [default: /etc/rlun/rlun.toml].
+    ///
+    /// Named targets, CHAP credentials, and the connection and cache
+    /// settings of every target or of one (rlun.toml(5)). Also RLUN_CONFIG.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        env = "RLUN_CONFIG",
+        hide_env = true,
+        help_heading = "Global options"
+    )]
     pub config: Option<PathBuf>,
 
     #[command(subcommand)]
@@ -113,8 +153,10 @@ pub enum Command {
         #[command(flatten)]
         conn: ConnectOpts,
     },
-    /// Show everything about one LUN: inquiry, capacity, VPD limits and the
-    /// negotiated session parameters.
+    /// Show everything about one LUN.
+    ///
+    /// Its inquiry data, capacity and VPD limits, and the negotiated
+    /// session parameters.
     Info {
         /// LUN URL: iscsi://host[:port]/<iqn>/<lun>.
         url: String,
@@ -210,11 +252,15 @@ pub enum Command {
     /// `rlun:<target-iqn>` of type `fuse.rlun`. fsync/fdatasync flush the LUN
     /// (SYNCHRONIZE CACHE); fallocate --punch-hole unmaps (or zeroes) and
     /// --zero-range zeroes blocks on the target.
-    #[command(after_help = MOUNT_AFTER_HELP)]
+    #[command(
+        after_help = "Example: rlun mount iscsi://10.0.0.5/iqn.2026-11.org.example:store /mnt/store",
+        after_long_help = MOUNT_AFTER_HELP
+    )]
     Mount {
-        /// Target URL iscsi://host[:port]/<iqn> (every disk LUN), LUN URL
-        /// iscsi://host[:port]/<iqn>/<lun> (that LUN), or a config-file
-        /// target name.
+        /// Target or LUN URL, or a config-file target name.
+        ///
+        /// A target URL iscsi://host[:port]/<iqn> names every disk LUN, a
+        /// LUN URL iscsi://host[:port]/<iqn>/<lun> that LUN.
         target: String,
         /// Existing directory to mount on.
         mountpoint: PathBuf,
@@ -227,10 +273,10 @@ pub enum Command {
         #[command(flatten)]
         cache: CacheOpts,
     },
-    /// Unmount an rlun mount and wait until its rlun process has written
-    /// back cached data and logged out.
+    /// Unmount an rlun mount; wait until its rlun has written back.
     ///
-    /// Fails, with the rlun process's message and exit code, when data
+    /// Waits until the rlun process of the mount has written back cached
+    /// data and logged out. Fails, with the rlun process's message and exit code, when data
     /// written through the mount could not be made durable on the target
     /// (for instance because the target is gone for good).
     Umount {
@@ -257,11 +303,15 @@ pub enum Command {
     ///
     /// rlun stays in the foreground until SIGINT/SIGTERM, then lets the
     /// requests in flight finish, writes back cached data and logs out.
-    #[command(after_help = SERVE_AFTER_HELP)]
+    #[command(
+        after_help = "Example: rlun serve iscsi://10.0.0.5/iqn.2026-11.org.example:store --socket /run/rlun/store.sock",
+        after_long_help = SERVE_AFTER_HELP
+    )]
     Serve {
-        /// Target URL iscsi://host[:port]/<iqn> (every disk LUN), LUN URL
-        /// iscsi://host[:port]/<iqn>/<lun> (that LUN), or a config-file
-        /// target name.
+        /// Target or LUN URL, or a config-file target name.
+        ///
+        /// A target URL iscsi://host[:port]/<iqn> names every disk LUN, a
+        /// LUN URL iscsi://host[:port]/<iqn>/<lun> that LUN.
         target: String,
         #[command(flatten)]
         serve: ServeOpts,
@@ -284,10 +334,16 @@ pub enum Command {
     /// logs out.
     /// Not root, the nbd module not loaded (`modprobe nbd`) and a device in
     /// use are refused before any network I/O, with exit code 1.
-    #[command(after_help = ATTACH_AFTER_HELP)]
+    #[command(
+        after_help = "Example: rlun attach iscsi://10.0.0.5/iqn.2026-11.org.example:store/1 --daemon",
+        after_long_help = ATTACH_AFTER_HELP
+    )]
     Attach {
-        /// LUN URL iscsi://host[:port]/<iqn>/<lun>, a target URL whose
-        /// target has one disk LUN, or a config-file target name.
+        /// LUN URL, or a target URL or config-file name of a one-LUN target.
+        ///
+        /// A LUN URL is iscsi://host[:port]/<iqn>/<lun>; a target URL
+        /// iscsi://host[:port]/<iqn> or a config-file target name does when
+        /// its target has one disk LUN.
         target: String,
         /// The device, e.g. /dev/nbd0; a free one when left out.
         device: Option<PathBuf>,
@@ -300,9 +356,10 @@ pub enum Command {
         #[command(flatten)]
         cache: CacheOpts,
     },
-    /// Detach a device attached by `rlun attach`: fsync the device (what
-    /// the kernel buffers for it is written to the target), then the owning
-    /// rlun fsyncs it again, disconnects it, writes back and logs out;
+    /// Detach a device attached by `rlun attach`.
+    ///
+    /// rlun fsyncs the device (what the kernel buffers for it is written
+    /// to the target), then the owning rlun fsyncs it again, disconnects it, writes back and logs out;
     /// fails if written data did not reach the target. A device left
     /// connected by an rlun that was killed is disconnected directly.
     Detach {
@@ -312,8 +369,9 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
         timeout: Duration,
     },
-    /// List what this user's rlun processes have mounted, served and
-    /// attached: one line each, kind (mounted, served, attached), mount
+    /// List what this user's rlun processes have mounted, served, attached.
+    ///
+    /// One line each: kind (mounted, served, attached), mount
     /// point / socket or address / device, and pid.
     List,
     /// Print a shell completion script (bash, zsh or fish) to standard output.
@@ -376,7 +434,7 @@ impl Pattern {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Cache options")]
 pub struct CacheOpts {
-    /// rlun's own cache of LUN data [default: see --help].
+    /// Cache mode.
     ///
     /// Default: for mount none (the kernel page cache already caches),
     /// write-through with --direct-io; for serve and attach write-through
@@ -402,9 +460,9 @@ pub struct CacheOpts {
     /// In rlun's cache; mount also raises the kernel's read-ahead window to
     /// 8 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at
     /// all.
-    #[arg(long, value_enum, value_name = "ON|OFF")]
+    #[arg(long, value_enum, value_name = "ON|OFF", hide_possible_values = true)]
     pub readahead: Option<OnOff>,
-    /// Longest wait of written data in a write-back cache [default: 1s].
+    /// Longest wait of data in a write-back cache [default: 1s].
     ///
     /// With --cache write-back, data written waits in memory at most this
     /// long before it is written back (0: at once).
@@ -414,7 +472,7 @@ pub struct CacheOpts {
     ///
     /// Each LUN's cache counters (hits, misses, read-ahead hits,
     /// evictions, dirty bytes, flushes), at info level. More than 0.
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide_short_help = true)]
     pub stats_interval: Option<Duration>,
 }
 
@@ -436,11 +494,15 @@ impl CacheOpts {
 /// (`mount`, `serve`, `attach`).
 #[derive(Debug, Clone, Args)]
 pub struct DaemonOpts {
-    /// Detach once ready (exit 0), or report why it failed. Gives up when
-    /// not ready within the connect and login timeouts plus 10 s.
+    /// Detach once ready (exit 0), or report why it failed.
+    ///
+    /// Gives up when not ready within the connect and login timeouts plus
+    /// 10 s.
     #[arg(short, long)]
     pub daemon: bool,
-    /// With --daemon: append log messages to this file (default: discarded).
+    /// With --daemon: append log messages to this file.
+    ///
+    /// Without it they are discarded.
     #[arg(long, value_name = "PATH", requires = "daemon")]
     pub log_file: Option<PathBuf>,
 }
@@ -485,38 +547,53 @@ Examples:
 /// Options of `rlun mount`.
 #[derive(Debug, Clone, Args)]
 pub struct MountOpts {
-    /// Owner of the files (default: the user running rlun); another user
-    /// needs --allow-other too.
+    /// Owner of the files [default: the user running rlun].
+    ///
+    /// Another user needs --allow-other too.
     #[arg(long, value_name = "UID")]
     pub uid: Option<u32>,
-    /// Group of the files (default: the group running rlun).
+    /// Group of the files [default: the group running rlun].
     #[arg(long, value_name = "GID")]
     pub gid: Option<u32>,
-    /// Permission bits of the files, in octal (write bits are dropped for
-    /// read-only LUNs). The kernel enforces them (default_permissions).
+    /// Permission bits of the files, in octal.
+    ///
+    /// Write bits are dropped for read-only LUNs. The kernel enforces them
+    /// (default_permissions).
     #[arg(long, value_name = "OCTAL", default_value = "0600", value_parser = parse_mode)]
     pub mode: u16,
-    /// Let other users (and root) use the mount; non-root users need
-    /// user_allow_other in /etc/fuse.conf.
+    /// Let other users (and root) use the mount.
+    ///
+    /// Non-root users need user_allow_other in /etc/fuse.conf.
     #[arg(long)]
     pub allow_other: bool,
     /// Refuse writes to every LUN.
     #[arg(short, long)]
     pub read_only: bool,
-    /// Bypass the kernel page cache (see below).
+    /// Bypass the kernel page cache.
+    ///
+    /// See below.
     #[arg(long)]
     pub direct_io: bool,
-    /// Do not ask fusermount3 to unmount when rlun dies (by default a
-    /// killed rlun leaves no dead mount behind).
+    /// Do not unmount when rlun dies.
+    ///
+    /// By default rlun asks fusermount3 to unmount when it dies, so a
+    /// killed rlun leaves no dead mount behind.
     #[arg(long)]
     pub no_auto_unmount: bool,
     /// Threads reading requests from /dev/fuse.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub fuse_threads: u16,
-    /// The kernel's write-back cache for buffered writes: write(2)
-    /// completes in the page cache; close, fsync and unmount write the data
-    /// to the LUN (see below). Not with --direct-io.
-    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::Off)]
+    /// The kernel's write-back cache for buffered writes.
+    ///
+    /// write(2) completes in the page cache; close, fsync and unmount
+    /// write the data to the LUN (see below). Not with --direct-io.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "ON|OFF",
+        default_value_t = OnOff::Off,
+        hide_possible_values = true
+    )]
     pub writeback_cache: OnOff,
 }
 
@@ -561,15 +638,17 @@ Examples:
 /// Options of `rlun attach`.
 #[derive(Debug, Clone, Args)]
 pub struct AttachOpts {
-    /// Sockets between rlun and the kernel (multi-conn): the kernel
-    /// spreads requests over them.
+    /// Sockets between rlun and the kernel.
+    ///
+    /// Multi-conn: the kernel spreads requests over them.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub connections: u32,
     /// Attach the device read-only.
     #[arg(short, long)]
     pub read_only: bool,
-    /// How long the kernel lets a request or a dead connection wait before
-    /// it fails I/O with EIO on its own. The default, --replacement-timeout
+    /// How long the kernel waits before it fails I/O with EIO on its own.
+    ///
+    /// How long a request or a dead connection may wait. The default, --replacement-timeout
     /// (at least 30 s) plus 30 s, keeps an iSCSI reconnect from ever
     /// surfacing as an I/O error; a shorter one fails I/O sooner when rlun
     /// is killed, at the risk of errors during a long reconnect.
@@ -580,8 +659,9 @@ pub struct AttachOpts {
 /// Options of `rlun serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeOpts {
-    /// Listen on this Unix socket (created with mode 0600; a stale socket
-    /// file is replaced, a live one refused).
+    /// Listen on this Unix socket (created with mode 0600).
+    ///
+    /// A stale socket file is replaced, a live one refused.
     #[arg(
         long,
         value_name = "PATH",
@@ -595,7 +675,9 @@ pub struct ServeOpts {
     /// Refuse writes to every export.
     #[arg(short, long)]
     pub read_only: bool,
-    /// TLS certificate chain (PEM): clients must use TLS (NBD_OPT_STARTTLS).
+    /// TLS certificate chain (PEM): clients must use TLS.
+    ///
+    /// NBD_OPT_STARTTLS; with --tls-key.
     #[arg(long, value_name = "PATH", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// TLS private key (PEM) of --tls-cert.
@@ -652,10 +734,10 @@ impl DigestChoice {
 pub struct ConnectOpts {
     /// Our iSCSI name [default: see --help].
     ///
-    /// Default: RLUN_INITIATOR_NAME, else the config file's
+    /// Default: --initiator-name, else RLUN_INITIATOR_NAME, else the config file's
     /// initiator_name, else the InitiatorName= of open-iscsi's
     /// /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>.
-    #[arg(long, value_name = "IQN", env = "RLUN_INITIATOR_NAME")]
+    #[arg(long, value_name = "IQN", env = "RLUN_INITIATOR_NAME", hide_env = true)]
     pub initiator_name: Option<String>,
 
     /// CHAP user name.
@@ -672,7 +754,7 @@ pub struct ConnectOpts {
     #[arg(long, value_name = "PATH")]
     pub chap_file: Option<PathBuf>,
 
-    /// Header digest [default: none unless the target insists].
+    /// Header digest.
     ///
     /// none offers None, crc32c insists on CRC32C, prefer-crc32c offers
     /// CRC32C,None. Without any setting rlun offers None,CRC32C: None
@@ -680,7 +762,7 @@ pub struct ConnectOpts {
     #[arg(long, value_enum, value_name = "MODE")]
     pub header_digest: Option<DigestChoice>,
 
-    /// Data digest [default: none unless the target insists].
+    /// Data digest.
     ///
     /// As --header-digest.
     #[arg(long, value_enum, value_name = "MODE")]
@@ -698,7 +780,7 @@ pub struct ConnectOpts {
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub login_timeout: Option<Duration>,
 
-    /// How long I/O waits for a lost connection to come back [default: 120s].
+    /// How long I/O waits for a reconnect [default: 120s].
     ///
     /// When the connection is lost, keep logging in again until I/O has
     /// waited this long without any command completing, then fail pending
@@ -710,25 +792,25 @@ pub struct ConnectOpts {
     /// Ping the target (NOP-Out) after this much silence [default: 5s].
     ///
     /// 0 sends no pings.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide_short_help = true)]
     pub nop_interval: Option<Duration>,
 
     /// Declare the connection dead when a ping is unanswered this long [default: 10s].
     ///
     /// More than 0.
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide_short_help = true)]
     pub nop_timeout: Option<Duration>,
 
     /// Largest data segment the target may send us in one PDU [default: 256k].
     ///
     /// The MaxRecvDataSegmentLength we declare, 512 to 16M-1.
-    #[arg(long, value_name = "SIZE", value_parser = parse_segment_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_segment_size, hide_short_help = true)]
     pub max_recv_segment: Option<u32>,
 
     /// Abort and retry a SCSI command unanswered this long [default: 30s].
     ///
     /// More than 0.
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide_short_help = true)]
     pub command_timeout: Option<Duration>,
 }
 
