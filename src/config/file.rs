@@ -69,7 +69,8 @@ pub struct Config {
     /// The file this came from; `None` when no file was read.
     #[serde(skip)]
     pub path: Option<PathBuf>,
-    /// Warnings found while loading (a readable file holding secrets).
+    /// Warnings found while loading (a file this user cannot read,
+    /// deprecated keys).
     #[serde(skip)]
     pub warnings: Vec<String>,
 }

@@ -1,6 +1,11 @@
 //! Settings and credentials: the TOML config file, a CHAP credentials file,
 //! the environment, and the initiator name.
 //!
+//! The settings the command line and the file share (timeouts, digests,
+//! the cache, threads), their syntax, rules and built-in defaults are in
+//! [`settings`]; the file's tables and loading in `file.rs`; CHAP in
+//! `credentials.rs`.
+//!
 //! # Where CHAP credentials come from
 //!
 //! Each of the four values (one-way user and secret, mutual user and secret)
