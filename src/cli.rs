@@ -6,6 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use rlun_iscsi::proto::digest::DigestPref;
+
+use crate::config::settings::Settings;
+pub use crate::config::settings::{
+    parse_cache_size, parse_duration, parse_segment_size, parse_size, parse_threads, parse_timeout,
+    CacheChoice, OnOff,
+};
 
 /// Exit codes that scripts can rely on (also listed in `rlun --help`):
 /// [`crate::exit`], under the name it always had here.
@@ -16,7 +23,7 @@ URLs:
   iscsi://[user[%password]@]host[:port]/<target-iqn>/<lun>   one LUN
   iscsi://host[:port]/<target-iqn>                            all LUNs of a target
   iscsi://host[:port]  or  host[:port]                        a portal (discovery)
-  iser://...   (same forms)                                   iSER: iSCSI over RDMA (needs an RDMA device)
+  iser://...   (same forms)                                   iSER: iSCSI over RDMA
   IPv6 hosts go in brackets: iscsi://[::1]:3260/...
 
 Credentials (CHAP) should not be given on the command line, where other users
@@ -29,47 +36,89 @@ Exit codes:
   5 target or LUN not found  6 I/O refused by LUN  7 target protocol error
   8 local file error   129/130/143 cp stopped by SIGHUP/SIGINT/SIGTERM
 
-Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.";
+Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.
+
+Threads: --threads 1 (the default) runs each session's whole hot path on
+one thread: completing an I/O wakes no other thread, which gives the least
+CPU per I/O and, with one or a few LUNs, the most throughput (see
+benches/compare.sh). Raise it only when one process serves many busy LUNs
+(`rlun serve`/`mount` of several) and a single core is the limit. Blocking
+work (file I/O of `rlun cp`) runs in a separate pool whatever it says.
+
+Settings: the connection and cache options can also be set in the config
+file, for every target ([defaults]) or one ([targets.NAME]), written the
+same way (\"10s\", \"256M\"); the command line goes first (rlun.toml(5)).";
+
+/// What `rlun -h` shows after the options (`--help` shows [`AFTER_HELP`]).
+const SHORT_AFTER_HELP: &str = "\
+URLs: iscsi://[user@]host[:port]/<target-iqn>[/<lun>], or iser://... over RDMA.
+Each command's -h is brief; --help and the man pages (rlun(8), rlun-<command>(8),
+rlun.toml(5)) say more: URL forms, CHAP credentials, exit codes.";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "rlun",
     version,
-    about = "Userspace iSCSI/iSER initiator: discover targets, inspect, copy, benchmark, mount, serve and attach LUNs",
+    about = "Userspace iSCSI/iSER initiator: inspect, copy, benchmark, mount, serve and attach LUNs",
     long_about = "rlun logs in to remote SCSI targets over iSCSI (TCP) or iSER (RDMA) and works \
                   with their LUNs from user space: discover what a portal offers, inspect a LUN, \
                   copy whole LUNs to and from files, benchmark them, mount them as files (FUSE), \
                   serve them to NBD clients and attach them as /dev/nbdN block devices.",
-    after_help = AFTER_HELP,
+    after_help = SHORT_AFTER_HELP,
+    after_long_help = AFTER_HELP,
     propagate_version = true
 )]
 pub struct Cli {
-    /// More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    /// More logging (-v info, -vv debug, -vvv trace).
+    ///
+    /// RUST_LOG (e.g. RUST_LOG=rlun=debug) overrides it.
+    #[arg(
+        short,
+        long,
+        action = clap::ArgAction::Count,
+        global = true,
+        help_heading = "Global options"
+    )]
     pub verbose: u8,
 
     /// Only print errors.
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose",
+        help_heading = "Global options"
+    )]
     pub quiet: bool,
 
-    /// Worker threads of the async runtime. 1 (the default) runs each
-    /// session's whole hot path on one thread: completing an I/O wakes no
-    /// other thread, which gives the least CPU per I/O and, with one or a
-    /// few LUNs, the most throughput (see benches/compare.sh). Raise it only
-    /// when one process serves many busy LUNs (`rlun serve`/`mount` of
-    /// several) and a single core is the limit. Blocking work (file I/O of
-    /// `rlun cp`) runs in a separate pool whatever this says.
+    /// Worker threads of the async runtime [default: 1].
+    ///
+    /// Raise it only when one process serves many busy LUNs (`rlun --help`
+    /// says why). Also RLUN_THREADS, or `threads` in the config file's
+    /// [defaults].
     #[arg(
         long,
         global = true,
-        default_value_t = 1,
         value_name = "N",
-        env = "RLUN_THREADS"
+        env = "RLUN_THREADS",
+        hide_env = true,
+        value_parser = parse_threads,
+        help_heading = "Global options"
     )]
-    pub threads: usize,
+    pub threads: Option<usize>,
 
-    /// Configuration file (named targets, CHAP, defaults).
-    #[arg(long, global = true, value_name = "PATH", env = "RLUN_CONFIG")]
+    /// Configuration file [default: /etc/rlun/rlun.toml].
+    ///
+    /// Named targets, CHAP credentials, and the connection and cache
+    /// settings of every target or of one (rlun.toml(5)). Also RLUN_CONFIG.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        env = "RLUN_CONFIG",
+        hide_env = true,
+        help_heading = "Global options"
+    )]
     pub config: Option<PathBuf>,
 
     #[command(subcommand)]
@@ -124,8 +173,10 @@ pub enum Command {
         #[command(flatten)]
         conn: ConnectOpts,
     },
-    /// Show everything about one LUN: inquiry, capacity, VPD limits and the
-    /// negotiated session parameters.
+    /// Show everything about one LUN.
+    ///
+    /// Its inquiry data, capacity and VPD limits, and the negotiated
+    /// session parameters.
     Info {
         /// LUN URL: iscsi://host[:port]/<iqn>/<lun>.
         url: String,
@@ -221,11 +272,15 @@ pub enum Command {
     /// `rlun:<target-iqn>` of type `fuse.rlun`. fsync/fdatasync flush the LUN
     /// (SYNCHRONIZE CACHE); fallocate --punch-hole unmaps (or zeroes) and
     /// --zero-range zeroes blocks on the target.
-    #[command(after_help = MOUNT_AFTER_HELP)]
+    #[command(
+        after_help = "Example: rlun mount iscsi://10.0.0.5/iqn.2026-11.org.example:store /mnt/store",
+        after_long_help = MOUNT_AFTER_HELP
+    )]
     Mount {
-        /// Target URL iscsi://host[:port]/<iqn> (every disk LUN), LUN URL
-        /// iscsi://host[:port]/<iqn>/<lun> (that LUN), or a config-file
-        /// target name.
+        /// Target or LUN URL, or a config-file target name.
+        ///
+        /// A target URL iscsi://host[:port]/<iqn> names every disk LUN, a
+        /// LUN URL iscsi://host[:port]/<iqn>/<lun> that LUN.
         target: String,
         /// Existing directory to mount on.
         mountpoint: PathBuf,
@@ -238,10 +293,10 @@ pub enum Command {
         #[command(flatten)]
         cache: CacheOpts,
     },
-    /// Unmount an rlun mount and wait until its rlun process has written
-    /// back cached data and logged out.
+    /// Unmount an rlun mount; wait until its rlun has written back.
     ///
-    /// Fails, with the rlun process's message and exit code, when data
+    /// Waits until the rlun process of the mount has written back cached
+    /// data and logged out. Fails, with the rlun process's message and exit code, when data
     /// written through the mount could not be made durable on the target
     /// (for instance because the target is gone for good).
     Umount {
@@ -268,11 +323,15 @@ pub enum Command {
     ///
     /// rlun stays in the foreground until SIGINT/SIGTERM, then lets the
     /// requests in flight finish, writes back cached data and logs out.
-    #[command(after_help = SERVE_AFTER_HELP)]
+    #[command(
+        after_help = "Example: rlun serve iscsi://10.0.0.5/iqn.2026-11.org.example:store --socket /run/rlun/store.sock",
+        after_long_help = SERVE_AFTER_HELP
+    )]
     Serve {
-        /// Target URL iscsi://host[:port]/<iqn> (every disk LUN), LUN URL
-        /// iscsi://host[:port]/<iqn>/<lun> (that LUN), or a config-file
-        /// target name.
+        /// Target or LUN URL, or a config-file target name.
+        ///
+        /// A target URL iscsi://host[:port]/<iqn> names every disk LUN, a
+        /// LUN URL iscsi://host[:port]/<iqn>/<lun> that LUN.
         target: String,
         #[command(flatten)]
         serve: ServeOpts,
@@ -295,10 +354,16 @@ pub enum Command {
     /// logs out.
     /// Not root, the nbd module not loaded (`modprobe nbd`) and a device in
     /// use are refused before any network I/O, with exit code 1.
-    #[command(after_help = ATTACH_AFTER_HELP)]
+    #[command(
+        after_help = "Example: rlun attach iscsi://10.0.0.5/iqn.2026-11.org.example:store/1 --daemon",
+        after_long_help = ATTACH_AFTER_HELP
+    )]
     Attach {
-        /// LUN URL iscsi://host[:port]/<iqn>/<lun>, a target URL whose
-        /// target has one disk LUN, or a config-file target name.
+        /// LUN URL, or a target URL or config-file name of a one-LUN target.
+        ///
+        /// A LUN URL is iscsi://host[:port]/<iqn>/<lun>; a target URL
+        /// iscsi://host[:port]/<iqn> or a config-file target name does when
+        /// its target has one disk LUN.
         target: String,
         /// The device, e.g. /dev/nbd0; a free one when left out.
         device: Option<PathBuf>,
@@ -311,9 +376,10 @@ pub enum Command {
         #[command(flatten)]
         cache: CacheOpts,
     },
-    /// Detach a device attached by `rlun attach`: fsync the device (what
-    /// the kernel buffers for it is written to the target), then the owning
-    /// rlun fsyncs it again, disconnects it, writes back and logs out;
+    /// Detach a device attached by `rlun attach`.
+    ///
+    /// rlun fsyncs the device (what the kernel buffers for it is written
+    /// to the target), then the owning rlun fsyncs it again, disconnects it, writes back and logs out;
     /// fails if written data did not reach the target. A device left
     /// connected by an rlun that was killed is disconnected directly.
     Detach {
@@ -323,10 +389,10 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
         timeout: Duration,
     },
-    /// List what this user's rlun processes have mounted, served and
-    /// attached: one line each with kind (mounted, served, attached),
-    /// where (mount point, socket path, nbd://ADDR, device), pid, LUNs and
-    /// target.
+    /// List what this user's rlun processes have mounted, served, attached.
+    ///
+    /// One line each with kind (mounted, served, attached), where (mount
+    /// point, socket path, nbd://ADDR, device), pid, LUNs and target.
     ///
     /// With --json: an array with one object per process: `kind`, `what`,
     /// `endpoints` (the NBD URIs of a server, else `what`), `target`,
@@ -393,63 +459,62 @@ impl Pattern {
 }
 
 /// rlun's page cache, for every command that opens a device (`mount`,
-/// `bench`, `serve`, `attach`).
+/// `bench`, `serve`, `attach`). Each can also come from the config file.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Cache options")]
 pub struct CacheOpts {
-    /// rlun's own cache of LUN data. Default: for mount none (the kernel
-    /// page cache already caches), write-through with --direct-io; for serve
-    /// and attach write-through (shared by every connection; it wins for
-    /// 4 KiB random and hot re-reads, and reads of 128 KiB or more streamed
-    /// with several in flight, as nbdcopy does, bypass it); for bench no
-    /// cache at all (I/O goes straight to the LUN).
+    /// Cache mode.
+    ///
+    /// Default: for mount none (the kernel page cache already caches),
+    /// write-through with --direct-io; for serve and attach write-through
+    /// (shared by every connection; it wins for 4 KiB random and hot
+    /// re-reads, and reads of 128 KiB or more streamed with several in
+    /// flight, as nbdcopy does, bypass it); for bench no cache at all (I/O
+    /// goes straight to the LUN; bench takes the mode from --cache only,
+    /// never from the config file).
     #[arg(long, value_enum, value_name = "MODE")]
     pub cache: Option<CacheChoice>,
-    /// Memory cap of rlun's cache for the whole process: every LUN the
-    /// command opens shares it (a mount of a target with 16 LUNs uses at
-    /// most this much in all, not 16 times it). 7/8 of it (at least SIZE
-    /// minus 256M) holds cache pages, reserved once as one region when the
-    /// command starts and, over iSER, registered with the RDMA device once
-    /// per connection; the rest bounds the cache's reads and write-backs in
-    /// flight. Unused with --cache none.
-    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
-    pub cache_size: u64,
-    /// Read ahead of sequential streams in rlun's cache; mount also raises
-    /// the kernel's read-ahead window to 8 MiB (when rlun may write
-    /// /sys/class/bdi). Off: no read-ahead at all.
-    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On)]
-    pub readahead: OnOff,
-    /// Longest time written data waits in memory with --cache write-back
-    /// before it is written back.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub writeback_delay: Duration,
-    /// Log each LUN's cache counters (hits, misses, read-ahead hits,
-    /// evictions, dirty bytes, flushes) at this interval, at info level.
+    /// Memory cap of rlun's cache for the whole process [default: 256M].
+    ///
+    /// Every LUN the command opens shares it (a mount of a target with 16
+    /// LUNs uses at most this much in all, not 16 times it). 7/8 of it (at
+    /// least SIZE minus 256M) holds cache pages, reserved once as one
+    /// region when the command starts and, over iSER, registered with the
+    /// RDMA device once per connection; the rest bounds the cache's reads
+    /// and write-backs in flight. At least 1M. Unused with --cache none.
+    #[arg(long, value_name = "SIZE", value_parser = parse_cache_size)]
+    pub cache_size: Option<u64>,
+    /// Read ahead of sequential streams [default: on].
+    ///
+    /// In rlun's cache; mount also raises the kernel's read-ahead window to
+    /// 8 MiB (when rlun may write /sys/class/bdi). Off: no read-ahead at
+    /// all.
+    #[arg(long, value_enum, value_name = "ON|OFF", hide_possible_values = true)]
+    pub readahead: Option<OnOff>,
+    /// Longest wait of data in a write-back cache [default: 1s].
+    ///
+    /// With --cache write-back, data written waits in memory at most this
+    /// long before it is written back (0: at once).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub writeback_delay: Option<Duration>,
+    /// Log cache counters at this interval [default: never].
+    ///
+    /// Each LUN's cache counters (hits, misses, read-ahead hits,
+    /// evictions, dirty bytes, flushes), at info level. More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide_short_help = true)]
     pub stats_interval: Option<Duration>,
 }
 
 impl CacheOpts {
-    /// The device settings for cache `mode` (the command's choice when
-    /// `--cache` is not given).
-    /// Every call makes a new budget of `--cache-size`, shared by every
-    /// device opened with (a clone of) the returned settings: call it once
-    /// per process.
-    /// With a cache, its page memory is reserved here, before the command
-    /// logs in, so that an iSER connection registers it when it connects.
-    pub fn device_config(&self, mode: crate::device::CacheMode) -> crate::device::DeviceConfig {
-        let budget = crate::device::CacheBudget::new(self.cache_size);
-        if mode != crate::device::CacheMode::None {
-            budget.reserve();
-        }
-        crate::device::DeviceConfig {
-            mode,
+    /// The settings given on the command line.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            cache: self.cache,
             cache_size: self.cache_size,
-            budget: Some(budget),
-            readahead: self.readahead == OnOff::On,
+            readahead: self.readahead,
             writeback_delay: self.writeback_delay,
             stats_interval: self.stats_interval,
-            ..crate::device::DeviceConfig::default()
+            ..Settings::default()
         }
     }
 }
@@ -458,11 +523,15 @@ impl CacheOpts {
 /// (`mount`, `serve`, `attach`).
 #[derive(Debug, Clone, Args)]
 pub struct DaemonOpts {
-    /// Detach once ready (exit 0), or report why it failed. Gives up when
-    /// not ready within the connect and login timeouts plus 10 s.
+    /// Detach once ready (exit 0), or report why it failed.
+    ///
+    /// Gives up when not ready within the connect and login timeouts plus
+    /// 10 s.
     #[arg(short, long)]
     pub daemon: bool,
-    /// With --daemon: append log messages to this file (default: discarded).
+    /// With --daemon: append log messages to this file.
+    ///
+    /// Without it they are discarded.
     #[arg(long, value_name = "PATH", requires = "daemon")]
     pub log_file: Option<PathBuf>,
 }
@@ -507,38 +576,53 @@ Examples:
 /// Options of `rlun mount`.
 #[derive(Debug, Clone, Args)]
 pub struct MountOpts {
-    /// Owner of the files (default: the user running rlun); another user
-    /// needs --allow-other too.
+    /// Owner of the files [default: the user running rlun].
+    ///
+    /// Another user needs --allow-other too.
     #[arg(long, value_name = "UID")]
     pub uid: Option<u32>,
-    /// Group of the files (default: the group running rlun).
+    /// Group of the files [default: the group running rlun].
     #[arg(long, value_name = "GID")]
     pub gid: Option<u32>,
-    /// Permission bits of the files, in octal (write bits are dropped for
-    /// read-only LUNs). The kernel enforces them (default_permissions).
+    /// Permission bits of the files, in octal.
+    ///
+    /// Write bits are dropped for read-only LUNs. The kernel enforces them
+    /// (default_permissions).
     #[arg(long, value_name = "OCTAL", default_value = "0600", value_parser = parse_mode)]
     pub mode: u16,
-    /// Let other users (and root) use the mount; non-root users need
-    /// user_allow_other in /etc/fuse.conf.
+    /// Let other users (and root) use the mount.
+    ///
+    /// Non-root users need user_allow_other in /etc/fuse.conf.
     #[arg(long)]
     pub allow_other: bool,
     /// Refuse writes to every LUN.
     #[arg(short, long)]
     pub read_only: bool,
-    /// Bypass the kernel page cache (see below).
+    /// Bypass the kernel page cache.
+    ///
+    /// See below.
     #[arg(long)]
     pub direct_io: bool,
-    /// Do not ask fusermount3 to unmount when rlun dies (by default a
-    /// killed rlun leaves no dead mount behind).
+    /// Do not unmount when rlun dies.
+    ///
+    /// By default rlun asks fusermount3 to unmount when it dies, so a
+    /// killed rlun leaves no dead mount behind.
     #[arg(long)]
     pub no_auto_unmount: bool,
     /// Threads reading requests from /dev/fuse.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub fuse_threads: u16,
-    /// The kernel's write-back cache for buffered writes: write(2)
-    /// completes in the page cache; close, fsync and unmount write the data
-    /// to the LUN (see below). Not with --direct-io.
-    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::Off)]
+    /// The kernel's write-back cache for buffered writes.
+    ///
+    /// write(2) completes in the page cache; close, fsync and unmount
+    /// write the data to the LUN (see below). Not with --direct-io.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "ON|OFF",
+        default_value_t = OnOff::Off,
+        hide_possible_values = true
+    )]
     pub writeback_cache: OnOff,
 }
 
@@ -583,15 +667,17 @@ Examples:
 /// Options of `rlun attach`.
 #[derive(Debug, Clone, Args)]
 pub struct AttachOpts {
-    /// Sockets between rlun and the kernel (multi-conn): the kernel
-    /// spreads requests over them.
+    /// Sockets between rlun and the kernel.
+    ///
+    /// Multi-conn: the kernel spreads requests over them.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub connections: u32,
     /// Attach the device read-only.
     #[arg(short, long)]
     pub read_only: bool,
-    /// How long the kernel lets a request or a dead connection wait before
-    /// it fails I/O with EIO on its own. The default, --replacement-timeout
+    /// How long the kernel waits before it fails I/O with EIO on its own.
+    ///
+    /// How long a request or a dead connection may wait. The default, --replacement-timeout
     /// (at least 30 s) plus 30 s, keeps an iSCSI reconnect from ever
     /// surfacing as an I/O error; a shorter one fails I/O sooner when rlun
     /// is killed, at the risk of errors during a long reconnect.
@@ -602,8 +688,9 @@ pub struct AttachOpts {
 /// Options of `rlun serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeOpts {
-    /// Listen on this Unix socket (created with mode 0600; a stale socket
-    /// file is replaced, a live one refused).
+    /// Listen on this Unix socket (created with mode 0600).
+    ///
+    /// A stale socket file is replaced, a live one refused.
     #[arg(
         long,
         value_name = "PATH",
@@ -617,7 +704,9 @@ pub struct ServeOpts {
     /// Refuse writes to every export.
     #[arg(short, long)]
     pub read_only: bool,
-    /// TLS certificate chain (PEM): clients must use TLS (NBD_OPT_STARTTLS).
+    /// TLS certificate chain (PEM): clients must use TLS.
+    ///
+    /// NBD_OPT_STARTTLS; with --tls-key.
     #[arg(long, value_name = "PATH", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// TLS private key (PEM) of --tls-cert.
@@ -631,18 +720,8 @@ pub struct ServeOpts {
     pub allow_insecure: bool,
 }
 
-/// Page cache mode for `--cache`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CacheChoice {
-    /// Through LunDevice, but every I/O goes to the target.
-    None,
-    /// Reads cached; writes complete when the target has them.
-    WriteThrough,
-    /// Writes complete in memory and are written back later.
-    WriteBack,
-}
-
 impl CacheChoice {
+    /// The device layer's mode.
     pub fn mode(self) -> crate::device::CacheMode {
         match self {
             CacheChoice::None => crate::device::CacheMode::None,
@@ -650,13 +729,6 @@ impl CacheChoice {
             CacheChoice::WriteBack => crate::device::CacheMode::WriteBack,
         }
     }
-}
-
-/// A switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OnOff {
-    On,
-    Off,
 }
 
 /// Digest choice for `--header-digest` / `--data-digest`.
@@ -671,87 +743,122 @@ pub enum DigestChoice {
     Prefer,
 }
 
-/// Options for connecting and logging in, shared by every subcommand.
+impl DigestChoice {
+    /// What to offer for the digest.
+    pub fn pref(self) -> DigestPref {
+        match self {
+            DigestChoice::None => DigestPref::None,
+            DigestChoice::Crc32c => DigestPref::Crc32c,
+            DigestChoice::Prefer => DigestPref::PreferCrc32c,
+        }
+    }
+}
+
+/// Options for connecting and logging in, shared by every subcommand that
+/// logs in. Each but the CHAP ones can also come from the config file
+/// (rlun.toml(5)): the command line goes first, then the target's entry,
+/// then [defaults], then the default shown.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection options")]
 pub struct ConnectOpts {
-    /// Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config
-    /// file's initiator_name, else the InitiatorName= of open-iscsi's
-    /// /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>).
-    #[arg(long, value_name = "IQN", env = "RLUN_INITIATOR_NAME")]
+    /// Our iSCSI name [default: see --help].
+    ///
+    /// Default: --initiator-name, else RLUN_INITIATOR_NAME, else the config file's
+    /// initiator_name, else the InitiatorName= of open-iscsi's
+    /// /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>.
+    #[arg(long, value_name = "IQN", env = "RLUN_INITIATOR_NAME", hide_env = true)]
     pub initiator_name: Option<String>,
 
-    /// CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config).
+    /// CHAP user name.
+    ///
+    /// The secret comes from RLUN_CHAP_SECRET, --chap-file or the config
+    /// file.
     #[arg(long, value_name = "NAME")]
     pub chap_user: Option<String>,
 
-    /// File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret).
+    /// File with CHAP credentials (TOML).
+    ///
+    /// Its keys: user, secret, mutual_user, mutual_secret. Keep it mode
+    /// 0600.
     #[arg(long, value_name = "PATH")]
     pub chap_file: Option<PathBuf>,
 
     /// Header digest.
+    ///
+    /// none offers None, crc32c insists on CRC32C, prefer-crc32c offers
+    /// CRC32C,None. Without any setting rlun offers None,CRC32C: None
+    /// unless the target insists on CRC32C.
     #[arg(long, value_enum, value_name = "MODE")]
     pub header_digest: Option<DigestChoice>,
 
     /// Data digest.
+    ///
+    /// As --header-digest.
     #[arg(long, value_enum, value_name = "MODE")]
     pub data_digest: Option<DigestChoice>,
 
-    /// Give up connecting after this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Give up connecting after this long [default: 10s].
+    ///
+    /// More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub connect_timeout: Option<Duration>,
 
-    /// Give up logging in after this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Give up logging in after this long [default: 15s].
+    ///
+    /// More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     pub login_timeout: Option<Duration>,
 
+    /// How long I/O waits for a reconnect [default: 120s].
+    ///
     /// When the connection is lost, keep logging in again until I/O has
     /// waited this long without any command completing, then fail pending
-    /// and new I/O (a login alone does not count; 0 disables reconnecting).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "120s")]
-    pub replacement_timeout: Duration,
+    /// and new I/O (a login alone does not count). 0 disables
+    /// reconnecting.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub replacement_timeout: Option<Duration>,
 
-    /// Ping the target (NOP-Out) after this much silence.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
-    pub nop_interval: Duration,
+    /// Ping the target (NOP-Out) after this much silence [default: 5s].
+    ///
+    /// 0 sends no pings.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide_short_help = true)]
+    pub nop_interval: Option<Duration>,
 
-    /// Declare the connection dead when a ping is unanswered this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
-    pub nop_timeout: Duration,
+    /// Declare the connection dead when a ping is unanswered this long [default: 10s].
+    ///
+    /// More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide_short_help = true)]
+    pub nop_timeout: Option<Duration>,
 
-    /// Largest data segment the target may send us in one PDU
-    /// (MaxRecvDataSegmentLength we declare, 512 to 16M-1).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "256k")]
-    pub max_recv_segment: u64,
+    /// Largest data segment the target may send us in one PDU [default: 256k].
+    ///
+    /// The MaxRecvDataSegmentLength we declare, 512 to 16M-1.
+    #[arg(long, value_name = "SIZE", value_parser = parse_segment_size, hide_short_help = true)]
+    pub max_recv_segment: Option<u32>,
 
-    /// Abort and retry a SCSI command that has no answer after this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
-    pub command_timeout: Duration,
+    /// Abort and retry a SCSI command unanswered this long [default: 30s].
+    ///
+    /// More than 0.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide_short_help = true)]
+    pub command_timeout: Option<Duration>,
 }
 
-/// Parse sizes like `4096`, `4k`, `128K`, `1M`, `2g`, `1MiB` (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let digits_end = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
-    let (num, unit) = lower.split_at(digits_end);
-    if num.is_empty() {
-        return Err(format!(
-            "invalid size {t:?}: expected a number like 4k or 1M"
-        ));
+impl ConnectOpts {
+    /// The settings given on the command line.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            connect_timeout: self.connect_timeout,
+            login_timeout: self.login_timeout,
+            replacement_timeout: self.replacement_timeout,
+            nop_interval: self.nop_interval,
+            nop_timeout: self.nop_timeout,
+            command_timeout: self.command_timeout,
+            max_recv_segment: self.max_recv_segment,
+            header_digest: self.header_digest.map(DigestChoice::pref),
+            data_digest: self.data_digest.map(DigestChoice::pref),
+            ..Settings::default()
+        }
     }
-    let n: u64 = num.parse().map_err(|_| format!("invalid size {t:?}"))?;
-    let mult: u64 = match unit.trim() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        u => return Err(format!("invalid size unit {u:?} in {t:?} (use k, M, G, T)")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size {t:?} is too large"))
 }
 
 /// Parse an octal permission mode like `0640` or `640` (at most `7777`).
@@ -764,29 +871,6 @@ pub fn parse_mode(s: &str) -> Result<u16, String> {
             "invalid mode {t:?}: expected octal permission bits like 0640"
         )),
     }
-}
-
-/// Parse durations like `10s`, `500ms`, `2m`, `1h`, or plain seconds `10`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let digits_end = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits_end);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {t:?}: expected e.g. 10s, 500ms, 2m"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        u => return Err(format!("invalid duration unit {u:?} in {t:?}")),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(format!("duration {t:?} out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// A duration the kernel takes in whole seconds: at least one second,
@@ -853,5 +937,46 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    /// The "[default: …]" of each option's help is the built-in default
+    /// ([`crate::config::settings::BUILT_IN`]), which the help cannot read.
+    #[test]
+    fn help_shows_the_built_in_defaults() {
+        use crate::config::settings::{BUILT_IN, DEFAULT_THREADS};
+        let secs = |d: Duration| format!("{}s", d.as_secs());
+        let cmd = Cli::command();
+        let mount = cmd.find_subcommand("mount").unwrap();
+        let b = BUILT_IN;
+        for (id, shown) in [
+            ("connect_timeout", secs(b.connect_timeout)),
+            ("login_timeout", secs(b.login_timeout)),
+            ("replacement_timeout", secs(b.replacement_timeout)),
+            ("nop_interval", secs(b.nop_interval)),
+            ("nop_timeout", secs(b.nop_timeout)),
+            ("command_timeout", secs(b.command_timeout)),
+            ("max_recv_segment", format!("{}k", b.max_recv_segment >> 10)),
+            ("cache_size", format!("{}M", b.cache_size >> 20)),
+            ("readahead", "on".to_string()),
+            ("writeback_delay", secs(b.writeback_delay)),
+        ] {
+            let arg = mount.get_arguments().find(|a| a.get_id() == id).unwrap();
+            let help = arg.get_help().unwrap().to_string();
+            assert!(
+                help.contains(&format!("[default: {shown}]")),
+                "--{id}: {help}"
+            );
+        }
+        assert_eq!(b.readahead, OnOff::On);
+        assert!(b.stats_interval.is_none() && b.cache.is_none());
+        let threads = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "threads")
+            .unwrap();
+        let help = threads.get_help().unwrap().to_string();
+        assert!(
+            help.contains(&format!("[default: {DEFAULT_THREADS}]")),
+            "{help}"
+        );
     }
 }

@@ -47,11 +47,19 @@ fn main() {
     // writer and the callers it completes — without cross-thread wake-ups;
     // blocking work goes to tokio's blocking pool either way. More worker
     // threads only pay off when many LUNs are busy at once (see --threads).
-    let mut builder = if cli.threads <= 1 {
+    let config = match rlun::cmd::load_config(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rlun: {}", rlun_iscsi::error_chain(&e));
+            std::process::exit(e.exit_code());
+        }
+    };
+    let threads = rlun::cmd::threads(&cli, &config);
+    let mut builder = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(cli.threads);
+        b.worker_threads(threads);
         b
     };
     let runtime = match builder.enable_all().build() {
@@ -61,7 +69,7 @@ fn main() {
             std::process::exit(exit::FAILURE);
         }
     };
-    let result = runtime.block_on(rlun::cmd::run(cli));
+    let result = runtime.block_on(rlun::cmd::run(cli, config));
     // Don't wait for detached tasks (a session still logging out) forever.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {

@@ -36,4 +36,33 @@ fn example_config_with_a_target_uncommented_is_usable() {
     let store = cfg.target("store").expect("target 'store'");
     assert_eq!(store.url.lun, Some(1));
     assert_eq!(store.chap_user.as_deref(), Some("myhost"));
+    assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+    // Every setting the command line and the file share is shown, and the
+    // values shown are the built-in defaults (where there is one).
+    use rlun::config::settings::{Settings, BUILT_IN, DEFAULT_THREADS, SETTING_KEYS};
+    for key in SETTING_KEYS {
+        assert!(
+            text.contains(&format!("# {key} = ")),
+            "{key} is not in the example"
+        );
+    }
+    assert_eq!(cfg.defaults.threads, Some(DEFAULT_THREADS));
+    let defaults = cfg.settings_for(None);
+    let shown = Settings {
+        cache: None,
+        stats_interval: None,
+        ..defaults.clone()
+    };
+    assert_eq!(
+        shown.resolve(),
+        rlun::config::settings::Effective {
+            header_digest: defaults.header_digest,
+            data_digest: defaults.data_digest,
+            ..BUILT_IN
+        }
+    );
+    assert_eq!(
+        store.settings().or(&defaults).resolve().replacement_timeout,
+        std::time::Duration::from_secs(300)
+    );
 }

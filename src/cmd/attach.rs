@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
+use super::context::device_config;
 use super::context::Ctx;
 use super::error::{stdout_error, CliError};
 use crate::cli::{AttachOpts, CacheChoice, CacheOpts, ConnectOpts, DaemonOpts};
@@ -105,7 +106,7 @@ pub async fn run(
     let iface = check_local(index)?;
     service::launch(
         &d.options(),
-        ctx.ready_deadline(conn),
+        ctx.ready_deadline(arg, conn),
         async |readiness: &mut Readiness| {
             let (url, entry) = ctx.resolve_url(arg)?;
             let Some(iqn) = url.target.clone() else {
@@ -113,12 +114,19 @@ pub async fn run(
                     "{arg} names a portal, not a LUN: attach one LUN (iscsi://host/<iqn>/<lun>)"
                 )));
             };
+            let settings = ctx.settings(
+                &url,
+                entry.as_deref(),
+                &conn.settings().or(&cache.settings()),
+            );
             let plan = Plan {
                 session: ctx.session_config(&url, entry.as_deref(), conn)?,
                 target: iqn.clone(),
                 lun: url.lun,
-                device: cache
-                    .device_config(cache.cache.unwrap_or(CacheChoice::WriteThrough).mode()),
+                device: device_config(
+                    &settings,
+                    settings.cache.unwrap_or(CacheChoice::WriteThrough).mode(),
+                ),
                 read_only: o.read_only,
             };
             let front = Kernel {
@@ -128,7 +136,7 @@ pub async fn run(
                 index,
                 iface,
                 options: o,
-                replacement_timeout: conn.replacement_timeout,
+                replacement_timeout: settings.replacement_timeout,
             };
             service::serve(plan, front, readiness).await
         },

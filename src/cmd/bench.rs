@@ -14,11 +14,13 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tracing::info;
 
+use super::context::device_config;
 use super::context::Ctx;
 use super::error::CliError;
 use crate::cli::{CacheOpts, ConnectOpts, OnOff, Pattern};
 use crate::client::{Lun, Target};
 use crate::clock;
+use crate::config::settings::Effective;
 use crate::device::LunDevice;
 use crate::stats::DataPathStats;
 use rlun_iscsi::iobuf::IoBuf;
@@ -121,6 +123,9 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
     if o.bs == 0 {
         return Err(CliError::Usage("--bs must be greater than 0".into()));
     }
+    // The cache mode comes from --cache alone (bench measures the LUN
+    // unless told otherwise); the cache's other settings as for mount.
+    let settings = ctx.settings_for_arg(arg, &o.cache.settings());
     let (target, lun) = ctx.open_lun(arg, conn).await?;
     let Measured {
         mut all,
@@ -130,7 +135,7 @@ pub async fn run(ctx: &Ctx, arg: &str, o: Options, conn: &ConnectOpts) -> Result
         data_path,
         cache_json,
     } = target
-        .scope(async |_: &Target| measure(lun, &o).await)
+        .scope(async |_: &Target| measure(lun, &o, &settings).await)
         .await?;
     all.sort_unstable();
     let ios = all.len() as u64;
@@ -193,7 +198,7 @@ struct Measured {
 }
 
 /// Check the options against `lun`, run the workload and measure it.
-async fn measure(lun: Lun, o: &Options) -> Result<Measured, CliError> {
+async fn measure(lun: Lun, o: &Options, settings: &Effective) -> Result<Measured, CliError> {
     let bs_block = lun.block_size() as u64;
     if o.bs == 0 || !o.bs.is_multiple_of(bs_block) {
         return Err(CliError::Usage(format!(
@@ -226,7 +231,7 @@ async fn measure(lun: Lun, o: &Options) -> Result<Measured, CliError> {
     let io = match o.cache.cache {
         None => Io::Lun(Box::new(lun.clone())),
         Some(mode) => {
-            let cfg = o.cache.device_config(mode.mode());
+            let cfg = device_config(settings, mode.mode());
             let dev = LunDevice::new(lun.clone(), cfg)
                 .map_err(|e| CliError::Usage(rlun_iscsi::error_chain(&e)))?;
             Io::Device(Arc::new(dev))
@@ -235,7 +240,7 @@ async fn measure(lun: Lun, o: &Options) -> Result<Measured, CliError> {
     // From the registered pool when the transport is iSER (`rlun_iscsi::iobuf`).
     let payload = IoBuf::copy_from_slice(&vec![0xa5u8; o.bs as usize]).into_bytes();
     let data0 = DataPathStats::now();
-    let logger = match (&io, o.cache.stats_interval) {
+    let logger = match (&io, settings.stats_interval) {
         // With --cache the device logs its counters (copied_bytes included).
         (Io::Lun(_), Some(every)) => Some(tokio::spawn(async move {
             loop {
@@ -394,7 +399,7 @@ async fn measure(lun: Lun, o: &Options) -> Result<Measured, CliError> {
             if let Some(m) = v.as_object_mut() {
                 m.insert("mode".into(), json!(d.mode().name()));
                 m.insert("page_size".into(), json!(d.page_size()));
-                m.insert("readahead".into(), json!(o.cache.readahead == OnOff::On));
+                m.insert("readahead".into(), json!(settings.readahead == OnOff::On));
             }
             (v, flush)
         }

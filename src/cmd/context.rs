@@ -9,9 +9,11 @@
 use std::time::Duration;
 
 use super::error::CliError;
-use crate::cli::{ConnectOpts, DigestChoice};
+use crate::cli::ConnectOpts;
 use crate::client::{ClientError, LoggedIn, Lun, Target};
-use crate::config::{resolve_initiator_name, CliCreds, Config, Credentials};
+use crate::config::settings::{Effective, OnOff, Settings};
+use crate::config::{resolve_initiator_name, CliCreds, Config, Credentials, TargetEntry};
+use crate::device::{CacheBudget, CacheMode, DeviceConfig};
 use crate::session::SessionConfig;
 use crate::url::{TargetUrl, TransportKind};
 use rlun_iscsi::proto::digest::{DigestPref, DigestType};
@@ -66,14 +68,44 @@ impl Ctx {
         Ok((url, entry))
     }
 
+    /// The `[targets.<name>]` entry for `url`: the one named, else one
+    /// whose URL names the same portal and target (a URL that matches a
+    /// configured target picks up its settings too).
+    pub fn entry_for(&self, url: &TargetUrl, entry_name: Option<&str>) -> Option<&TargetEntry> {
+        entry_name.and_then(|n| self.config.target(n)).or_else(|| {
+            self.config.targets.values().find(|e| {
+                e.url.portal == url.portal && e.url.target.is_some() && e.url.target == url.target
+            })
+        })
+    }
+
+    /// The settings in effect for `url`: `cli` (the command line's), then
+    /// the URL's `?header_digest=`, then the target's config entry, then
+    /// `[defaults]`, then the built-in defaults.
+    pub fn settings(&self, url: &TargetUrl, entry_name: Option<&str>, cli: &Settings) -> Effective {
+        let from_url = Settings {
+            header_digest: url.header_digest,
+            ..Settings::default()
+        };
+        let file = self.config.settings_for(self.entry_for(url, entry_name));
+        cli.clone().or(&from_url).or(&file).resolve()
+    }
+
+    /// [`Ctx::settings`] for a target argument (URL or config name); one
+    /// that does not resolve gets `[defaults]` (its error comes later).
+    pub fn settings_for_arg(&self, arg: &str, cli: &Settings) -> Effective {
+        match self.resolve_url(arg) {
+            Ok((url, entry)) => self.settings(&url, entry.as_deref(), cli),
+            Err(_) => cli.clone().or(&self.config.settings_for(None)).resolve(),
+        }
+    }
+
     /// How long a `--daemon` parent waits for its child to be ready
-    /// ([`crate::daemon::ready_deadline`]) with these connection options.
-    pub fn ready_deadline(&self, opts: &ConnectOpts) -> Duration {
-        crate::daemon::ready_deadline(
-            opts.connect_timeout
-                .unwrap_or(self.config.connect_timeout()),
-            opts.login_timeout.unwrap_or(self.config.login_timeout()),
-        )
+    /// ([`crate::daemon::ready_deadline`]) for target `arg` with these
+    /// connection options.
+    pub fn ready_deadline(&self, arg: &str, opts: &ConnectOpts) -> Duration {
+        let s = self.settings_for_arg(arg, &opts.settings());
+        crate::daemon::ready_deadline(s.connect_timeout, s.login_timeout)
     }
 
     /// Everything needed to log in to `url`.
@@ -87,12 +119,8 @@ impl Ctx {
             // Say at once when this machine cannot do RDMA at all.
             crate::transport::iser::check_available()?;
         }
-        let entry = entry_name.and_then(|n| self.config.target(n)).or_else(|| {
-            // A URL that matches a configured target picks up its settings too.
-            self.config.targets.values().find(|e| {
-                e.url.portal == url.portal && e.url.target.is_some() && e.url.target == url.target
-            })
-        });
+        let entry = self.entry_for(url, entry_name);
+        let s = self.settings(url, entry_name, &opts.settings());
         let env = |k: &str| std::env::var(k).ok();
         let initiator = resolve_initiator_name(opts.initiator_name.as_deref(), env, &self.config)?;
         let cli_creds = CliCreds {
@@ -108,45 +136,36 @@ impl Ctx {
         let mut cfg = SessionConfig::new(host, port, initiator);
         cfg.transport = url.transport;
         cfg.target_name = url.target.clone();
-        cfg.connect_timeout = opts
-            .connect_timeout
-            .unwrap_or(self.config.connect_timeout());
-        cfg.login_timeout = opts.login_timeout.unwrap_or(self.config.login_timeout());
-        cfg.replacement_timeout = opts.replacement_timeout;
-        cfg.nop_interval = (!opts.nop_interval.is_zero()).then_some(opts.nop_interval);
-        cfg.nop_timeout = opts.nop_timeout;
-        cfg.command_timeout = opts.command_timeout;
-        if !(512..=0xff_ffff).contains(&opts.max_recv_segment) {
-            return Err(CliError::Usage(format!(
-                "--max-recv-segment {} is outside 512..16777215",
-                opts.max_recv_segment
-            )));
-        }
-        cfg.proposal.max_recv_data_segment_length = opts.max_recv_segment as u32;
+        cfg.connect_timeout = s.connect_timeout;
+        cfg.login_timeout = s.login_timeout;
+        cfg.replacement_timeout = s.replacement_timeout;
+        cfg.nop_interval = (!s.nop_interval.is_zero()).then_some(s.nop_interval);
+        cfg.nop_timeout = s.nop_timeout;
+        cfg.command_timeout = s.command_timeout;
+        cfg.proposal.max_recv_data_segment_length = s.max_recv_segment;
         cfg.chap = creds.chap.map(|c| ChapSettings {
             user: c.user,
             secret: c.secret,
             mutual: creds.mutual.map(|m| (m.user, m.secret)),
         });
-        let header = match opts.header_digest {
-            Some(d) => Some(choice_pref(d)),
-            None => url
-                .header_digest
-                .or(entry.and_then(|e| e.header_digest))
-                .or(self.config.defaults.header_digest),
-        };
-        let data = match opts.data_digest {
-            Some(d) => Some(choice_pref(d)),
-            None => entry
-                .and_then(|e| e.data_digest)
-                .or(self.config.defaults.data_digest),
-        };
-        if let Some(h) = header {
+        if let Some(h) = s.header_digest {
             cfg.proposal.header_digest = digest_list(h);
         }
-        if let Some(d) = data {
+        if let Some(d) = s.data_digest {
             cfg.proposal.data_digest = digest_list(d);
         }
+        tracing::debug!(
+            connect_timeout = ?s.connect_timeout,
+            login_timeout = ?s.login_timeout,
+            replacement_timeout = ?s.replacement_timeout,
+            nop_interval = ?s.nop_interval,
+            nop_timeout = ?s.nop_timeout,
+            command_timeout = ?s.command_timeout,
+            max_recv_segment = s.max_recv_segment,
+            header_digest = ?s.header_digest,
+            data_digest = ?s.data_digest,
+            "session settings"
+        );
         if cfg.target_name.is_some() {
             if let Ok(mut last) = self.last_target.lock() {
                 *last = Some(cfg.clone());
@@ -252,11 +271,33 @@ pub async fn disk_luns(t: &Target) -> Option<(String, Option<u64>)> {
     Some((text, disks.first().copied()))
 }
 
-fn choice_pref(c: DigestChoice) -> DigestPref {
-    match c {
-        DigestChoice::None => DigestPref::None,
-        DigestChoice::Crc32c => DigestPref::Crc32c,
-        DigestChoice::Prefer => DigestPref::PreferCrc32c,
+/// The device layer's settings from the settings in effect, for cache
+/// `mode`. Every call makes a new budget of `cache_size`, shared by every
+/// device opened with (a clone of) the returned settings: call it once per
+/// process. With a cache, its page memory is reserved here, before the
+/// command logs in, so that an iSER connection registers it when it
+/// connects.
+pub fn device_config(s: &Effective, mode: CacheMode) -> DeviceConfig {
+    let budget = CacheBudget::new(s.cache_size);
+    if mode != CacheMode::None {
+        budget.reserve();
+    }
+    tracing::debug!(
+        ?mode,
+        cache_size = s.cache_size,
+        readahead = ?s.readahead,
+        writeback_delay = ?s.writeback_delay,
+        stats_interval = ?s.stats_interval,
+        "cache settings"
+    );
+    DeviceConfig {
+        mode,
+        cache_size: s.cache_size,
+        budget: Some(budget),
+        readahead: s.readahead == OnOff::On,
+        writeback_delay: s.writeback_delay,
+        stats_interval: s.stats_interval,
+        ..DeviceConfig::default()
     }
 }
 
@@ -271,19 +312,17 @@ fn digest_list(p: DigestPref) -> Vec<DigestType> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::DigestChoice;
 
     #[test]
     fn digest_choices_become_proposal_lists() {
+        assert_eq!(digest_list(DigestChoice::None.pref()), [DigestType::None]);
         assert_eq!(
-            digest_list(choice_pref(DigestChoice::None)),
-            [DigestType::None]
-        );
-        assert_eq!(
-            digest_list(choice_pref(DigestChoice::Crc32c)),
+            digest_list(DigestChoice::Crc32c.pref()),
             [DigestType::Crc32c]
         );
         assert_eq!(
-            digest_list(choice_pref(DigestChoice::Prefer)),
+            digest_list(DigestChoice::Prefer.pref()),
             [DigestType::Crc32c, DigestType::None]
         );
     }
@@ -306,8 +345,55 @@ mod tests {
         };
 
         assert_eq!(
-            ctx.ready_deadline(&conn),
+            ctx.ready_deadline("iscsi://h/iqn.x/1", &conn),
             Duration::from_secs(5) + crate::daemon::STARTUP_ALLOWANCE
+        );
+    }
+
+    #[test]
+    fn the_command_line_beats_the_target_entry_which_beats_defaults() {
+        use clap::Parser as _;
+        let config = Config::from_toml_str(
+            "[defaults]\nconnect_timeout = \"3s\"\nnop_interval = \"1s\"\ncache_size = \"8M\"\n\
+             [targets.t]\nurl = \"iscsi://h/iqn.2026-11.org.example:t\"\n\
+             connect_timeout = \"4s\"\nlogin_timeout = \"6s\"\ncache = \"write-back\"\n",
+            std::path::Path::new("r.toml"),
+        )
+        .unwrap();
+        let ctx = Ctx { config };
+        let cli = crate::cli::Cli::parse_from([
+            "rlun",
+            "serve",
+            "t",
+            "--socket",
+            "/s",
+            "--login-timeout",
+            "2s",
+        ]);
+        let crate::cli::Command::Serve { conn, cache, .. } = cli.command else {
+            unreachable!("parsed as serve")
+        };
+        let flags = conn.settings().or(&cache.settings());
+        let s = ctx.settings_for_arg("t", &flags);
+        assert_eq!(s.login_timeout, Duration::from_secs(2)); // command line
+        assert_eq!(s.connect_timeout, Duration::from_secs(4)); // target entry
+        assert_eq!(s.cache, Some(crate::cli::CacheChoice::WriteBack));
+        assert_eq!(s.nop_interval, Duration::from_secs(1)); // [defaults]
+        assert_eq!(s.cache_size, 8 << 20);
+        assert_eq!(
+            s.command_timeout,
+            crate::config::settings::BUILT_IN.command_timeout
+        );
+        // A URL naming the same target finds the entry too.
+        let s = ctx.settings_for_arg("iscsi://h/iqn.2026-11.org.example:t/1", &flags);
+        assert_eq!(s.connect_timeout, Duration::from_secs(4));
+        // Another target gets [defaults] only.
+        let s = ctx.settings_for_arg("iscsi://h/iqn.2026-11.org.example:u/1", &flags);
+        assert_eq!(s.connect_timeout, Duration::from_secs(3));
+        assert_eq!(s.cache, None);
+        assert_eq!(
+            ctx.ready_deadline("t", &conn),
+            Duration::from_secs(6) + crate::daemon::STARTUP_ALLOWANCE
         );
     }
 }

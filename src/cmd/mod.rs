@@ -41,8 +41,7 @@ use crate::config::Config;
 use crate::session::{self, SessionError};
 
 /// Run the parsed command line.
-pub async fn run(cli: Cli) -> Result<(), CliError> {
-    let config = Config::load(cli.config.as_deref())?;
+pub async fn run(cli: Cli, config: Config) -> Result<(), CliError> {
     let ctx = Ctx::new(config);
     match run_command(&ctx, cli).await {
         Err(e) => Err(explain_unknown_target(&ctx, explain_foreign_service(e).await).await),
@@ -179,6 +178,20 @@ fn show_bytes(bytes: &[u8]) -> String {
         .collect();
     let more = if bytes.len() > 32 { "…" } else { "" };
     format!("\"{shown}{more}\"")
+}
+
+/// The config file `--config` names, or the default one: loaded before the
+/// runtime starts, as `threads` in it sizes the runtime.
+pub fn load_config(cli: &Cli) -> Result<Config, CliError> {
+    Ok(Config::load(cli.config.as_deref())?)
+}
+
+/// Worker threads of the runtime: `--threads` (or RLUN_THREADS), else the
+/// config file's `[defaults] threads`, else one.
+pub fn threads(cli: &Cli, config: &Config) -> usize {
+    cli.threads
+        .or(config.defaults.threads)
+        .unwrap_or(crate::config::settings::DEFAULT_THREADS)
 }
 
 async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {

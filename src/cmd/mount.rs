@@ -35,6 +35,7 @@ use std::time::Duration;
 use fuser::{Config, MountOption, SessionACL};
 use tracing::{debug, info, warn};
 
+use super::context::device_config;
 use super::context::Ctx;
 use super::error::CliError;
 use crate::cli::{CacheChoice, CacheOpts, ConnectOpts, DaemonOpts, MountOpts, OnOff};
@@ -61,7 +62,7 @@ pub async fn run(
 ) -> Result<(), CliError> {
     service::launch(
         &d.options(),
-        ctx.ready_deadline(conn),
+        ctx.ready_deadline(target, conn),
         async |readiness: &mut Readiness| {
             mount(ctx, target, mountpoint, o, cache, conn, readiness).await
         },
@@ -191,7 +192,8 @@ async fn mount(
     let mp = check_mountpoint(mountpoint)?;
     check_fuse_device()?;
     let auto_unmount = check_unmount_helper(o)?;
-    let mode = cache.cache.unwrap_or(if o.direct_io {
+    let settings = ctx.settings(&url, entry.as_deref(), &cache.settings());
+    let mode = settings.cache.unwrap_or(if o.direct_io {
         CacheChoice::WriteThrough
     } else {
         CacheChoice::None
@@ -200,7 +202,7 @@ async fn mount(
         session: ctx.session_config(&url, entry.as_deref(), conn)?,
         target: iqn.clone(),
         lun: url.lun,
-        device: cache.device_config(mode.mode()),
+        device: device_config(&settings, mode.mode()),
         read_only: o.read_only,
     };
     let fsname = match url.lun {
@@ -213,7 +215,7 @@ async fn mount(
         fsname,
         options: o,
         auto_unmount,
-        kernel_readahead: cache.readahead == OnOff::On,
+        kernel_readahead: settings.readahead == OnOff::On,
     };
     service::serve(plan, front, readiness).await
 }

@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::rustls;
 use tracing::{info, warn};
 
+use super::context::device_config;
 use super::context::Ctx;
 use super::error::CliError;
 use crate::cli::{CacheChoice, CacheOpts, ConnectOpts, DaemonOpts, ServeOpts};
@@ -45,7 +46,7 @@ pub async fn run(
 ) -> Result<(), CliError> {
     service::launch(
         &d.options(),
-        ctx.ready_deadline(conn),
+        ctx.ready_deadline(arg, conn),
         async |readiness: &mut Readiness| serve(ctx, arg, o, cache, conn, readiness).await,
     )
     .await
@@ -75,11 +76,15 @@ async fn serve(
         check_insecure(addr, tls.is_some(), o.allow_insecure)?;
     }
     let listener = Listener::bind(o).await?;
+    let settings = ctx.settings(&url, entry.as_deref(), &cache.settings());
     let plan = Plan {
         session: ctx.session_config(&url, entry.as_deref(), conn)?,
         target: iqn.clone(),
         lun: url.lun,
-        device: cache.device_config(cache.cache.unwrap_or(CacheChoice::WriteThrough).mode()),
+        device: device_config(
+            &settings,
+            settings.cache.unwrap_or(CacheChoice::WriteThrough).mode(),
+        ),
         read_only: o.read_only,
     };
     let front = Nbd { listener, tls, iqn };
