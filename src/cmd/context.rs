@@ -360,7 +360,7 @@ mod tests {
             std::path::Path::new("r.toml"),
         )
         .unwrap();
-        let ctx = Ctx { config };
+        let ctx = Ctx::new(config);
         let cli = crate::cli::Cli::parse_from([
             "rlun",
             "serve",
