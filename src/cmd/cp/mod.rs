@@ -9,9 +9,12 @@
 //! as a stream (standard input `-`, a pipe, a FIFO, a character device)
 //! has no size to check: it is read in order, and only when it turns out
 //! larger than the destination LUN does the copy stop, with the LUN written
-//! full. SIGINT, SIGTERM and SIGHUP stop a copy like an error does (a
-//! regular destination file is cut back to the bytes copied) and end with
-//! exit code 128 + the signal's number.
+//! full. A copy onto itself (one LUN or one file named twice) is refused
+//! before anything is written. SIGINT, SIGTERM and SIGHUP stop a copy like
+//! an error does (a regular destination file is cut back to the bytes
+//! copied) and end with exit code 128 + the signal's number.
+
+mod same;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -103,6 +106,7 @@ pub async fn run(
         return Err(CliError::Usage("--qd must be at least 1".into()));
     }
     if !is_lun_arg(ctx, src) && !is_lun_arg(ctx, dst) {
+        same::refuse_same_file(src, dst)?;
         return Err(CliError::Usage(
             "neither side is a LUN URL; use cp(1) to copy files".into(),
         ));
@@ -110,6 +114,9 @@ pub async fn run(
     // Installed before anything is written: from here on SIGINT/SIGTERM
     // stop the copy in order instead of killing rlun mid-chunk.
     let mut stop = Signals::install()?;
+    if is_lun_arg(ctx, src) && is_lun_arg(ctx, dst) {
+        or_stop(&mut stop, same::refuse_same_lun(ctx, src, dst)).await?;
+    }
     let mut sessions = Vec::new();
     let result = copy(ctx, src, dst, &o, conn, &mut stop, &mut sessions).await;
     // Every session the copy logged in to ends here, whatever it did.
