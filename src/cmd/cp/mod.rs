@@ -91,6 +91,21 @@ fn local<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) 
     }
 }
 
+/// A failed write to standard output: its reader going away (`| head`)
+/// ends the copy quietly, as it ends `ls`; anything else is an error.
+fn stream_write_error(
+    path: &Path,
+    to_stdout: bool,
+) -> impl FnOnce(std::io::Error) -> CliError + '_ {
+    move |e| {
+        if to_stdout && e.kind() == std::io::ErrorKind::BrokenPipe {
+            CliError::BrokenPipe
+        } else {
+            local("cannot write to", path)(e)
+        }
+    }
+}
+
 pub async fn run(
     ctx: &Ctx,
     src: &str,
@@ -170,7 +185,8 @@ async fn copy(
         Source::Stream(_) => u64::MAX,
     };
     let mut stream: Option<Box<dyn Write>> = None;
-    let dest = if dst == "-" {
+    let to_stdout = dst == "-";
+    let dest = if to_stdout {
         Dest::Stream(PathBuf::from("standard output"))
     } else if is_lun_arg(ctx, dst) {
         let (t, l) = or_stop(stop, ctx.open_lun(dst, conn)).await?;
@@ -305,7 +321,8 @@ async fn copy(
                 .map_err(|e| CliError::Other(format!("copy task failed: {e}")))??;
             let n = match (out, &mut stream, &*dst_arc) {
                 (Some(data), Some(w), Dest::Stream(p)) => {
-                    w.write_all(&data).map_err(local("cannot write to", p))?;
+                    w.write_all(&data)
+                        .map_err(stream_write_error(p, to_stdout))?;
                     data.len() as u64
                 }
                 _ => chunk.min(size - done),
@@ -334,7 +351,7 @@ async fn copy(
             (Dest::File { file, path, .. }, _) => {
                 file.sync_all().map_err(local("cannot sync", path))
             }
-            (Dest::Stream(p), Some(w)) => w.flush().map_err(local("cannot write to", p)),
+            (Dest::Stream(p), Some(w)) => w.flush().map_err(stream_write_error(p, to_stdout)),
             (Dest::Stream(_), None) => Ok(()),
         },
         Err(e) => {
