@@ -129,6 +129,10 @@ pub enum Command {
     /// 143, 129), the file is cut back to the bytes copied before; into a
     /// LUN, the writes already sent land, the target's cache is flushed and
     /// rlun says how many bytes of the source the LUN holds from its start.
+    ///
+    /// A terminal shows a progress bar; --progress prints a line a second
+    /// elsewhere; a summary line follows a successful copy. -q shows
+    /// neither.
     Cp {
         /// Source: LUN URL or file.
         src: String,
@@ -140,10 +144,10 @@ pub enum Command {
         /// Transfers kept in flight.
         #[arg(long, default_value_t = 16)]
         qd: u32,
-        /// Show a progress bar (default: when stderr is a terminal).
+        /// Show progress also when stderr is no terminal (a line a second).
         #[arg(long, overrides_with = "no_progress")]
         progress: bool,
-        /// Never show a progress bar.
+        /// Never show progress.
         #[arg(long)]
         no_progress: bool,
         /// Set the FUA bit on writes (write through the target's cache).

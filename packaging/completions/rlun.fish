@@ -131,8 +131,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l max-recv-segment -d 'La
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l command-timeout -d 'Abort and retry a SCSI command that has no answer after this long' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l threads -d 'Worker threads of the async runtime. 1 (the default) runs each session\'s whole hot path on one thread: completing an I/O wakes no other thread, which gives the least CPU per I/O and, with one or a few LUNs, the most throughput (see benches/compare.sh). Raise it only when one process serves many busy LUNs (`rlun serve`/`mount` of several) and a single core is the limit. Blocking work (file I/O of `rlun cp`) runs in a separate pool whatever this says' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
-complete -c rlun -n "__fish_rlun_using_subcommand cp" -l progress -d 'Show a progress bar (default: when stderr is a terminal)'
-complete -c rlun -n "__fish_rlun_using_subcommand cp" -l no-progress -d 'Never show a progress bar'
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l progress -d 'Show progress also when stderr is no terminal (a line a second)'
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l no-progress -d 'Never show progress'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l fua -d 'Set the FUA bit on writes (write through the target\'s cache)'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -s q -l quiet -d 'Only print errors'

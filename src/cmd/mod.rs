@@ -132,6 +132,7 @@ fn show_bytes(bytes: &[u8]) -> String {
 async fn run_command(cli: Cli) -> Result<(), CliError> {
     let config = Config::load(cli.config.as_deref())?;
     let ctx = Ctx { config };
+    let quiet = cli.quiet;
     match cli.command {
         Command::Discover { portal, conn } => {
             let (url, entry) = ctx.resolve_url(&portal)?;
@@ -166,11 +167,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
             fua,
             conn,
         } => {
-            let show = if no_progress {
-                false
-            } else {
-                progress || std::io::IsTerminal::is_terminal(&std::io::stderr())
-            };
+            let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
             cp::run(
                 &ctx,
                 &src,
@@ -178,7 +175,8 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
                 cp::Options {
                     bs,
                     qd,
-                    progress: show,
+                    progress: cp::ProgressMode::choose(quiet, progress, no_progress, terminal),
+                    summary: !quiet,
                     fua,
                 },
                 &conn,

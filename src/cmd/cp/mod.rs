@@ -14,6 +14,7 @@
 //! an error does (a regular destination file is cut back to the bytes
 //! copied) and end with exit code 128 + the signal's number.
 
+mod progress;
 mod same;
 
 use std::collections::VecDeque;
@@ -24,7 +25,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use indicatif::{ProgressBar, ProgressStyle};
 use tokio::task::JoinHandle;
 
 use super::context::Ctx;
@@ -32,11 +32,15 @@ use super::error::CliError;
 use crate::cli::ConnectOpts;
 use crate::client::{ClientError, LoggedIn, Lun};
 use crate::daemon::Signals;
+use progress::Meter;
+pub use progress::ProgressMode;
 
 pub struct Options {
     pub bs: u64,
     pub qd: u32,
-    pub progress: bool,
+    pub progress: ProgressMode,
+    /// Print the summary line at the end (not with `-q`).
+    pub summary: bool,
     pub fua: bool,
 }
 
@@ -244,18 +248,8 @@ async fn copy(
     }
     let chunk = (o.bs.min(limit) / align).max(1) * align;
 
-    let bar = if o.progress {
-        let b = ProgressBar::new(size);
-        b.set_style(
-            ProgressStyle::with_template(
-                "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-            )
-            .expect("static template"),
-        );
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let total = (reader.is_none()).then_some(size);
+    let meter = Meter::start(o.progress, 0, total);
     let start = std::time::Instant::now();
     let src = Arc::new(source);
     let dst_arc = Arc::new(dest);
@@ -328,7 +322,7 @@ async fn copy(
                 _ => chunk.min(size - done),
             };
             done += n;
-            bar.inc(n);
+            meter.set(done);
         }
         Ok(())
     };
@@ -336,13 +330,13 @@ async fn copy(
         r = copy => r,
         signal = stop.recv_with_hangup() => Err(CliError::Interrupted(signal)),
     };
+    meter.finish();
     if let (Err(e), Dest::Lun(b)) = (&result, &*dst_arc) {
         settle_lun_after_failure(stop, b, &mut inflight, &mut done, e).await;
     }
     for (_, h) in inflight {
         h.abort();
     }
-    bar.finish_and_clear();
     let result = match result {
         Ok(()) => match (&*dst_arc, &mut stream) {
             (Dest::Lun(b), _) => {
@@ -385,13 +379,11 @@ async fn copy(
         }
     };
     result?;
-    let secs = start.elapsed().as_secs_f64();
-    tracing::info!(
-        bytes = size,
-        seconds = secs,
-        mb_per_s = size as f64 / secs.max(1e-9) / 1e6,
-        "copy complete"
-    );
+    if o.summary {
+        let line = progress::summary(size, 0, 0, start.elapsed());
+        // Standard error gone: the copy itself succeeded.
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
     Ok(())
 }
 
