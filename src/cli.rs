@@ -130,9 +130,11 @@ pub enum Command {
     /// LUN, the writes already sent land, the target's cache is flushed and
     /// rlun says how many bytes of the source the LUN holds from its start.
     ///
-    /// A terminal shows a progress bar; --progress prints a line a second
-    /// elsewhere; a summary line follows a successful copy. -q shows
-    /// neither.
+    /// A regular destination file is sparse: blocks of 4 KiB that hold only
+    /// zeros become holes (--no-sparse writes them). A LUN, a block device
+    /// or a stream receives every byte. A terminal shows a progress bar;
+    /// --progress prints a line a second elsewhere; a summary line follows
+    /// a successful copy. -q shows neither.
     Cp {
         /// Source: LUN URL or file.
         src: String,
@@ -150,6 +152,9 @@ pub enum Command {
         /// Never show progress.
         #[arg(long)]
         no_progress: bool,
+        /// Write the zeros into a file too (default: leave holes).
+        #[arg(long)]
+        no_sparse: bool,
         /// Set the FUA bit on writes (write through the target's cache).
         #[arg(long)]
         fua: bool,

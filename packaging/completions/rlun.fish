@@ -133,6 +133,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l threads -d 'Worker thre
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l config -d 'Configuration file (named targets, CHAP, defaults)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l progress -d 'Show progress also when stderr is no terminal (a line a second)'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l no-progress -d 'Never show progress'
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l no-sparse -d 'Write the zeros into a file too (default: leave holes)'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l fua -d 'Set the FUA bit on writes (write through the target\'s cache)'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -s q -l quiet -d 'Only print errors'

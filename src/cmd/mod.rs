@@ -164,6 +164,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
             qd,
             progress,
             no_progress,
+            no_sparse,
             fua,
             conn,
         } => {
@@ -178,6 +179,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
                     progress: cp::ProgressMode::choose(quiet, progress, no_progress, terminal),
                     summary: !quiet,
                     fua,
+                    sparse: !no_sparse,
                 },
                 &conn,
             )

@@ -13,9 +13,16 @@
 //! before anything is written. SIGINT, SIGTERM and SIGHUP stop a copy like
 //! an error does (a regular destination file is cut back to the bytes
 //! copied) and end with exit code 128 + the signal's number.
+//!
+//! A regular destination file is sparse unless `--no-sparse`: it is cut
+//! to nothing and extended to its size, so everything the copy is about to
+//! write reads as zeros, and the all-zero blocks of each chunk are then not
+//! written ([`sparse`]). Into a LUN, a block device or a stream every byte
+//! is written: their old contents would otherwise show through.
 
 mod progress;
 mod same;
+mod sparse;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -42,6 +49,8 @@ pub struct Options {
     /// Print the summary line at the end (not with `-q`).
     pub summary: bool,
     pub fua: bool,
+    /// Leave the all-zero blocks of a regular destination file as holes.
+    pub sparse: bool,
 }
 
 enum Source {
@@ -72,6 +81,9 @@ enum Dest {
         file: Arc<File>,
         path: PathBuf,
         regular: bool,
+        /// All-zero blocks are left as holes (a regular file without
+        /// `--no-sparse`, which reads as zeros wherever the copy writes).
+        sparse: bool,
         /// Set (under the write lock) when the copy failed and the file is
         /// cut back: a chunk write still running in the blocking pool takes
         /// the read lock and skips its write once it is set, so nothing
@@ -81,6 +93,14 @@ enum Dest {
     /// Standard output, a pipe, a FIFO, a socket or a character device:
     /// chunks are written in order; there is nothing to sync.
     Stream(PathBuf),
+}
+
+/// What a chunk's task hands back: its data when the destination is a
+/// stream (written in order by the copy loop), and how many of its bytes
+/// were zeros left as holes.
+struct Chunk {
+    data: Option<Bytes>,
+    holes: u64,
 }
 
 fn is_lun_arg(ctx: &Ctx, arg: &str) -> bool {
@@ -218,8 +238,15 @@ async fn copy(
             .open(&p)
             .map_err(local("cannot open destination file", &p))?;
         let kind = f.metadata().map_err(local("cannot stat", &p))?.file_type();
+        let sparse = kind.is_file() && o.sparse;
+        if sparse {
+            // Everything is about to be copied: drop what the file held,
+            // so that it reads as zeros and the zeros of the source need
+            // not be written.
+            f.set_len(0).map_err(local("cannot truncate", &p))?;
+        }
         if kind.is_file() {
-            // A regular file gets exactly the LUN's size (sparse where unwritten).
+            // A regular file gets exactly the LUN's size.
             f.set_len(size).map_err(local("cannot size", &p))?;
         }
         if kind.is_file() || kind.is_block_device() {
@@ -227,6 +254,7 @@ async fn copy(
                 file: Arc::new(f),
                 path: p,
                 regular: kind.is_file(),
+                sparse,
                 stopped: Arc::default(),
             }
         } else {
@@ -257,6 +285,8 @@ async fn copy(
     let mut offset = 0u64;
     // Bytes of the source that reached the destination, in order.
     let mut done = 0u64;
+    // Zeros of the source left as holes in the destination file.
+    let mut holes = 0u64;
     let copy = async {
         while offset < size || !inflight.is_empty() {
             while offset < size && inflight.len() < o.qd as usize {
@@ -313,7 +343,8 @@ async fn copy(
             let out = h
                 .await
                 .map_err(|e| CliError::Other(format!("copy task failed: {e}")))??;
-            let n = match (out, &mut stream, &*dst_arc) {
+            holes += out.holes;
+            let n = match (out.data, &mut stream, &*dst_arc) {
                 (Some(data), Some(w), Dest::Stream(p)) => {
                     w.write_all(&data)
                         .map_err(stream_write_error(p, to_stdout))?;
@@ -354,6 +385,7 @@ async fn copy(
                 path,
                 regular: true,
                 stopped,
+                ..
             } = &*dst_arc
             {
                 // Held until the file is cut: no chunk write after it.
@@ -380,7 +412,7 @@ async fn copy(
     };
     result?;
     if o.summary {
-        let line = progress::summary(size, 0, 0, start.elapsed());
+        let line = progress::summary(size, 0, holes, start.elapsed());
         // Standard error gone: the copy itself succeeded.
         let _ = writeln!(std::io::stderr(), "{line}");
     }
@@ -389,7 +421,7 @@ async fn copy(
 
 /// Each chunk in flight, in source order, with its length; a chunk copied
 /// to a stream hands its data back for writing in order.
-type InFlight = VecDeque<(u64, JoinHandle<Result<Option<Bytes>, CliError>>)>;
+type InFlight = VecDeque<(u64, JoinHandle<Result<Chunk, CliError>>)>;
 
 /// A copy to a LUN stopped (a signal, a failed read or write): the writes
 /// already sent are let land and the target's write cache is flushed, so
@@ -491,7 +523,7 @@ async fn copy_chunk(
     len: u64,
     data: Option<Bytes>,
     fua: bool,
-) -> Result<Option<Bytes>, CliError> {
+) -> Result<Chunk, CliError> {
     let data = match (data, src) {
         // A stream's chunk was read in order by the copy loop.
         (Some(data), _) => data,
@@ -522,24 +554,33 @@ async fn copy_chunk(
         }
     };
     match dst {
-        Dest::Stream(_) => Ok(Some(data)),
+        Dest::Stream(_) => Ok(Chunk {
+            data: Some(data),
+            holes: 0,
+        }),
         Dest::File {
             file,
             path,
+            sparse,
             stopped,
             ..
         } => {
-            let (f, p, stopped) = (file.clone(), path.clone(), stopped.clone());
-            tokio::task::spawn_blocking(move || {
+            let (f, p, sparse, stopped) = (file.clone(), path.clone(), *sparse, stopped.clone());
+            let holes = tokio::task::spawn_blocking(move || {
                 let stopped = stopped.read().unwrap_or_else(|e| e.into_inner());
                 if *stopped {
-                    return Ok(());
+                    return Ok(0);
                 }
-                f.write_all_at(&data, at).map_err(local("cannot write", &p))
+                let written = if sparse {
+                    sparse::write_sparse(&f, &data, at)
+                } else {
+                    f.write_all_at(&data, at).map(|()| 0)
+                };
+                written.map_err(local("cannot write", &p))
             })
             .await
             .map_err(|e| CliError::Other(format!("write task failed: {e}")))??;
-            Ok(None)
+            Ok(Chunk { data: None, holes })
         }
         Dest::Lun(b) => {
             let l = &**b;
@@ -558,7 +599,10 @@ async fn copy_chunk(
                 data
             };
             l.write(at / bs as u64, data, fua).await?;
-            Ok(None)
+            Ok(Chunk {
+                data: None,
+                holes: 0,
+            })
         }
     }
 }
