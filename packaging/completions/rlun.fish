@@ -113,6 +113,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -s h -l help -d 'Print h
 complete -c rlun -n "__fish_rlun_using_subcommand info" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l bs -d 'Size of each SCSI transfer' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l qd -d 'Transfers kept in flight' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l offset -d 'Start at this byte of both sides (resume a stopped copy)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l initiator-name -d 'Our iSCSI name (default: RLUN_INITIATOR_NAME, else the config file\'s initiator_name, else the InitiatorName= of open-iscsi\'s /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l chap-user -d 'CHAP user name (the secret comes from RLUN_CHAP_SECRET, --chap-file or the config)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l chap-file -d 'File with CHAP credentials (TOML: user, secret, mutual_user, mutual_secret)' -r -F

@@ -165,6 +165,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
             progress,
             no_progress,
             no_sparse,
+            offset,
             fua,
             conn,
         } => {
@@ -180,6 +181,7 @@ async fn run_command(cli: Cli) -> Result<(), CliError> {
                     summary: !quiet,
                     fua,
                     sparse: !no_sparse,
+                    offset,
                 },
                 &conn,
             )

@@ -5,20 +5,22 @@
 //! by its own task. Chunks complete in any order but are collected in order,
 //! so progress is exact and standard output (`-`) receives bytes in order.
 //! Nothing is written before every check that can fail early has passed
-//! (sizes, write protection, file permissions) — except that a source read
-//! as a stream (standard input `-`, a pipe, a FIFO, a character device)
-//! has no size to check: it is read in order, and only when it turns out
-//! larger than the destination LUN does the copy stop, with the LUN written
-//! full. A copy onto itself (one LUN or one file named twice) is refused
-//! before anything is written. SIGINT, SIGTERM and SIGHUP stop a copy like
-//! an error does (a regular destination file is cut back to the bytes
-//! copied) and end with exit code 128 + the signal's number.
+//! (sizes, write protection, file permissions, `--offset`, a copy onto
+//! itself) — except that a source read as a stream (standard input `-`, a
+//! pipe, a FIFO, a character device) has no size to check: it is read in
+//! order, and only when it turns out larger than the destination LUN does
+//! the copy stop, with the LUN written full. SIGINT, SIGTERM and SIGHUP stop
+//! a copy like an error does (a regular destination file is cut back to the
+//! bytes copied) and end with exit code 128 + the signal's number; the
+//! error then says how many bytes of the source the destination holds from
+//! its start and how to resume (`--offset`).
 //!
 //! A regular destination file is sparse unless `--no-sparse`: it is cut
-//! to nothing and extended to its size, so everything the copy is about to
-//! write reads as zeros, and the all-zero blocks of each chunk are then not
-//! written ([`sparse`]). Into a LUN, a block device or a stream every byte
-//! is written: their old contents would otherwise show through.
+//! back to the resume point (the whole file for a whole copy) and extended
+//! to its size, so everything the copy is about to write reads as zeros,
+//! and the all-zero blocks of each chunk are then not written ([`sparse`]).
+//! Into a LUN, a block device or a stream every byte is written: their old
+//! contents would otherwise show through.
 
 mod progress;
 mod same;
@@ -51,6 +53,8 @@ pub struct Options {
     pub fua: bool,
     /// Leave the all-zero blocks of a regular destination file as holes.
     pub sparse: bool,
+    /// The byte of source and destination the copy starts at.
+    pub offset: u64,
 }
 
 enum Source {
@@ -167,6 +171,40 @@ pub async fn run(
     result
 }
 
+/// `--offset` must fall on a block boundary of every LUN copied.
+fn check_offset_alignment(offset: u64, lun: &Lun) -> Result<(), CliError> {
+    let bs = lun.block_size() as u64;
+    if !offset.is_multiple_of(bs) {
+        return Err(CliError::Usage(format!(
+            "--offset {offset} is not a multiple of the {bs}-byte blocks of LUN {}",
+            lun.number()
+        )));
+    }
+    Ok(())
+}
+
+/// Resuming into an existing file (`--offset N`): the file must already
+/// hold the first N bytes, or the copy would leave a gap of zeros.
+fn check_resumed_file(path: &Path, offset: u64) -> Result<(), CliError> {
+    if offset == 0 {
+        return Ok(());
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() < offset => Err(CliError::Usage(format!(
+            "--offset {offset} is past the end of {} ({} bytes): a resumed copy continues \
+             a destination that holds the bytes before the offset",
+            path.display(),
+            m.len()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(CliError::Usage(format!(
+            "--offset {offset}: {} does not exist; a resumed copy continues a destination \
+             that holds the bytes before the offset",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The copy itself; the sessions it logs in to go to `sessions`, for the
 /// caller to log out of.
 async fn copy(
@@ -182,6 +220,7 @@ async fn copy(
     let source = if is_lun_arg(ctx, src) {
         let (t, l) = or_stop(stop, ctx.open_lun(src, conn)).await?;
         sessions.push(t);
+        check_offset_alignment(o.offset, &l)?;
         Source::Lun(Box::new(l))
     } else if src == "-" {
         reader = Some(Box::new(std::io::stdin()));
@@ -208,6 +247,12 @@ async fn copy(
         // Read at most the destination's capacity (set below).
         Source::Stream(_) => u64::MAX,
     };
+    if o.offset > size {
+        return Err(CliError::Usage(format!(
+            "--offset {} is past the end of the source ({size} bytes)",
+            o.offset
+        )));
+    }
     let mut stream: Option<Box<dyn Write>> = None;
     let to_stdout = dst == "-";
     let dest = if to_stdout {
@@ -218,8 +263,16 @@ async fn copy(
         if l.write_protected() {
             return Err(ClientError::ReadOnly(l.number()).into());
         }
+        check_offset_alignment(o.offset, &l)?;
         if reader.is_some() {
             size = l.capacity_bytes();
+            if o.offset > size {
+                return Err(CliError::Usage(format!(
+                    "--offset {} is past the end of LUN {} ({size} bytes)",
+                    o.offset,
+                    l.number()
+                )));
+            }
         } else if size > l.capacity_bytes() {
             return Err(ClientError::TooLarge {
                 lun: l.number(),
@@ -231,6 +284,7 @@ async fn copy(
         Dest::Lun(Box::new(l))
     } else {
         let p = PathBuf::from(dst);
+        check_resumed_file(&p, o.offset)?;
         let f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -240,10 +294,10 @@ async fn copy(
         let kind = f.metadata().map_err(local("cannot stat", &p))?.file_type();
         let sparse = kind.is_file() && o.sparse;
         if sparse {
-            // Everything is about to be copied: drop what the file held,
-            // so that it reads as zeros and the zeros of the source need
-            // not be written.
-            f.set_len(0).map_err(local("cannot truncate", &p))?;
+            // Everything from the offset on is about to be copied: drop
+            // what the file held there, so that it reads as zeros and the
+            // zeros of the source need not be written.
+            f.set_len(o.offset).map_err(local("cannot truncate", &p))?;
         }
         if kind.is_file() {
             // A regular file gets exactly the LUN's size.
@@ -267,6 +321,11 @@ async fn copy(
             stream = Some(Box::new(std::io::stdout().lock()));
         }
     }
+    if o.offset > 0 {
+        if let Some(r) = reader.take() {
+            reader = Some(skip_stream(r, o.offset, &source).await?);
+        }
+    }
     // Chunks are whole blocks on both sides and within each LUN's transfer limit.
     let mut align = 1u64;
     let mut limit = u64::MAX;
@@ -277,14 +336,14 @@ async fn copy(
     let chunk = (o.bs.min(limit) / align).max(1) * align;
 
     let total = (reader.is_none()).then_some(size);
-    let meter = Meter::start(o.progress, 0, total);
+    let meter = Meter::start(o.progress, o.offset, total);
     let start = std::time::Instant::now();
     let src = Arc::new(source);
     let dst_arc = Arc::new(dest);
     let mut inflight: InFlight = VecDeque::new();
-    let mut offset = 0u64;
-    // Bytes of the source that reached the destination, in order.
-    let mut done = 0u64;
+    let mut offset = o.offset;
+    // The source's bytes before this one reached the destination, in order.
+    let mut done = o.offset;
     // Zeros of the source left as holes in the destination file.
     let mut holes = 0u64;
     let copy = async {
@@ -337,22 +396,18 @@ async fn copy(
                     }
                 }
             }
-            let Some((_, h)) = inflight.pop_front() else {
+            let Some((len, h)) = inflight.pop_front() else {
                 break;
             };
             let out = h
                 .await
                 .map_err(|e| CliError::Other(format!("copy task failed: {e}")))??;
+            if let (Some(data), Some(w), Dest::Stream(p)) = (out.data, &mut stream, &*dst_arc) {
+                w.write_all(&data)
+                    .map_err(stream_write_error(p, to_stdout))?;
+            }
             holes += out.holes;
-            let n = match (out.data, &mut stream, &*dst_arc) {
-                (Some(data), Some(w), Dest::Stream(p)) => {
-                    w.write_all(&data)
-                        .map_err(stream_write_error(p, to_stdout))?;
-                    data.len() as u64
-                }
-                _ => chunk.min(size - done),
-            };
-            done += n;
+            done += len;
             meter.set(done);
         }
         Ok(())
@@ -362,65 +417,160 @@ async fn copy(
         signal = stop.recv_with_hangup() => Err(CliError::Interrupted(signal)),
     };
     meter.finish();
-    if let (Err(e), Dest::Lun(b)) = (&result, &*dst_arc) {
-        settle_lun_after_failure(stop, b, &mut inflight, &mut done, e).await;
+    // How the flush after a failed copy into a LUN went.
+    let mut stopped_at = None;
+    if let (Err(_), Dest::Lun(b)) = (&result, &*dst_arc) {
+        stopped_at = Some(settle_lun_after_failure(stop, b, &mut inflight, &mut done).await);
     }
     for (_, h) in inflight {
         h.abort();
     }
-    let result = match result {
-        Ok(()) => match (&*dst_arc, &mut stream) {
-            (Dest::Lun(b), _) => {
-                or_stop(stop, async { b.sync().await.map_err(CliError::from) }).await
-            }
-            (Dest::File { file, path, .. }, _) => {
-                file.sync_all().map_err(local("cannot sync", path))
-            }
-            (Dest::Stream(p), Some(w)) => w.flush().map_err(stream_write_error(p, to_stdout)),
-            (Dest::Stream(_), None) => Ok(()),
-        },
-        Err(e) => {
-            if let Dest::File {
-                file,
-                path,
-                regular: true,
-                stopped,
-                ..
-            } = &*dst_arc
-            {
-                // Held until the file is cut: no chunk write after it.
-                let mut stopped = stopped.write().unwrap_or_else(|e| e.into_inner());
-                *stopped = true;
-                // Leave a file that holds exactly what was copied: a prefix
-                // of the source, not a full-size file with a hole or stale
-                // bytes where the copy stopped.
-                match file.set_len(done) {
-                    Ok(()) => tracing::warn!(
-                        path = %path.display(),
-                        bytes = done,
-                        "copy failed; the destination file holds the {done} bytes copied before the error"
-                    ),
-                    Err(te) => tracing::warn!(
-                        path = %path.display(),
-                        error = %te,
-                        "copy failed and the destination file could not be cut back to the copied bytes"
-                    ),
+    match result {
+        Ok(()) => {
+            // Every byte reached the destination; a failure to make it
+            // durable is the error itself (nothing to resume).
+            match (&*dst_arc, &mut stream) {
+                (Dest::Lun(b), _) => {
+                    or_stop(stop, async { b.sync().await.map_err(CliError::from) }).await?
                 }
+                (Dest::File { file, path, .. }, _) => {
+                    file.sync_all().map_err(local("cannot sync", path))?
+                }
+                (Dest::Stream(p), Some(w)) => {
+                    w.flush().map_err(stream_write_error(p, to_stdout))?
+                }
+                (Dest::Stream(_), None) => {}
             }
-            Err(e)
+            if o.summary {
+                let line = progress::summary(size - o.offset, o.offset, holes, start.elapsed());
+                // Standard error gone: the copy itself succeeded.
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
+            Ok(())
         }
-    };
-    result?;
-    if o.summary {
-        let line = progress::summary(size, 0, holes, start.elapsed());
-        // Standard error gone: the copy itself succeeded.
-        let _ = writeln!(std::io::stderr(), "{line}");
+        // A reader that went away wants no more, and no word about it.
+        Err(CliError::BrokenPipe) => Err(CliError::BrokenPipe),
+        Err(cause) => {
+            // Where a rerun would start: the bytes copied, in whole blocks
+            // of the LUNs; none once everything was copied.
+            let resume = (done < size).then_some(done / align * align);
+            let progress = match (&*dst_arc, stopped_at) {
+                (Dest::Lun(l), flushed) => lun_stopped(l, done, resume, flushed),
+                (Dest::File { .. }, _) => file_stopped(&dst_arc, done, resume),
+                (Dest::Stream(p), _) => {
+                    let hint = match resume {
+                        Some(at) if at > 0 => format!(
+                            "; rerun the same command with --offset {at}, appending its output \
+                             to what was received, to resume"
+                        ),
+                        _ => String::new(),
+                    };
+                    format!(
+                        "{} received the source's bytes up to byte {done}{hint}",
+                        p.display()
+                    )
+                }
+            };
+            Err(CliError::CopyStopped {
+                cause: Box::new(cause),
+                progress,
+            })
+        }
     }
-    Ok(())
 }
 
-/// Each chunk in flight, in source order, with its length; a chunk copied
-/// to a stream hands its data back for writing in order.
+/// "; rerun … with --offset N to resume"; nothing when there is nothing
+/// to resume, or nothing was copied (a plain rerun does it).
+fn resume_hint(resume: Option<u64>) -> String {
+    match resume {
+        Some(at) if at > 0 => format!("; rerun the same command with --offset {at} to resume"),
+        _ => String::new(),
+    }
+}
+
+/// What a LUN holds after a stopped copy, and whether it was flushed.
+fn lun_stopped(
+    lun: &Lun,
+    done: u64,
+    resume: Option<u64>,
+    flushed: Option<Result<(), CliError>>,
+) -> String {
+    let n = lun.number();
+    let hint = resume_hint(resume);
+    match flushed.unwrap_or(Ok(())) {
+        Ok(()) => format!(
+            "LUN {n} holds the first {done} bytes of the source, flushed with SYNCHRONIZE CACHE; \
+             blocks after them may be partly written{hint}"
+        ),
+        Err(e) => format!(
+            "the first {done} bytes of the source reached LUN {n}, but flushing the target's \
+             cache failed ({}){hint}",
+            rlun_iscsi::error_chain(&e)
+        ),
+    }
+}
+
+/// A stopped copy into a file or block device: a regular file is cut back
+/// to the bytes copied (a prefix of the source, not a full-size file with
+/// stale bytes or a hole where the copy stopped). Says what it holds.
+fn file_stopped(dest: &Dest, done: u64, resume: Option<u64>) -> String {
+    let Dest::File {
+        file,
+        path,
+        regular,
+        stopped,
+        ..
+    } = dest
+    else {
+        return String::new();
+    };
+    let hint = resume_hint(resume);
+    if !regular {
+        return format!(
+            "{} holds the first {done} bytes of the source{hint}",
+            path.display()
+        );
+    }
+    // Held until the file is cut: no chunk write after it.
+    let mut stopped = stopped.write().unwrap_or_else(|e| e.into_inner());
+    *stopped = true;
+    match file.set_len(done) {
+        Ok(()) => format!(
+            "{} holds the {done} bytes copied before the copy stopped{hint}",
+            path.display()
+        ),
+        Err(e) => format!(
+            "{} could not be cut back to the {done} bytes copied before the copy stopped ({e}); \
+             bytes after them may be stale{hint}",
+            path.display()
+        ),
+    }
+}
+
+/// Read and drop the first `n` bytes of a stream source (resuming with
+/// `--offset` from a stream that starts at the beginning again).
+async fn skip_stream(r: StreamReader, n: u64, src: &Source) -> Result<StreamReader, CliError> {
+    let path = match src {
+        Source::Stream(p) => p.clone(),
+        _ => PathBuf::new(),
+    };
+    tokio::task::spawn_blocking(move || {
+        let mut r = r;
+        let skipped = std::io::copy(&mut (&mut r).take(n), &mut std::io::sink())
+            .map_err(local("cannot read", &path))?;
+        if skipped < n {
+            return Err(CliError::Usage(format!(
+                "--offset {n} is past the end of {} ({skipped} bytes)",
+                path.display()
+            )));
+        }
+        Ok(r)
+    })
+    .await
+    .map_err(|e| CliError::Other(format!("read task failed: {e}")))?
+}
+
+/// Each chunk in flight, in source order, with its length.
 type InFlight = VecDeque<(u64, JoinHandle<Result<Chunk, CliError>>)>;
 
 /// A copy to a LUN stopped (a signal, a failed read or write): the writes
@@ -428,15 +578,14 @@ type InFlight = VecDeque<(u64, JoinHandle<Result<Chunk, CliError>>)>;
 /// that the prefix the message names is on the target's stable storage
 /// rather than in its volatile cache. `done` grows by the chunks that land
 /// in order. A second signal gives up at once; a lost target ends it after
-/// the session's own timeouts.
+/// the session's own timeouts. Returns how the flush went.
 async fn settle_lun_after_failure(
     stop: &mut Signals,
     lun: &Lun,
     inflight: &mut InFlight,
     done: &mut u64,
-    cause: &CliError,
-) {
-    let settled = or_stop(stop, async {
+) -> Result<(), CliError> {
+    or_stop(stop, async {
         let mut in_order = true;
         while let Some((len, h)) = inflight.pop_front() {
             let landed = matches!(h.await, Ok(Ok(_)));
@@ -447,21 +596,7 @@ async fn settle_lun_after_failure(
         }
         lun.sync().await.map_err(CliError::from)
     })
-    .await;
-    let lun_no = lun.number();
-    let bytes = *done;
-    match settled {
-        Ok(()) => tracing::warn!(
-            lun = lun_no,
-            bytes,
-            "copy stopped ({cause}); LUN {lun_no} holds the first {bytes} bytes of the source, flushed with SYNCHRONIZE CACHE; blocks after them may be partly written"
-        ),
-        Err(e) => tracing::warn!(
-            lun = lun_no,
-            bytes,
-            "copy stopped ({cause}); the first {bytes} bytes of the source reached LUN {lun_no}, but flushing the target's cache failed: {e}"
-        ),
-    }
+    .await
 }
 
 fn source_lun(s: &Source) -> Option<&Lun> {
