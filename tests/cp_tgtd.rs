@@ -188,7 +188,8 @@ fn progress_on_a_pipe_prints_a_line_a_second() {
     // 1 TiB of zeros: still copying after two seconds.
     tgtd.add_target(iqn).lun_null(1).create().expect("target");
     let child = spawn(&["cp", "--progress", &tgtd.url(iqn, 1), "/dev/null"]);
-    std::thread::sleep(Duration::from_millis(2500));
+    // Two lines a second apart, with time to spare for a slow login.
+    std::thread::sleep(Duration::from_millis(3500));
     send_signal(child.id(), "INT");
 
     let out = wait_output(child);
@@ -304,7 +305,8 @@ fn an_interrupted_copy_to_a_file_resumed_with_the_offered_offset_is_identical() 
     let backing = make_backing_file(dir.path(), 32 * MIB, 41);
     let (tgtd, url) = one_lun("iqn.2026-11.org.example:resume", &backing);
     let dst = dir.path().join("copy.img");
-    let mut child = spawn(&["cp", "--bs", "64k", "--qd", "2", &url, s(&dst)]);
+    // Small transfers one at a time: still copying when the test looks.
+    let mut child = spawn(&["cp", "--bs", "16k", "--qd", "1", &url, s(&dst)]);
     wait_until(&mut child, "4 MiB copied", || {
         fs::metadata(&dst).is_ok_and(|m| m.blocks() * 512 >= 4 * MIB)
     });
