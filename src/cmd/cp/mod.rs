@@ -497,10 +497,16 @@ fn lun_stopped(
 ) -> String {
     let n = lun.number();
     let hint = resume_hint(resume);
+    // Once the LUN is written full (a stream larger than it) there is no
+    // "after".
+    let rest = match resume {
+        Some(_) => "; blocks after them may be partly written",
+        None => "",
+    };
     match flushed.unwrap_or(Ok(())) {
         Ok(()) => format!(
-            "LUN {n} holds the first {done} bytes of the source, flushed with SYNCHRONIZE CACHE; \
-             blocks after them may be partly written{hint}"
+            "LUN {n} holds the first {done} bytes of the source, flushed with SYNCHRONIZE \
+             CACHE{rest}{hint}"
         ),
         Err(e) => format!(
             "the first {done} bytes of the source reached LUN {n}, but flushing the target's \
