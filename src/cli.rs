@@ -198,8 +198,21 @@ pub enum Command {
     /// device is written in order and not synced. When a copy into a regular
     /// file fails or is interrupted (SIGINT, SIGTERM, SIGHUP: exit code 130,
     /// 143, 129), the file is cut back to the bytes copied before; into a
-    /// LUN, the writes already sent land, the target's cache is flushed and
-    /// rlun says how many bytes of the source the LUN holds from its start.
+    /// LUN, the writes already sent land and the target's cache is flushed.
+    /// Either way rlun says how many bytes of the source the destination
+    /// holds from its start: the --offset that resumes the copy when the
+    /// same command is rerun with it (a block multiple of the LUNs; a
+    /// resumed file must hold at least that many bytes; a stream source
+    /// skips them).
+    ///
+    /// A regular destination file is sparse: blocks of 4 KiB that hold only
+    /// zeros become holes (--no-sparse writes them). A LUN, a block device
+    /// or a stream receives every byte. A terminal shows a progress bar;
+    /// --progress prints a line a second elsewhere; a summary line follows
+    /// a successful copy. -q shows neither, but a stopped copy still says
+    /// how far it got. Writing to standard output ends quietly, with exit
+    /// code 0, when its reader goes away (`| head`). A copy of a LUN or file
+    /// onto itself is refused (exit code 2).
     Cp {
         /// Source: LUN URL or file.
         src: String,
@@ -211,12 +224,18 @@ pub enum Command {
         /// Transfers kept in flight.
         #[arg(long, default_value_t = 16)]
         qd: u32,
-        /// Show a progress bar (default: when stderr is a terminal).
+        /// Show progress also when stderr is no terminal (a line a second).
         #[arg(long, overrides_with = "no_progress")]
         progress: bool,
-        /// Never show a progress bar.
+        /// Never show progress.
         #[arg(long)]
         no_progress: bool,
+        /// Write the zeros into a file too (default: leave holes).
+        #[arg(long)]
+        no_sparse: bool,
+        /// Start at this byte of both sides (resume a stopped copy).
+        #[arg(long, default_value = "0", value_name = "BYTES", value_parser = parse_size)]
+        offset: u64,
         /// Set the FUA bit on writes (write through the target's cache).
         #[arg(long)]
         fua: bool,

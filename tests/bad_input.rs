@@ -790,7 +790,8 @@ fn assert_cp_stops_cleanly_on(signal: &str, code: i32) {
     // 1 TiB of zeros: the copy is still running when the signal comes.
     tgtd.add_target(IQN).lun_null(1).create().expect("target");
     let dst = dir.path().join("backup.img");
-    let mut child = spawn_cp(&["--bs", "64k", &tgtd.url(IQN, 1)], &dst);
+    // Zeros are copied as holes unless --no-sparse: make them land.
+    let mut child = spawn_cp(&["--no-sparse", "--bs", "64k", &tgtd.url(IQN, 1)], &dst);
     // Wait until some data has landed in the (sparse, LUN-sized) file.
     wait_while_copying(&mut child, "wrote nothing", || {
         fs::metadata(&dst).is_ok_and(|m| m.blocks() >= 4096)

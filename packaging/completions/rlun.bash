@@ -363,7 +363,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__cp)
-            opts="-v -q -h -V --bs --qd --progress --no-progress --fua --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --bs --qd --progress --no-progress --no-sparse --offset --fua --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -374,6 +374,10 @@ _rlun() {
                     return 0
                     ;;
                 --qd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --offset)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -115,6 +115,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -s h -l help -d 'Print h
 complete -c rlun -n "__fish_rlun_using_subcommand info" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l bs -d 'Size of each SCSI transfer' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l qd -d 'Transfers kept in flight' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l offset -d 'Start at this byte of both sides (resume a stopped copy)' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l initiator-name -d 'Our iSCSI name [default: see --help]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l chap-user -d 'CHAP user name' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l chap-file -d 'File with CHAP credentials (TOML)' -r -F
@@ -133,8 +134,9 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l max-recv-segment -d 'La
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
-complete -c rlun -n "__fish_rlun_using_subcommand cp" -l progress -d 'Show a progress bar (default: when stderr is a terminal)'
-complete -c rlun -n "__fish_rlun_using_subcommand cp" -l no-progress -d 'Never show a progress bar'
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l progress -d 'Show progress also when stderr is no terminal (a line a second)'
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l no-progress -d 'Never show progress'
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l no-sparse -d 'Write the zeros into a file too (default: leave holes)'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l fua -d 'Set the FUA bit on writes (write through the target\'s cache)'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -s q -l quiet -d 'Only print errors'

@@ -72,6 +72,13 @@ pub enum CliError {
     /// SIGINT or SIGTERM stopped the command (exit code 128 + the signal).
     #[error("interrupted by {}", .0.name())]
     Interrupted(StopSignal),
+    /// A copy that stopped part-way (`rlun cp`): why, then how far it got
+    /// and how to resume. The exit code and kind are the cause's.
+    #[error("{}; {progress}", rlun_iscsi::error_chain(.cause.as_ref()))]
+    CopyStopped {
+        cause: Box<CliError>,
+        progress: String,
+    },
 }
 
 impl CliError {
@@ -81,6 +88,7 @@ impl CliError {
             CliError::Child { code, .. } => *code,
             CliError::Daemon(e) => exit::Code::exit_code(e),
             CliError::Interrupted(s) => 128 + s.number(),
+            CliError::CopyStopped { cause, .. } => cause.exit_code(),
             other => exit::of_kind(other.kind()),
         }
     }
@@ -100,6 +108,7 @@ impl CliError {
             CliError::Iser(e) => e.kind(),
             CliError::Client(e) => e.kind(),
             CliError::Daemon(e) => e.kind(),
+            CliError::CopyStopped { cause, .. } => cause.kind(),
         }
     }
 }
@@ -232,5 +241,20 @@ mod tests {
         assert!(matches!(closed, CliError::BrokenPipe));
         assert_eq!(closed.exit_code(), exit::OK);
         assert_eq!(full.exit_code(), exit::LOCAL_FILE);
+    }
+
+    #[test]
+    fn a_stopped_copy_says_why_first_and_keeps_the_exit_code_of_the_cause() {
+        let stopped = CliError::CopyStopped {
+            cause: Box::new(CliError::Interrupted(StopSignal::Interrupt)),
+            progress: "rerun with --offset 512 to resume".into(),
+        };
+
+        assert_eq!(
+            stopped.to_string(),
+            "interrupted by SIGINT; rerun with --offset 512 to resume"
+        );
+        assert_eq!(stopped.exit_code(), 130);
+        assert_eq!(stopped.kind(), ErrorKind::Failure);
     }
 }

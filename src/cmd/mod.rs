@@ -195,6 +195,7 @@ pub fn threads(cli: &Cli, config: &Config) -> usize {
 }
 
 async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
+    let quiet = cli.quiet;
     match cli.command {
         Command::Discover { portal, json, conn } => discover::run(ctx, &portal, json, &conn).await,
         Command::Ls { url, json, conn } => ls::run(ctx, &url, json, &conn).await,
@@ -206,14 +207,12 @@ async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
             qd,
             progress,
             no_progress,
+            no_sparse,
+            offset,
             fua,
             conn,
         } => {
-            let show = if no_progress {
-                false
-            } else {
-                progress || std::io::IsTerminal::is_terminal(&std::io::stderr())
-            };
+            let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
             cp::run(
                 ctx,
                 &src,
@@ -221,8 +220,11 @@ async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
                 cp::Options {
                     bs,
                     qd,
-                    progress: show,
+                    progress: cp::ProgressMode::choose(quiet, progress, no_progress, terminal),
+                    summary: !quiet,
                     fua,
+                    sparse: !no_sparse,
+                    offset,
                 },
                 &conn,
             )

@@ -5,13 +5,26 @@
 //! by its own task. Chunks complete in any order but are collected in order,
 //! so progress is exact and standard output (`-`) receives bytes in order.
 //! Nothing is written before every check that can fail early has passed
-//! (sizes, write protection, file permissions) — except that a source read
-//! as a stream (standard input `-`, a pipe, a FIFO, a character device)
-//! has no size to check: it is read in order, and only when it turns out
-//! larger than the destination LUN does the copy stop, with the LUN written
-//! full. SIGINT, SIGTERM and SIGHUP stop a copy like an error does (a
-//! regular destination file is cut back to the bytes copied) and end with
-//! exit code 128 + the signal's number.
+//! (sizes, write protection, file permissions, `--offset`, a copy onto
+//! itself) — except that a source read as a stream (standard input `-`, a
+//! pipe, a FIFO, a character device) has no size to check: it is read in
+//! order, and only when it turns out larger than the destination LUN does
+//! the copy stop, with the LUN written full. SIGINT, SIGTERM and SIGHUP stop
+//! a copy like an error does (a regular destination file is cut back to the
+//! bytes copied) and end with exit code 128 + the signal's number; the
+//! error then says how many bytes of the source the destination holds from
+//! its start and how to resume (`--offset`).
+//!
+//! A regular destination file is sparse unless `--no-sparse`: it is cut
+//! back to the resume point (the whole file for a whole copy) and extended
+//! to its size, so everything the copy is about to write reads as zeros,
+//! and the all-zero blocks of each chunk are then not written ([`sparse`]).
+//! Into a LUN, a block device or a stream every byte is written: their old
+//! contents would otherwise show through.
+
+mod progress;
+mod same;
+mod sparse;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -21,7 +34,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use indicatif::{ProgressBar, ProgressStyle};
 use tokio::task::JoinHandle;
 
 use super::context::Ctx;
@@ -29,12 +41,20 @@ use super::error::CliError;
 use crate::cli::ConnectOpts;
 use crate::client::{ClientError, LoggedIn, Lun};
 use crate::daemon::Signals;
+use progress::Meter;
+pub use progress::ProgressMode;
 
 pub struct Options {
     pub bs: u64,
     pub qd: u32,
-    pub progress: bool,
+    pub progress: ProgressMode,
+    /// Print the summary line at the end (not with `-q`).
+    pub summary: bool,
     pub fua: bool,
+    /// Leave the all-zero blocks of a regular destination file as holes.
+    pub sparse: bool,
+    /// The byte of source and destination the copy starts at.
+    pub offset: u64,
 }
 
 enum Source {
@@ -65,6 +85,9 @@ enum Dest {
         file: Arc<File>,
         path: PathBuf,
         regular: bool,
+        /// All-zero blocks are left as holes (a regular file without
+        /// `--no-sparse`, which reads as zeros wherever the copy writes).
+        sparse: bool,
         /// Set (under the write lock) when the copy failed and the file is
         /// cut back: a chunk write still running in the blocking pool takes
         /// the read lock and skips its write once it is set, so nothing
@@ -76,6 +99,14 @@ enum Dest {
     Stream(PathBuf),
 }
 
+/// What a chunk's task hands back: its data when the destination is a
+/// stream (written in order by the copy loop), and how many of its bytes
+/// were zeros left as holes.
+struct Chunk {
+    data: Option<Bytes>,
+    holes: u64,
+}
+
 fn is_lun_arg(ctx: &Ctx, arg: &str) -> bool {
     arg.contains("://") || ctx.config.target(arg).is_some()
 }
@@ -85,6 +116,21 @@ fn local<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) 
         what,
         path: path.to_path_buf(),
         source,
+    }
+}
+
+/// A failed write to standard output: its reader going away (`| head`)
+/// ends the copy quietly, as it ends `ls`; anything else is an error.
+fn stream_write_error(
+    path: &Path,
+    to_stdout: bool,
+) -> impl FnOnce(std::io::Error) -> CliError + '_ {
+    move |e| {
+        if to_stdout && e.kind() == std::io::ErrorKind::BrokenPipe {
+            CliError::BrokenPipe
+        } else {
+            local("cannot write to", path)(e)
+        }
     }
 }
 
@@ -103,6 +149,7 @@ pub async fn run(
         return Err(CliError::Usage("--qd must be at least 1".into()));
     }
     if !is_lun_arg(ctx, src) && !is_lun_arg(ctx, dst) {
+        same::refuse_same_file(src, dst)?;
         return Err(CliError::Usage(
             "neither side is a LUN URL; use cp(1) to copy files".into(),
         ));
@@ -110,6 +157,9 @@ pub async fn run(
     // Installed before anything is written: from here on SIGINT/SIGTERM
     // stop the copy in order instead of killing rlun mid-chunk.
     let mut stop = Signals::install()?;
+    if is_lun_arg(ctx, src) && is_lun_arg(ctx, dst) {
+        or_stop(&mut stop, same::refuse_same_lun(ctx, src, dst)).await?;
+    }
     let mut sessions = Vec::new();
     let result = copy(ctx, src, dst, &o, conn, &mut stop, &mut sessions).await;
     // Every session the copy logged in to ends here, whatever it did.
@@ -119,6 +169,40 @@ pub async fn run(
         }
     }
     result
+}
+
+/// `--offset` must fall on a block boundary of every LUN copied.
+fn check_offset_alignment(offset: u64, lun: &Lun) -> Result<(), CliError> {
+    let bs = lun.block_size() as u64;
+    if !offset.is_multiple_of(bs) {
+        return Err(CliError::Usage(format!(
+            "--offset {offset} is not a multiple of the {bs}-byte blocks of LUN {}",
+            lun.number()
+        )));
+    }
+    Ok(())
+}
+
+/// Resuming into an existing file (`--offset N`): the file must already
+/// hold the first N bytes, or the copy would leave a gap of zeros.
+fn check_resumed_file(path: &Path, offset: u64) -> Result<(), CliError> {
+    if offset == 0 {
+        return Ok(());
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() < offset => Err(CliError::Usage(format!(
+            "--offset {offset} is past the end of {} ({} bytes): a resumed copy continues \
+             a destination that holds the bytes before the offset",
+            path.display(),
+            m.len()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(CliError::Usage(format!(
+            "--offset {offset}: {} does not exist; a resumed copy continues a destination \
+             that holds the bytes before the offset",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The copy itself; the sessions it logs in to go to `sessions`, for the
@@ -136,6 +220,7 @@ async fn copy(
     let source = if is_lun_arg(ctx, src) {
         let (t, l) = or_stop(stop, ctx.open_lun(src, conn)).await?;
         sessions.push(t);
+        check_offset_alignment(o.offset, &l)?;
         Source::Lun(Box::new(l))
     } else if src == "-" {
         reader = Some(Box::new(std::io::stdin()));
@@ -162,8 +247,15 @@ async fn copy(
         // Read at most the destination's capacity (set below).
         Source::Stream(_) => u64::MAX,
     };
+    if o.offset > size {
+        return Err(CliError::Usage(format!(
+            "--offset {} is past the end of the source ({size} bytes)",
+            o.offset
+        )));
+    }
     let mut stream: Option<Box<dyn Write>> = None;
-    let dest = if dst == "-" {
+    let to_stdout = dst == "-";
+    let dest = if to_stdout {
         Dest::Stream(PathBuf::from("standard output"))
     } else if is_lun_arg(ctx, dst) {
         let (t, l) = or_stop(stop, ctx.open_lun(dst, conn)).await?;
@@ -171,8 +263,16 @@ async fn copy(
         if l.write_protected() {
             return Err(ClientError::ReadOnly(l.number()).into());
         }
+        check_offset_alignment(o.offset, &l)?;
         if reader.is_some() {
             size = l.capacity_bytes();
+            if o.offset > size {
+                return Err(CliError::Usage(format!(
+                    "--offset {} is past the end of LUN {} ({size} bytes)",
+                    o.offset,
+                    l.number()
+                )));
+            }
         } else if size > l.capacity_bytes() {
             return Err(ClientError::TooLarge {
                 lun: l.number(),
@@ -184,6 +284,7 @@ async fn copy(
         Dest::Lun(Box::new(l))
     } else {
         let p = PathBuf::from(dst);
+        check_resumed_file(&p, o.offset)?;
         let f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -191,8 +292,15 @@ async fn copy(
             .open(&p)
             .map_err(local("cannot open destination file", &p))?;
         let kind = f.metadata().map_err(local("cannot stat", &p))?.file_type();
+        let sparse = kind.is_file() && o.sparse;
+        if sparse {
+            // Everything from the offset on is about to be copied: drop
+            // what the file held there, so that it reads as zeros and the
+            // zeros of the source need not be written.
+            f.set_len(o.offset).map_err(local("cannot truncate", &p))?;
+        }
         if kind.is_file() {
-            // A regular file gets exactly the LUN's size (sparse where unwritten).
+            // A regular file gets exactly the LUN's size.
             f.set_len(size).map_err(local("cannot size", &p))?;
         }
         if kind.is_file() || kind.is_block_device() {
@@ -200,6 +308,7 @@ async fn copy(
                 file: Arc::new(f),
                 path: p,
                 regular: kind.is_file(),
+                sparse,
                 stopped: Arc::default(),
             }
         } else {
@@ -212,6 +321,11 @@ async fn copy(
             stream = Some(Box::new(std::io::stdout().lock()));
         }
     }
+    if o.offset > 0 {
+        if let Some(r) = reader.take() {
+            reader = Some(skip_stream(r, o.offset, &source).await?);
+        }
+    }
     // Chunks are whole blocks on both sides and within each LUN's transfer limit.
     let mut align = 1u64;
     let mut limit = u64::MAX;
@@ -221,25 +335,17 @@ async fn copy(
     }
     let chunk = (o.bs.min(limit) / align).max(1) * align;
 
-    let bar = if o.progress {
-        let b = ProgressBar::new(size);
-        b.set_style(
-            ProgressStyle::with_template(
-                "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-            )
-            .expect("static template"),
-        );
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let total = (reader.is_none()).then_some(size);
+    let meter = Meter::start(o.progress, o.offset, total);
     let start = std::time::Instant::now();
     let src = Arc::new(source);
     let dst_arc = Arc::new(dest);
     let mut inflight: InFlight = VecDeque::new();
-    let mut offset = 0u64;
-    // Bytes of the source that reached the destination, in order.
-    let mut done = 0u64;
+    let mut offset = o.offset;
+    // The source's bytes before this one reached the destination, in order.
+    let mut done = o.offset;
+    // Zeros of the source left as holes in the destination file.
+    let mut holes = 0u64;
     let copy = async {
         while offset < size || !inflight.is_empty() {
             while offset < size && inflight.len() < o.qd as usize {
@@ -290,21 +396,19 @@ async fn copy(
                     }
                 }
             }
-            let Some((_, h)) = inflight.pop_front() else {
+            let Some((len, h)) = inflight.pop_front() else {
                 break;
             };
             let out = h
                 .await
                 .map_err(|e| CliError::Other(format!("copy task failed: {e}")))??;
-            let n = match (out, &mut stream, &*dst_arc) {
-                (Some(data), Some(w), Dest::Stream(p)) => {
-                    w.write_all(&data).map_err(local("cannot write to", p))?;
-                    data.len() as u64
-                }
-                _ => chunk.min(size - done),
-            };
-            done += n;
-            bar.inc(n);
+            if let (Some(data), Some(w), Dest::Stream(p)) = (out.data, &mut stream, &*dst_arc) {
+                w.write_all(&data)
+                    .map_err(stream_write_error(p, to_stdout))?;
+            }
+            holes += out.holes;
+            done += len;
+            meter.set(done);
         }
         Ok(())
     };
@@ -312,83 +416,182 @@ async fn copy(
         r = copy => r,
         signal = stop.recv_with_hangup() => Err(CliError::Interrupted(signal)),
     };
-    if let (Err(e), Dest::Lun(b)) = (&result, &*dst_arc) {
-        settle_lun_after_failure(stop, b, &mut inflight, &mut done, e).await;
+    meter.finish();
+    // How the flush after a failed copy into a LUN went.
+    let mut stopped_at = None;
+    if let (Err(_), Dest::Lun(b)) = (&result, &*dst_arc) {
+        stopped_at = Some(settle_lun_after_failure(stop, b, &mut inflight, &mut done).await);
     }
     for (_, h) in inflight {
         h.abort();
     }
-    bar.finish_and_clear();
-    let result = match result {
-        Ok(()) => match (&*dst_arc, &mut stream) {
-            (Dest::Lun(b), _) => {
-                or_stop(stop, async { b.sync().await.map_err(CliError::from) }).await
-            }
-            (Dest::File { file, path, .. }, _) => {
-                file.sync_all().map_err(local("cannot sync", path))
-            }
-            (Dest::Stream(p), Some(w)) => w.flush().map_err(local("cannot write to", p)),
-            (Dest::Stream(_), None) => Ok(()),
-        },
-        Err(e) => {
-            if let Dest::File {
-                file,
-                path,
-                regular: true,
-                stopped,
-            } = &*dst_arc
-            {
-                // Held until the file is cut: no chunk write after it.
-                let mut stopped = stopped.write().unwrap_or_else(|e| e.into_inner());
-                *stopped = true;
-                // Leave a file that holds exactly what was copied: a prefix
-                // of the source, not a full-size file with a hole or stale
-                // bytes where the copy stopped.
-                match file.set_len(done) {
-                    Ok(()) => tracing::warn!(
-                        path = %path.display(),
-                        bytes = done,
-                        "copy failed; the destination file holds the {done} bytes copied before the error"
-                    ),
-                    Err(te) => tracing::warn!(
-                        path = %path.display(),
-                        error = %te,
-                        "copy failed and the destination file could not be cut back to the copied bytes"
-                    ),
+    match result {
+        Ok(()) => {
+            // Every byte reached the destination; a failure to make it
+            // durable is the error itself (nothing to resume).
+            match (&*dst_arc, &mut stream) {
+                (Dest::Lun(b), _) => {
+                    or_stop(stop, async { b.sync().await.map_err(CliError::from) }).await?
                 }
+                (Dest::File { file, path, .. }, _) => {
+                    file.sync_all().map_err(local("cannot sync", path))?
+                }
+                (Dest::Stream(p), Some(w)) => {
+                    w.flush().map_err(stream_write_error(p, to_stdout))?
+                }
+                (Dest::Stream(_), None) => {}
             }
-            Err(e)
+            if o.summary {
+                let line = progress::summary(size - o.offset, o.offset, holes, start.elapsed());
+                // Standard error gone: the copy itself succeeded.
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
+            Ok(())
         }
-    };
-    result?;
-    let secs = start.elapsed().as_secs_f64();
-    tracing::info!(
-        bytes = size,
-        seconds = secs,
-        mb_per_s = size as f64 / secs.max(1e-9) / 1e6,
-        "copy complete"
-    );
-    Ok(())
+        // A reader that went away wants no more, and no word about it.
+        Err(CliError::BrokenPipe) => Err(CliError::BrokenPipe),
+        Err(cause) => {
+            // Where a rerun would start: the bytes copied, in whole blocks
+            // of the LUNs; none once everything was copied.
+            let resume = (done < size).then_some(done / align * align);
+            let progress = match (&*dst_arc, stopped_at) {
+                (Dest::Lun(l), flushed) => lun_stopped(l, done, resume, flushed),
+                (Dest::File { .. }, _) => file_stopped(&dst_arc, done, resume),
+                (Dest::Stream(p), _) => {
+                    let hint = match resume {
+                        Some(at) if at > 0 => format!(
+                            "; rerun the same command with --offset {at}, appending its output \
+                             to what was received, to resume"
+                        ),
+                        _ => String::new(),
+                    };
+                    format!(
+                        "{} received the source's bytes up to byte {done}{hint}",
+                        p.display()
+                    )
+                }
+            };
+            Err(CliError::CopyStopped {
+                cause: Box::new(cause),
+                progress,
+            })
+        }
+    }
 }
 
-/// Each chunk in flight, in source order, with its length; a chunk copied
-/// to a stream hands its data back for writing in order.
-type InFlight = VecDeque<(u64, JoinHandle<Result<Option<Bytes>, CliError>>)>;
+/// "; rerun … with --offset N to resume"; nothing when there is nothing
+/// to resume, or nothing was copied (a plain rerun does it).
+fn resume_hint(resume: Option<u64>) -> String {
+    match resume {
+        Some(at) if at > 0 => format!("; rerun the same command with --offset {at} to resume"),
+        _ => String::new(),
+    }
+}
+
+/// What a LUN holds after a stopped copy, and whether it was flushed.
+fn lun_stopped(
+    lun: &Lun,
+    done: u64,
+    resume: Option<u64>,
+    flushed: Option<Result<(), CliError>>,
+) -> String {
+    let n = lun.number();
+    let hint = resume_hint(resume);
+    // Once the LUN is written full (a stream larger than it) there is no
+    // "after".
+    let rest = match resume {
+        Some(_) => "; blocks after them may be partly written",
+        None => "",
+    };
+    match flushed.unwrap_or(Ok(())) {
+        Ok(()) => format!(
+            "LUN {n} holds the first {done} bytes of the source, flushed with SYNCHRONIZE \
+             CACHE{rest}{hint}"
+        ),
+        Err(e) => format!(
+            "the first {done} bytes of the source reached LUN {n}, but flushing the target's \
+             cache failed ({}){hint}",
+            rlun_iscsi::error_chain(&e)
+        ),
+    }
+}
+
+/// A stopped copy into a file or block device: a regular file is cut back
+/// to the bytes copied (a prefix of the source, not a full-size file with
+/// stale bytes or a hole where the copy stopped). Says what it holds.
+fn file_stopped(dest: &Dest, done: u64, resume: Option<u64>) -> String {
+    let Dest::File {
+        file,
+        path,
+        regular,
+        stopped,
+        ..
+    } = dest
+    else {
+        return String::new();
+    };
+    let hint = resume_hint(resume);
+    if !regular {
+        return format!(
+            "{} holds the first {done} bytes of the source{hint}",
+            path.display()
+        );
+    }
+    // Held until the file is cut: no chunk write after it.
+    let mut stopped = stopped.write().unwrap_or_else(|e| e.into_inner());
+    *stopped = true;
+    match file.set_len(done) {
+        Ok(()) => format!(
+            "{} holds the {done} bytes copied before the copy stopped{hint}",
+            path.display()
+        ),
+        Err(e) => format!(
+            "{} could not be cut back to the {done} bytes copied before the copy stopped ({e}); \
+             bytes after them may be stale{hint}",
+            path.display()
+        ),
+    }
+}
+
+/// Read and drop the first `n` bytes of a stream source (resuming with
+/// `--offset` from a stream that starts at the beginning again).
+async fn skip_stream(r: StreamReader, n: u64, src: &Source) -> Result<StreamReader, CliError> {
+    let path = match src {
+        Source::Stream(p) => p.clone(),
+        _ => PathBuf::new(),
+    };
+    tokio::task::spawn_blocking(move || {
+        let mut r = r;
+        let skipped = std::io::copy(&mut (&mut r).take(n), &mut std::io::sink())
+            .map_err(local("cannot read", &path))?;
+        if skipped < n {
+            return Err(CliError::Usage(format!(
+                "--offset {n} is past the end of {} ({skipped} bytes)",
+                path.display()
+            )));
+        }
+        Ok(r)
+    })
+    .await
+    .map_err(|e| CliError::Other(format!("read task failed: {e}")))?
+}
+
+/// Each chunk in flight, in source order, with its length.
+type InFlight = VecDeque<(u64, JoinHandle<Result<Chunk, CliError>>)>;
 
 /// A copy to a LUN stopped (a signal, a failed read or write): the writes
 /// already sent are let land and the target's write cache is flushed, so
 /// that the prefix the message names is on the target's stable storage
 /// rather than in its volatile cache. `done` grows by the chunks that land
 /// in order. A second signal gives up at once; a lost target ends it after
-/// the session's own timeouts.
+/// the session's own timeouts. Returns how the flush went.
 async fn settle_lun_after_failure(
     stop: &mut Signals,
     lun: &Lun,
     inflight: &mut InFlight,
     done: &mut u64,
-    cause: &CliError,
-) {
-    let settled = or_stop(stop, async {
+) -> Result<(), CliError> {
+    or_stop(stop, async {
         let mut in_order = true;
         while let Some((len, h)) = inflight.pop_front() {
             let landed = matches!(h.await, Ok(Ok(_)));
@@ -399,21 +602,7 @@ async fn settle_lun_after_failure(
         }
         lun.sync().await.map_err(CliError::from)
     })
-    .await;
-    let lun_no = lun.number();
-    let bytes = *done;
-    match settled {
-        Ok(()) => tracing::warn!(
-            lun = lun_no,
-            bytes,
-            "copy stopped ({cause}); LUN {lun_no} holds the first {bytes} bytes of the source, flushed with SYNCHRONIZE CACHE; blocks after them may be partly written"
-        ),
-        Err(e) => tracing::warn!(
-            lun = lun_no,
-            bytes,
-            "copy stopped ({cause}); the first {bytes} bytes of the source reached LUN {lun_no}, but flushing the target's cache failed: {e}"
-        ),
-    }
+    .await
 }
 
 fn source_lun(s: &Source) -> Option<&Lun> {
@@ -475,7 +664,7 @@ async fn copy_chunk(
     len: u64,
     data: Option<Bytes>,
     fua: bool,
-) -> Result<Option<Bytes>, CliError> {
+) -> Result<Chunk, CliError> {
     let data = match (data, src) {
         // A stream's chunk was read in order by the copy loop.
         (Some(data), _) => data,
@@ -506,24 +695,33 @@ async fn copy_chunk(
         }
     };
     match dst {
-        Dest::Stream(_) => Ok(Some(data)),
+        Dest::Stream(_) => Ok(Chunk {
+            data: Some(data),
+            holes: 0,
+        }),
         Dest::File {
             file,
             path,
+            sparse,
             stopped,
             ..
         } => {
-            let (f, p, stopped) = (file.clone(), path.clone(), stopped.clone());
-            tokio::task::spawn_blocking(move || {
+            let (f, p, sparse, stopped) = (file.clone(), path.clone(), *sparse, stopped.clone());
+            let holes = tokio::task::spawn_blocking(move || {
                 let stopped = stopped.read().unwrap_or_else(|e| e.into_inner());
                 if *stopped {
-                    return Ok(());
+                    return Ok(0);
                 }
-                f.write_all_at(&data, at).map_err(local("cannot write", &p))
+                let written = if sparse {
+                    sparse::write_sparse(&f, &data, at)
+                } else {
+                    f.write_all_at(&data, at).map(|()| 0)
+                };
+                written.map_err(local("cannot write", &p))
             })
             .await
             .map_err(|e| CliError::Other(format!("write task failed: {e}")))??;
-            Ok(None)
+            Ok(Chunk { data: None, holes })
         }
         Dest::Lun(b) => {
             let l = &**b;
@@ -542,7 +740,10 @@ async fn copy_chunk(
                 data
             };
             l.write(at / bs as u64, data, fua).await?;
-            Ok(None)
+            Ok(Chunk {
+                data: None,
+                holes: 0,
+            })
         }
     }
 }
