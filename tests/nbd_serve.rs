@@ -939,12 +939,10 @@ fn listen_beyond_loopback_without_tls_is_refused_with_the_reason() {
     assert!(text.contains("--tls-cert"), "{text}");
 }
 
-#[test]
-fn tls_with_tls_ca_requires_a_client_certificate_from_that_ca() {
-    let dir = tempfile::tempdir().unwrap();
-    let (tgtd, _, _) = tgtd_two_luns(dir.path());
-    let (cert, key) = make_cert(dir.path());
-    let d = dir.path();
+/// A client CA (`ca.pem`) and a client certificate it signed, with its key:
+/// (CA, certificate, key) paths. `v3`: signed with extensions (X.509 v3);
+/// without, OpenSSL signs an X.509 v1 certificate.
+fn client_ca(d: &Path, v3: bool) -> (String, String, String) {
     let p = |n: &str| d.join(n).display().to_string();
     let ec = [
         "-newkey",
@@ -953,9 +951,9 @@ fn tls_with_tls_ca_requires_a_client_certificate_from_that_ca() {
         "ec_paramgen_curve:prime256v1",
         "-nodes",
     ];
+    let (ca_key, ca_pem) = (p("ca.key"), p("ca.pem"));
     let mut ca = vec!["req", "-x509"];
     ca.extend(ec);
-    let (ca_key, ca_pem) = (p("ca.key"), p("ca.pem"));
     ca.extend([
         "-days",
         "1",
@@ -967,9 +965,9 @@ fn tls_with_tls_ca_requires_a_client_certificate_from_that_ca() {
         &ca_pem,
     ]);
     sh("openssl", &ca);
+    let (client_key, client_csr, client_pem) = (p("client.key"), p("client.csr"), p("client.pem"));
     let mut csr = vec!["req"];
     csr.extend(ec);
-    let (client_key, client_csr) = (p("client.key"), p("client.csr"));
     csr.extend([
         "-subj",
         "/CN=client",
@@ -979,32 +977,41 @@ fn tls_with_tls_ca_requires_a_client_certificate_from_that_ca() {
         &client_csr,
     ]);
     sh("openssl", &csr);
+    let ext = p("client.ext");
     fs::write(
-        d.join("client.ext"),
+        &ext,
         "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
     )
     .unwrap();
-    let (client_pem, ext) = (p("client.pem"), p("client.ext"));
-    sh(
-        "openssl",
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &client_csr,
-            "-CA",
-            &ca_pem,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            &ext,
-            "-out",
-            &client_pem,
-        ],
-    );
+    let mut sign = vec![
+        "x509",
+        "-req",
+        "-in",
+        &client_csr,
+        "-CA",
+        &ca_pem,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-out",
+        &client_pem,
+    ];
+    if v3 {
+        sign.extend(["-extfile", &ext]);
+    }
+    sh("openssl", &sign);
+    (ca_pem, client_pem, client_key)
+}
+
+#[test]
+fn tls_with_tls_ca_requires_a_client_certificate_from_that_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, _, _) = tgtd_two_luns(dir.path());
+    let (cert, key) = make_cert(dir.path());
+    let d = dir.path();
+    let (ca_pem, client_pem, client_key) = client_ca(d, true);
     // libnbd reads client-cert.pem and client-key.pem next to ca-cert.pem.
     let with_client = d.join("with-client");
     fs::create_dir(&with_client).unwrap();
@@ -1252,52 +1259,7 @@ fn a_v1_client_certificate_is_refused_with_the_reason_and_ip_clients_log_no_sni_
     let (tgtd, _, _) = tgtd_two_luns(dir.path());
     let (cert, key) = make_cert(dir.path());
     let d = dir.path();
-    let p = |n: &str| d.join(n).display().to_string();
-    let (ca_key, ca_pem) = (p("ca.key"), p("ca.pem"));
-    let (client_key, client_csr, client_pem) = (p("client.key"), p("client.csr"), p("client.pem"));
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-days", "1", "-subj", "/CN=ca", "-keyout", &ca_key, "-out", &ca_pem,
-    ]);
-    sh("openssl", &ca);
-    let mut csr = vec!["req"];
-    csr.extend(ec);
-    csr.extend([
-        "-subj",
-        "/CN=client",
-        "-keyout",
-        &client_key,
-        "-out",
-        &client_csr,
-    ]);
-    sh("openssl", &csr);
-    // No -extfile: OpenSSL signs an X.509 v1 certificate.
-    sh(
-        "openssl",
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &client_csr,
-            "-CA",
-            &ca_pem,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-out",
-            &client_pem,
-        ],
-    );
+    let (ca_pem, client_pem, client_key) = client_ca(d, false);
     let v1 = d.join("v1");
     fs::create_dir(&v1).unwrap();
     fs::copy(&cert, v1.join("ca-cert.pem")).unwrap();
