@@ -203,6 +203,25 @@ impl SessionHandle {
         rx.await.unwrap_or(Err(SessionError::Closed))
     }
 
+    /// While the session is down, try to log in again now rather than at
+    /// the next step of the back-off, and wait for that attempt (or for
+    /// the one under way): `Ok` once a connection is live (at once when
+    /// one already is), else [`SessionError::StillUnreachable`] with the
+    /// attempt's own error. Bounded by the connect and login timeouts.
+    ///
+    /// Commands are not held for it: past the replacement timeout they
+    /// still fail at once while the session is down. This is for a caller
+    /// about to give up on data it holds (the final write-back of a
+    /// cache): it learns whether the target is back *now*, not what the
+    /// last attempt before found.
+    pub async fn reconnect(&self) -> Result<(), SessionError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Reconnect(tx))
+            .map_err(|_| SessionError::Closed)?;
+        rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+
     /// Log out cleanly (waits for in-flight commands to finish first).
     pub async fn logout(&self) -> Result<(), SessionError> {
         let (tx, rx) = oneshot::channel();
