@@ -4,7 +4,8 @@
 //! The data must reach the target — when `rlun umount` comes soon after
 //! the return (the final write-back logs in afresh instead of failing with
 //! the error of an attempt made before), and without any umount or fsync
-//! (the session keeps trying while dirty data waits). A target that never
+//! (the session keeps trying while dirty data waits; an fsync meanwhile
+//! fails with EIO and the data stays held). A target that never
 //! returns still ends `rlun umount` within a bound, with the data-lost
 //! error.
 //!
@@ -185,6 +186,12 @@ fn write_back_resumes_by_itself_once_the_target_returns() {
     let payload = write_payload(&m, dir.path());
 
     lose_target_past_the_timeout(&mut tgtd, &backing, &payload);
+    // Past the replacement timeout an fsync fails (EIO) at once, like any
+    // I/O that would wait for the target; the data stays held.
+    let fsync = fs::OpenOptions::new()
+        .write(true)
+        .open(m.file())
+        .and_then(|f| f.sync_all());
     tgtd.restart().expect("restart tgtd");
     let deadline = Instant::now() + Duration::from_secs(30);
     while head(&backing, payload.len()) != payload && Instant::now() < deadline {
@@ -193,12 +200,22 @@ fn write_back_resumes_by_itself_once_the_target_returns() {
     let landed = head(&backing, payload.len()) == payload;
     let (umount, _) = m.umount();
 
+    assert_eq!(
+        fsync.as_ref().map_err(|e| e.raw_os_error()),
+        Err(Some(5)),
+        "fsync while the target is gone: {fsync:?}"
+    );
     assert!(
         landed,
         "the data did not reach the returned target within 30 s\n{}",
         m.log()
     );
     assert_success(&umount, "rlun umount");
+    assert!(
+        m.log().contains("write-back resumed"),
+        "no word that write-back resumed:\n{}",
+        m.log()
+    );
 }
 
 #[test]
