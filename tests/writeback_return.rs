@@ -241,3 +241,56 @@ fn umount_with_the_target_gone_for_good_reports_the_lost_data_within_a_bound() {
         "umount took {took:?}: {text}"
     );
 }
+
+#[test]
+fn writes_into_a_full_cache_fail_with_eio_while_the_target_is_gone_instead_of_hanging() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut tgtd, backing) = tgtd_with_file(dir.path());
+    // 7 MiB of pages: 2 MiB held dirty stays below the background limit.
+    let m = mount(
+        &tgtd,
+        dir.path(),
+        &["--writeback-delay", "60s", "--cache-size", "8M"],
+    );
+    let held = pattern_bytes(78, 0, 2 * MIB);
+    fs::write(dir.path().join("held.bin"), &held).expect("write source");
+    let dd = |src: &str, seek: &str| {
+        run_with_timeout(
+            Command::new("dd").args([
+                &format!("if={}", dir.path().join(src).display()),
+                &format!("of={}", m.file().display()),
+                "bs=1M",
+                &format!("seek={seek}"),
+                "conv=notrunc",
+                "status=none",
+            ]),
+            Duration::from_secs(120),
+        )
+    };
+    let first = dd("held.bin", "0");
+    assert!(first.status.success(), "dd: {}", both(&first));
+
+    lose_target_past_the_timeout(&mut tgtd, &backing, &held);
+    fs::write(dir.path().join("more.bin"), pattern_bytes(79, 0, 12 * MIB)).expect("source");
+    let started = Instant::now();
+    let more = dd("more.bin", "2");
+    let took = started.elapsed();
+    tgtd.restart().expect("restart tgtd");
+    let (umount, _) = m.umount();
+
+    assert!(
+        !more.status.success(),
+        "12 MiB into an 8 MiB cache with the target gone"
+    );
+    assert!(
+        String::from_utf8_lossy(&more.stderr).contains("Input/output error"),
+        "{}",
+        both(&more)
+    );
+    assert!(took < Duration::from_secs(60), "EIO took {took:?}");
+    assert_success(
+        &umount,
+        &format!("rlun umount once tgtd is back\n{}", m.log()),
+    );
+    assert_same_bytes(&head(&backing, held.len()), &held, "the held data");
+}
