@@ -294,3 +294,72 @@ fn writes_into_a_full_cache_fail_with_eio_while_the_target_is_gone_instead_of_ha
     );
     assert_same_bytes(&head(&backing, held.len()), &held, "the held data");
 }
+
+/// `rlun serve` finishes the same way: SIGTERM 1 s after tgtd returned
+/// writes the cached data back and exits 0.
+#[test]
+fn serve_stopped_right_after_the_target_returns_writes_the_cached_data_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut tgtd, backing) = tgtd_with_file(dir.path());
+    let socket = dir.path().join("nbd.sock");
+    let log_path = dir.path().join("serve.log");
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let child = Command::new(common::rlun_bin())
+        .args(["-v", "serve", &url, "--socket"])
+        .arg(&socket)
+        .args(["--cache", "write-back", "--writeback-delay", "60s"])
+        .args(["--replacement-timeout", "5s", "--connect-timeout", "2s"])
+        .stdin(std::process::Stdio::null())
+        .stderr(fs::File::create(&log_path).expect("log file"))
+        .spawn()
+        .expect("start rlun serve");
+    let mut child = common::ChildGuard(child);
+    let uri = format!("nbd+unix:///lun1?socket={}", socket.display());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Command::new("nbdinfo")
+        .args(["--size", &uri])
+        .output()
+        .expect("nbdinfo")
+        .status
+        .success()
+    {
+        assert!(Instant::now() < deadline, "rlun serve not ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let payload = pattern_bytes(80, 0, PAYLOAD);
+    let src = dir.path().join("src.bin");
+    fs::write(&src, &payload).expect("write source");
+    // nbdcopy without --flush: the data stays in rlun's cache.
+    let copy = run_with_timeout(
+        Command::new("nbdcopy").args([&src.display().to_string(), &uri]),
+        Duration::from_secs(60),
+    );
+    assert!(copy.status.success(), "nbdcopy: {}", both(&copy));
+
+    lose_target_past_the_timeout(&mut tgtd, &backing, &payload);
+    tgtd.restart().expect("restart tgtd");
+    std::thread::sleep(Duration::from_secs(1));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .output();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status.code();
+        }
+        assert!(Instant::now() < deadline, "rlun serve did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    assert_eq!(
+        code,
+        Some(0),
+        "{}",
+        fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    assert_same_bytes(
+        &head(&backing, payload.len()),
+        &payload,
+        "backing file after stop",
+    );
+}
