@@ -58,6 +58,16 @@
 //! FUA writes do not count: they are durable when they complete). An
 //! export nothing was written to is not flushed at all, so a session whose
 //! target is gone for good does not make a read-only user's exit fail.
+//!
+//! Before data counts as lost, the target gets a fresh chance: the session
+//! may have given up (the replacement timeout passed) and its next attempt
+//! on the back-off may be seconds away, while the target is already back.
+//! So a failed final flush is followed by [`LunBackend::reconnect`] (a
+//! login at once, bounded by the connect and login timeouts; 1 s pause if
+//! it failed too) and tried again, [`FINAL_FLUSH_ROUNDS`] times in all. The
+//! error reported is the last round's, made after a login tried just now.
+//! With the target gone for good this adds at most two logins and 2 s to
+//! stopping, for each export with data to write.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

@@ -25,6 +25,11 @@
 //! delivers the machine's answers to their callers. Every decision about
 //! retries, aborts, reconnects and logout is the machine's.
 //!
+//! Past the replacement timeout the driver keeps logging in on the
+//! machine's back-off for as long as handles are open; a caller about to
+//! give up on data it holds asks for an attempt at once with
+//! [`SessionHandle::reconnect`].
+//!
 //! Buffers belong to the machine's command records until their final
 //! answer arrives: a caller that drops its future early leaves the command
 //! running harmlessly; its result is discarded.
