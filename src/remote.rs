@@ -113,6 +113,15 @@ impl BlockBackend for Lun {
 }
 
 impl LunBackend for Lun {
+    /// The session logs in again at once when it is down
+    /// ([`crate::session::SessionHandle::reconnect`]).
+    async fn reconnect(&self) -> Result<(), BackendError> {
+        Ok(self
+            .session()
+            .reconnect()
+            .await
+            .map_err(ClientError::from)?)
+    }
     fn capacity_generation(&self) -> u64 {
         self.session().capacity_generation()
     }

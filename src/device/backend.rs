@@ -184,8 +184,17 @@ pub trait BlockBackend: Send + Sync + 'static {
 }
 
 /// What an export (the export layer) needs from its block device beyond
-/// [`BlockBackend`]: capacity changes and thin provisioning.
+/// [`BlockBackend`]: capacity changes, thin provisioning, and a fresh try
+/// at reaching it before data is given up.
 pub trait LunBackend: BlockBackend + Sized {
+    /// Make sure the LUN is reachable now: when the connection to it is
+    /// down, try again at once (not at the next step of a back-off) and
+    /// wait for that attempt; `Ok` when it can be reached. The export
+    /// layer's final write-back asks before it declares cached data lost.
+    /// A backend without a connection is always reachable.
+    fn reconnect(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
+        async { Ok(()) }
+    }
     /// A counter that moves when the target reports a capacity change
     /// (UNIT ATTENTION 2A/09, counted by the session).
     fn capacity_generation(&self) -> u64;

@@ -93,8 +93,18 @@
 //! SYNCHRONIZE CACHE) and FUA writes ([`LunDevice::write_at_fua`], which are
 //! written with FUA before they complete) give durability. Dropping a
 //! `LunDevice` without [`LunDevice::close`] or `flush` discards dirty data.
-//! When write-back fails, the data stays dirty and is retried; `flush`
-//! reports the failure.
+//! When write-back fails, the data stays dirty and is retried (back-off up
+//! to 5 s), without limit: a target unreachable past the session's
+//! replacement timeout fails the I/O waiting for it, but the session keeps
+//! logging in again on its back-off, so held data reaches a target that
+//! comes back, with no `flush` needed. `flush` reports the failure (an
+//! fsync gets EIO) and leaves the data dirty. Memory stays bounded
+//! meanwhile: held dirty pages keep their place in the budget, and a
+//! request that needs a page when none can be freed fails with the
+//! write-back's error as soon as a retry fails, rather than waiting for the
+//! target. The last word on data still dirty when a device is stopped is
+//! the export layer's final write-back (`ExportSet::finish`), which tries a
+//! fresh login before it declares the data lost.
 //!
 //! `discard` and `write_zeroes` keep the cache coherent: the affected
 //! blocks are dropped from the cache (dirty data in them too) before the

@@ -4,15 +4,16 @@
 //! `writeback_delay` (all of them under memory pressure or at `flush`),
 //! `writeback_depth` at a time, each from a buffer of the registered I/O
 //! pool, under an exclusive range lock; a failed run stays dirty and is
-//! retried with back-off. The data-loss window this leaves is described
-//! in the `device` module docs.
+//! retried with back-off (50 ms doubling to [`MAX_RETRY`], warned of once
+//! per failing streak, its end logged). The data-loss window this leaves
+//! is described in the `device` module docs.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use tracing::warn;
+use tracing::{debug, info, warn};
 
 use super::backend::BlockBackend;
 use super::cache::{bits, for_each_run};
@@ -203,6 +204,13 @@ impl<B: BlockBackend> Inner<B> {
     }
 }
 
+/// The longest pause between the flusher's retries of failed write-back.
+/// The session keeps logging in again on its own back-off (at most 5 s
+/// apart) for as long as the device is open, also past the replacement
+/// timeout, so data held for a target that went away reaches it within
+/// about twice this of its return, without an fsync.
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
 /// The background write-back task (write-back mode only). Holds only a weak
 /// reference, so it ends when the device is dropped.
 pub(super) async fn flusher<B: BlockBackend>(weak: Weak<Inner<B>>, signals: Arc<FlusherSignals>) {
@@ -237,10 +245,20 @@ pub(super) async fn flusher<B: BlockBackend>(weak: Weak<Inner<B>>, signals: Arc<
             continue;
         }
         match inner.write_runs(runs).await {
-            Ok(()) => backoff = Duration::ZERO,
+            Ok(()) => {
+                if !backoff.is_zero() {
+                    info!("write-back resumed: the data held since it failed reached the target");
+                }
+                backoff = Duration::ZERO;
+            }
             Err(e) => {
-                backoff = (backoff * 2).clamp(Duration::from_millis(50), Duration::from_secs(5));
-                warn!(error = %e, retry_in = ?backoff, "write-back failed; the data stays dirty and will be retried");
+                let first = backoff.is_zero();
+                backoff = (backoff * 2).clamp(Duration::from_millis(50), MAX_RETRY);
+                if first {
+                    warn!(error = %e, "write-back failed; the data stays dirty and is retried (every {MAX_RETRY:?} at most) until it reaches the target");
+                } else {
+                    debug!(error = %e, retry_in = ?backoff, "write-back failed again");
+                }
             }
         }
     }

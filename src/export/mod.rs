@@ -58,6 +58,16 @@
 //! FUA writes do not count: they are durable when they complete). An
 //! export nothing was written to is not flushed at all, so a session whose
 //! target is gone for good does not make a read-only user's exit fail.
+//!
+//! Before data counts as lost, the target gets a fresh chance: the session
+//! may have given up (the replacement timeout passed) and its next attempt
+//! on the back-off may be seconds away, while the target is already back.
+//! So a failed final flush is followed by [`LunBackend::reconnect`] (a
+//! login at once, bounded by the connect and login timeouts; 1 s pause if
+//! it failed too) and tried again, [`FINAL_FLUSH_ROUNDS`] times in all. The
+//! error reported is the last round's, made after a login tried just now.
+//! With the target gone for good this adds at most two logins and 2 s to
+//! stopping, for each export with data to write.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -465,6 +475,35 @@ impl<B: LunBackend> Export<B> {
         }
     }
 
+    /// The final flush of [`ExportSet::finish`]: up to
+    /// [`FINAL_FLUSH_ROUNDS`] flushes, each failed one followed by a fresh
+    /// try at the LUN ([`LunBackend::reconnect`]: a login at once when the
+    /// session is down, bounded by the connect and login timeouts) and, if
+    /// that failed too, a pause of [`FINAL_FLUSH_PAUSE`]. So a target that
+    /// came back after the replacement timeout, before the session's next
+    /// attempt on its back-off, still gets the data, and what is reported
+    /// when it did not is the error of an attempt made now.
+    async fn finish_flush(&self) -> Result<(), ExportError> {
+        let mut round = 1;
+        loop {
+            let err = match self.flush_now().await {
+                Ok(()) => return Ok(()),
+                Err(err) if round >= FINAL_FLUSH_ROUNDS => return Err(err),
+                Err(err) => err,
+            };
+            round += 1;
+            info!(
+                lun = self.number,
+                error = %error_chain(&err),
+                "final write-back failed; trying the target again before giving up on the data"
+            );
+            if let Err(e) = self.device().backend().reconnect().await {
+                debug!(lun = self.number, error = %error_chain(&e), "the target is still unreachable");
+                tokio::time::sleep(FINAL_FLUSH_PAUSE).await;
+            }
+        }
+    }
+
     /// Make `offset..offset+len` (clipped at the end of the LUN) read as
     /// zeros; see [`ZeroMode`] and the module docs. A front end that must
     /// make the zeros durable (NBD's FUA flag) follows with
@@ -782,7 +821,7 @@ impl<B: LunBackend> ExportSet<B> {
             if e.read_only || (dirty_bytes == 0 && !e.unsynced()) {
                 continue;
             }
-            if let Err(err) = e.flush_now().await {
+            if let Err(err) = e.finish_flush().await {
                 lost.push(LostData {
                     export: e.name.clone(),
                     dirty_bytes: e.dirty_bytes(),
@@ -793,6 +832,13 @@ impl<B: LunBackend> ExportSet<B> {
         ShutdownReport { lost }
     }
 }
+
+/// How many times [`ExportSet::finish`] flushes an export before it
+/// declares its data lost (see [`Export::finish_flush`]).
+pub const FINAL_FLUSH_ROUNDS: u32 = 3;
+/// The pause between those rounds when the fresh try at the target failed
+/// too (a refused connection fails at once).
+pub const FINAL_FLUSH_PAUSE: Duration = Duration::from_secs(1);
 
 /// Data of one export that may not have reached the target's stable
 /// storage.
@@ -1172,6 +1218,44 @@ mod tests {
         assert!(
             msg.contains("lun4: 4096 bytes of cached data could not be written"),
             "{msg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn finish_tries_the_target_again_before_declaring_cached_data_lost() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteBack);
+        let e = &set.exports()[0];
+        e.write(512, Bytes::from(vec![7u8; 4096]), false)
+            .await
+            .unwrap();
+        // The session gave up before the target came back: every command
+        // fails until a fresh login.
+        lun.mem.fail_next(MemOp::Write, u32::MAX, errno::EIO);
+        lun.back_on_reconnect.store(true, Ordering::SeqCst);
+
+        let report = set.finish().await;
+
+        assert!(!report.data_lost(), "{report:?}");
+        assert_eq!(lun.reconnects.load(Ordering::SeqCst), 1);
+        assert_eq!(lun.mem.bytes_at(512, 4096), vec![7u8; 4096]);
+    }
+
+    #[tokio::test]
+    async fn finish_gives_up_after_its_rounds_when_the_target_stays_away() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteBack);
+        let e = &set.exports()[0];
+        e.write(0, Bytes::from(vec![7u8; 4096]), false)
+            .await
+            .unwrap();
+        lun.mem.fail_next(MemOp::Write, u32::MAX, errno::EIO);
+
+        let report = set.finish().await;
+
+        assert!(report.data_lost());
+        assert_eq!(report.lost[0].dirty_bytes, 4096, "still held, not dropped");
+        assert_eq!(
+            lun.reconnects.load(Ordering::SeqCst),
+            u64::from(FINAL_FLUSH_ROUNDS - 1)
         );
     }
 

@@ -1,9 +1,9 @@
 //! Test backends for the export layer and the front ends above it:
 //! [`TestLun`], a `MemBackend` with what a real LUN adds (capacity
-//! changes, LBPU/LBPRZ).
+//! changes, LBPU/LBPRZ, a connection to try again).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -19,6 +19,11 @@ pub struct TestLun {
     pub resized: Arc<Mutex<Option<Arc<MemBackend>>>>,
     pub lbpu: bool,
     pub lbprz: bool,
+    /// Calls of [`LunBackend::reconnect`].
+    pub reconnects: Arc<AtomicU64>,
+    /// A target that is back: the next [`LunBackend::reconnect`] clears
+    /// the injected faults (and this flag).
+    pub back_on_reconnect: Arc<AtomicBool>,
 }
 
 impl TestLun {
@@ -29,6 +34,8 @@ impl TestLun {
             resized: Arc::new(Mutex::new(None)),
             lbpu: false,
             lbprz: false,
+            reconnects: Arc::new(AtomicU64::new(0)),
+            back_on_reconnect: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -88,6 +95,13 @@ impl BlockBackend for TestLun {
 }
 
 impl LunBackend for TestLun {
+    fn reconnect(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
+        self.reconnects.fetch_add(1, Ordering::SeqCst);
+        if self.back_on_reconnect.swap(false, Ordering::SeqCst) {
+            self.mem.clear_faults();
+        }
+        async { Ok(()) }
+    }
     fn capacity_generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }

@@ -78,6 +78,7 @@ pub(super) fn start_driver<T: Transport>(
         last: Arc::new(SessionError::Closed),
         requests_open: true,
         timer: Timer::new(),
+        reconnecting: Vec::new(),
     };
     tokio::spawn(driver.run(rx));
     (tx, shared)
@@ -130,6 +131,9 @@ struct Driver<T: Transport> {
     last: Arc<SessionError>,
     requests_open: bool,
     timer: Timer,
+    /// Callers of [`super::SessionHandle::reconnect`] waiting for the
+    /// outcome of the current connection attempt.
+    reconnecting: Vec<oneshot::Sender<Result<(), SessionError>>>,
 }
 
 /// The driver's one timer. The machine's next deadline moves with nearly
@@ -278,6 +282,7 @@ impl<T: Transport> Driver<T> {
                             self.machine.handle_connect_failed(now);
                         }
                     }
+                    self.answer_reconnecting();
                 }
                 _ = self.timer.fired() => self.machine.handle_timeout(clock::now()),
             }
@@ -318,6 +323,7 @@ impl<T: Transport> Driver<T> {
         // later requests find the channel closed.
         self.live = None;
         self.waiters.clear();
+        self.reconnecting.clear();
         rx.close();
         while let Ok(req) = rx.try_recv() {
             drop(req);
@@ -355,8 +361,32 @@ impl<T: Transport> Driver<T> {
                 (self.machine.handle_lun_reset(lun, now), Waiter::Tmf(tx))
             }
             Request::Logout(tx) => (self.machine.handle_logout(), Waiter::Logout(tx)),
+            Request::Reconnect(tx) => {
+                if self.machine.handle_reconnect_now() {
+                    self.reconnecting.push(tx);
+                } else if self.machine.is_live() {
+                    let _ = tx.send(Ok(()));
+                } else {
+                    let _ = tx.send(Err(SessionError::Closed));
+                }
+                return;
+            }
         };
         self.waiters.insert(id, waiter);
+    }
+
+    /// A connection attempt ended: tell those waiting for it whether the
+    /// session is live now, or the attempt's own error.
+    fn answer_reconnecting(&mut self) {
+        for tx in self.reconnecting.drain(..) {
+            let _ = tx.send(if self.machine.is_live() {
+                Ok(())
+            } else if self.machine.is_finished() {
+                Err(SessionError::Closed)
+            } else {
+                Err(SessionError::StillUnreachable(self.last.clone()))
+            });
+        }
     }
 
     /// Hand everything the core wants sent to the writer task.

@@ -63,6 +63,10 @@ pub enum SessionError {
     LogoutRequested,
     #[error("target stopped answering (no answer to a NOP-Out ping within {0:?})")]
     NotResponding(Duration),
+    /// A login asked for at once ([`super::SessionHandle::reconnect`])
+    /// failed; the cause is that attempt's own error.
+    #[error("target still unreachable")]
+    StillUnreachable(#[source] Arc<SessionError>),
 }
 
 impl SessionError {
@@ -78,6 +82,7 @@ impl SessionError {
             | SessionError::TaskManagementTimeout(_)
             | SessionError::LogoutRequested
             | SessionError::NotResponding(_) => ErrorKind::Unreachable,
+            SessionError::StillUnreachable(last) => last.kind(),
             SessionError::LoginTransport { source, .. } => source.kind(),
             SessionError::Login { source, .. } => source.kind(),
             SessionError::Protocol(_) | SessionError::BadDiscovery(_) => ErrorKind::Protocol,
@@ -95,6 +100,7 @@ impl SessionError {
                 | SessionError::Closed
                 | SessionError::ReplacementTimeout { .. }
                 | SessionError::NotResponding(_)
+                | SessionError::StillUnreachable(_)
                 | SessionError::Task(TaskError::ConnectionLost(_))
         )
     }

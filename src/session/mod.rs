@@ -25,6 +25,11 @@
 //! delivers the machine's answers to their callers. Every decision about
 //! retries, aborts, reconnects and logout is the machine's.
 //!
+//! Past the replacement timeout the driver keeps logging in on the
+//! machine's back-off for as long as handles are open; a caller about to
+//! give up on data it holds asks for an attempt at once with
+//! [`SessionHandle::reconnect`].
+//!
 //! Buffers belong to the machine's command records until their final
 //! answer arrives: a caller that drops its future early leaves the command
 //! running harmlessly; its result is discarded.
@@ -199,6 +204,25 @@ impl SessionHandle {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(Request::LunReset(lun, tx))
+            .map_err(|_| SessionError::Closed)?;
+        rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+
+    /// While the session is down, try to log in again now rather than at
+    /// the next step of the back-off, and wait for that attempt (or for
+    /// the one under way): `Ok` once a connection is live (at once when
+    /// one already is), else [`SessionError::StillUnreachable`] with the
+    /// attempt's own error. Bounded by the connect and login timeouts.
+    ///
+    /// Commands are not held for it: past the replacement timeout they
+    /// still fail at once while the session is down. This is for a caller
+    /// about to give up on data it holds (the final write-back of a
+    /// cache): it learns whether the target is back *now*, not what the
+    /// last attempt before found.
+    pub async fn reconnect(&self) -> Result<(), SessionError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Reconnect(tx))
             .map_err(|_| SessionError::Closed)?;
         rx.await.unwrap_or(Err(SessionError::Closed))
     }

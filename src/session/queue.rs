@@ -24,6 +24,10 @@ pub(super) enum Request {
     Ping(oneshot::Sender<Result<Duration, SessionError>>),
     LunReset([u8; 8], oneshot::Sender<Result<TmfOutcome, SessionError>>),
     Logout(oneshot::Sender<Result<(), SessionError>>),
+    /// Try the target now when the session is down; answered when a
+    /// connection is live or the attempt failed
+    /// ([`super::SessionHandle::reconnect`]).
+    Reconnect(oneshot::Sender<Result<(), SessionError>>),
 }
 
 /// How a command's answer reaches its caller. It travels inside the

@@ -250,6 +250,33 @@ impl<W> Recovery<W> {
         };
     }
 
+    /// A caller wants the target tried now rather than at the next
+    /// back-off step: while disconnected and between attempts, the next
+    /// attempt is asked for at once ([`Output::Connect`]); while an attempt
+    /// is under way it is the one. True when an attempt is (now) under way,
+    /// false when there is nothing to do (live, or the session is over).
+    ///
+    /// Commands are not affected: after the replacement timeout new ones
+    /// still fail at once until a connection is live again. This is for a
+    /// caller that must know whether the target is back before giving up
+    /// on data it holds (the final write-back of a cache), so that it does
+    /// not fail with the error of an attempt made before the target came
+    /// back.
+    pub fn handle_reconnect_now(&mut self) -> bool {
+        match self.conn {
+            Conn::Down {
+                since,
+                wake: Some(_),
+            } => {
+                self.conn = Conn::Down { since, wake: None };
+                self.outputs.push_back(Output::Connect);
+                true
+            }
+            Conn::Down { wake: None, .. } => true,
+            Conn::Live(_) | Conn::Closed => false,
+        }
+    }
+
     // ---- outputs ---------------------------------------------------------------
 
     /// Next PDU to send on the current connection (with the task's buffers

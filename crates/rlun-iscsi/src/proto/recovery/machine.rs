@@ -762,6 +762,41 @@ mod tests {
     }
 
     #[test]
+    fn reconnect_now_after_giving_up_tries_at_once_and_commands_still_fail_fast_meanwhile() {
+        let mut h = Harness::new();
+        h.cmd(0xa1, 0.0);
+        h.lose(1.0);
+        h.timeout(3.0);
+        h.connect_failed(125.0);
+        h.outputs();
+        assert!(
+            h.r.poll_timeout().unwrap() > h.at(126.0),
+            "the next attempt waits for its back-off"
+        );
+
+        let trying = h.r.handle_reconnect_now();
+        let again = h.r.handle_reconnect_now();
+        let out = h.outputs();
+        let meanwhile = h.cmd(0xa2, 125.2);
+
+        assert!(trying && again);
+        assert_eq!(connects(&out), 1, "one attempt at once, not one per call");
+        assert_eq!(
+            command_results(&h.outputs()),
+            vec![(meanwhile, Err(Failure::ReplacementTimeout))],
+            "application I/O still fails at once while down"
+        );
+        h.connected(125.5);
+        h.outputs();
+        assert!(!h.r.handle_reconnect_now(), "live: nothing to do");
+        assert_eq!(connects(&h.outputs()), 0);
+        let id = h.cmd(0xa3, 125.6);
+        let itt = Harness::itt_of(&h.sent(), 0xa3);
+        h.answer(itt, GOOD, 125.7);
+        assert_eq!(command_results(&h.outputs()), vec![(id, Ok(GOOD))]);
+    }
+
+    #[test]
     fn protocol_error_drops_the_connection_and_the_command_goes_again() {
         let mut h = Harness::new();
         let id = h.cmd(0xa1, 0.0);

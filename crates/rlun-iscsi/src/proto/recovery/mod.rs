@@ -29,6 +29,9 @@
 //!   the kept and new commands fail with [`Failure::ReplacementTimeout`].
 //!   A successful login is not progress: a target that accepts every login
 //!   and then breaks the connection cannot keep commands waiting for ever.
+//!   Attempts go on after that, on the same back-off, for as long as
+//!   handles are open (a cache may hold data for the target);
+//!   [`Recovery::handle_reconnect_now`] asks for the next one at once.
 //!   Connections that fail right after login (within [`FLAP_WINDOW`], before
 //!   any command completed on them) meet a growing pause, DefaultTime2Wait
 //!   doubled per repeat up to [`MAX_FLAP_BACKOFF`], and are summarised as
