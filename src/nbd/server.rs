@@ -16,6 +16,17 @@
 //! out straight away — and otherwise continues in a task of its own.
 //! Replies go out in completion order while many requests are in flight.
 //!
+//! # Large requests
+//!
+//! Every READ and WRITE length a request can carry is accepted, and the
+//! `NBD_INFO_BLOCK_SIZE` maximum says so ([`MAX_PAYLOAD`], 0xffffffff,
+//! the spec's "no fixed limit"; nbd-server has none either). Up to
+//! [`big::STREAM_ABOVE`] (32 MiB) a request is handled as above, from one
+//! buffer; longer ones are streamed through the export in
+//! [`big::PIECE`] (4 MiB) pieces — a WRITE received and written piece by
+//! piece, a READ read and sent piece by piece — see [`big`] for the
+//! details (what a failure in the middle does, `NBD_CMD_FLAG_DF`).
+//!
 //! # Memory bound
 //!
 //! Each connection holds at most [`Limits::max_requests`] requests (default
@@ -24,9 +35,12 @@
 //! its reply. The reader takes the permits before it reads a WRITE's
 //! payload and the reply gives them back once it is written, so a client
 //! that never reads its replies stops being read from (TCP pushes back)
-//! instead of growing the server; other connections are unaffected. One
-//! request larger than `max_bytes` waits for the whole budget and runs
-//! alone. Beyond that a connection keeps a 64 KiB read buffer; replies are
+//! instead of growing the server; other connections are unaffected. A
+//! streamed request (longer than 32 MiB) counts as the
+//! [`big::STREAM_COST`] (12 MiB) it holds at most, so the bound holds
+//! whatever the requests' lengths. One request larger than `max_bytes`
+//! waits for the whole budget and runs alone. Beyond that a connection
+//! keeps a 64 KiB read buffer; replies are
 //! written from their own buffers (see below), with at most a 128 KiB
 //! staging buffer for a TLS stream. The socket's kernel send buffer is
 //! raised to [`SEND_BUFFER`] (kernel memory, capped by `wmem_max`).
@@ -46,7 +60,9 @@
 //! A client that disconnects (or breaks the protocol) mid-stream: requests
 //! whose header and payload were read in full run to completion (their
 //! replies are dropped); a WRITE whose payload did not arrive in full is
-//! never started, so nothing is half-applied. Other connections carry on.
+//! never started, so nothing is half-applied — except a streamed WRITE,
+//! whose pieces received before are written (its range, which got no
+//! reply, then holds old and new data). Other connections carry on.
 //!
 //! # Shutdown
 //!
@@ -67,18 +83,22 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::proto::{
-    self, cflag, err, errno_to_nbd, tflag, Command, ExportInfo, Handshake, HandshakeError,
-    HandshakeEvent, Negotiated, Request, TlsMode, Transmission,
+    self, cflag, err, tflag, Command, ExportInfo, Handshake, HandshakeError, HandshakeEvent,
+    Negotiated, Request, TlsMode, Transmission,
 };
 use crate::export::{Export, ExportError, ExportRead, ExportSet, LunBackend, ZeroMode};
 
+pub mod big;
 mod writer;
 
-use writer::{write_replies, Reply};
+use big::read_exact_bytes;
+use writer::{failure, read_reply, write_replies, Reply};
 
-/// Largest READ or WRITE payload advertised (`NBD_INFO_BLOCK_SIZE`
-/// maximum): the spec's 32 MiB that every client may send.
-pub const MAX_PAYLOAD: u32 = 32 << 20;
+/// Largest READ or WRITE payload accepted and advertised
+/// (`NBD_INFO_BLOCK_SIZE` maximum): any length a request can carry, the
+/// spec's "no fixed limit" (nbd-server has none either). Requests longer
+/// than [`big::STREAM_ABOVE`] are streamed in pieces ([`big`]).
+pub const MAX_PAYLOAD: u32 = u32::MAX;
 
 /// Send buffer asked for on each connection's socket (the kernel makes it
 /// twice that, capped by `net.core.wmem_max`; 425 984 bytes on a stock
@@ -145,7 +165,7 @@ pub fn export_info<B: LunBackend>(export: &Export<B>, description: String) -> Ex
         block: proto::BlockSizes {
             minimum: i.block_size.min(65536),
             preferred,
-            maximum: MAX_PAYLOAD.max(preferred),
+            maximum: MAX_PAYLOAD,
         },
     }
 }
@@ -170,6 +190,11 @@ pub enum ConnError {
     },
     #[error("the client broke the transmission protocol: {0}")]
     Protocol(String),
+    /// A streamed READ failed after its simple reply's header was sent.
+    #[error(
+        "a READ failed after its reply had begun; the connection was closed (NBD hard disconnect)"
+    )]
+    ReadAborted,
 }
 
 /// Why a TLS handshake failed, in the words an operator acts on, when it
@@ -399,6 +424,11 @@ impl<B: LunBackend> Server<B> {
         let (mut rd, wr) = tokio::io::split(stream);
         let (reply_tx, reply_rx) = mpsc::unbounded_channel::<Reply>();
         let writer = tokio::spawn(write_replies(wr, reply_rx));
+        let (stop_tx, stop) = watch::channel(false);
+        let outbox = big::Outbox {
+            replies: reply_tx.clone(),
+            stop,
+        };
         let requests = Arc::new(Semaphore::new(self.limits.max_requests));
         let bytes = Arc::new(Semaphore::new(self.limits.max_bytes));
         let tx = Arc::new(tx);
@@ -409,6 +439,9 @@ impl<B: LunBackend> Server<B> {
             if *shutdown.borrow() {
                 break Ok(());
             }
+            if reply_tx.is_closed() {
+                break Err(ConnError::ReadAborted);
+            }
             // A request already in the buffer (a client pipelining many
             // per write) needs no select with the shutdown signal.
             let r = match buffered_request(&mut buf) {
@@ -417,6 +450,7 @@ impl<B: LunBackend> Server<B> {
                 Ok(None) => tokio::select! {
                     r = read_request(&mut rd, &mut buf) => r,
                     _ = shutdown.wait_for(|s| *s) => break Ok(()),
+                    _ = reply_tx.closed() => break Err(ConnError::ReadAborted),
                 },
             };
             let req = match r {
@@ -433,18 +467,13 @@ impl<B: LunBackend> Server<B> {
             } else {
                 0
             };
-            if payload > self.limits.max_bytes.max(MAX_PAYLOAD as usize) {
-                break Err(ConnError::Protocol(format!(
-                    "WRITE of {payload} bytes exceeds the maximum payload"
-                )));
-            }
-            let check = tx.check(&req);
+            let check = tx.check(&req).and_then(|()| big::check_unfragmented(&req));
             // Every request, refused ones too, holds a request permit until
             // its reply is written: that bounds the replies queued for a
             // client that does not read them.
             let cost = match (check, req.command) {
                 (Ok(()), Command::Read | Command::Write) => {
-                    (req.length as usize).min(self.limits.max_bytes)
+                    big::cost(&req).min(self.limits.max_bytes)
                 }
                 _ => 0,
             };
@@ -469,10 +498,19 @@ impl<B: LunBackend> Server<B> {
                     &refusal(&req, code),
                 );
                 let _ = reply_tx.send(Reply {
-                    head,
-                    data: Bytes::new(),
                     permits: Some(permits),
+                    ..Reply::new(head, Bytes::new())
                 });
+                continue;
+            }
+            if big::streamed(&req) {
+                let export = self.exports.exports()[tx.negotiated.export].clone();
+                let structured = tx.negotiated.structured;
+                let (rd, buf) = (&mut rd, &mut buf);
+                match big::start(export, rd, buf, req, structured, permits, &outbox).await {
+                    Ok(task) => tasks.spawn(task),
+                    Err(e) => break Err(e.into()),
+                };
                 continue;
             }
             let data = if payload > 0 {
@@ -484,7 +522,7 @@ impl<B: LunBackend> Server<B> {
                             len = payload,
                             "client went away inside a WRITE payload; the write was not started"
                         );
-                        break Err(e);
+                        break Err(e.into());
                     }
                 }
             } else {
@@ -535,9 +573,18 @@ impl<B: LunBackend> Server<B> {
                 }
             }
         };
-        // Requests read in full run to completion, whatever happened.
-        while tasks.join_next().await.is_some() {}
-        drop(reply_tx);
+        // Requests read in full run to completion, whatever happened. A
+        // streamed READ also waits for the client to take its pieces: after
+        // drain_timeout it is told to stop (the writer then closes).
+        let mut joined = std::pin::pin!(async { while tasks.join_next().await.is_some() {} });
+        if tokio::time::timeout(self.limits.drain_timeout, joined.as_mut())
+            .await
+            .is_err()
+        {
+            let _ = stop_tx.send(true);
+            joined.await;
+        }
+        drop((reply_tx, outbox));
         match tokio::time::timeout(self.limits.drain_timeout, writer).await {
             Ok(Ok(Err(e))) => debug!(error = %e, "writing replies failed"),
             Ok(_) => {}
@@ -605,11 +652,7 @@ impl<B: LunBackend> Server<B> {
                         .allocation
                         .unwrap_or(proto::BASE_ALLOCATION_ID);
                     proto::put_block_status(&mut head, req.cookie, true, ctx, &extents);
-                    return Reply {
-                        head,
-                        data: Bytes::new(),
-                        permits: None,
-                    };
+                    return Reply::new(head, Bytes::new());
                 }
             }
             Command::Disc | Command::Unknown(_) => Err((err::EINVAL, "unexpected command".into())),
@@ -617,76 +660,22 @@ impl<B: LunBackend> Server<B> {
         match result {
             Ok(_) => {
                 proto::put_simple_reply(&mut head, req.cookie, 0);
-                Reply {
-                    head,
-                    data: Bytes::new(),
-                    permits: None,
-                }
+                Reply::new(head, Bytes::new())
             }
             Err((code, message)) => {
                 debug!(cookie = req.cookie, ?req.command, off, len, code, %message, "request failed");
                 proto::put_error_reply(&mut head, structured, req.cookie, code, &message);
-                Reply {
-                    head,
-                    data: Bytes::new(),
-                    permits: None,
-                }
+                Reply::new(head, Bytes::new())
             }
         }
     }
-}
-
-/// The reply to a READ: its data (simple reply, or one `OFFSET_DATA`
-/// chunk — `NONE` when empty — with structured replies), or its error.
-fn read_reply(structured: bool, req: &Request, r: Result<Bytes, ExportError>) -> Reply {
-    let mut head = BytesMut::with_capacity(32);
-    let data = match r {
-        Ok(data) => {
-            if !structured {
-                proto::put_simple_reply(&mut head, req.cookie, 0);
-            } else if data.is_empty() {
-                proto::put_none_chunk(&mut head, req.cookie);
-            } else {
-                proto::put_offset_data_head(
-                    &mut head,
-                    req.cookie,
-                    true,
-                    req.offset,
-                    data.len() as u32,
-                );
-            }
-            data
-        }
-        Err(e) => {
-            let (code, message) = failure(e);
-            debug!(cookie = req.cookie, off = req.offset, len = req.length, code, %message, "read failed");
-            proto::put_error_reply(&mut head, structured, req.cookie, code, &message);
-            Bytes::new()
-        }
-    };
-    Reply {
-        head,
-        data,
-        permits: None,
-    }
-}
-
-/// The NBD error and message for a failed request: `NBD_ESHUTDOWN` when
-/// the server is stopping, else the export layer's errno mapped by
-/// [`errno_to_nbd`] (write-protect → `EPERM`, no space → `ENOSPC`, a SCSI
-/// or session failure → its errno, usually `EIO`).
-fn failure(e: ExportError) -> (u32, String) {
-    let code = match e {
-        ExportError::ShutDown { .. } => err::ESHUTDOWN,
-        ref e => errno_to_nbd(e.to_errno()),
-    };
-    (code, rlun_iscsi::error_chain(&e))
 }
 
 fn refusal(r: &Request, code: u32) -> String {
     let why = match code {
         err::EPERM => "the export is read-only",
         err::ENOSPC => "past the end of the export",
+        err::EOVERFLOW => "longer than one chunk may be (NBD_CMD_FLAG_DF, 32 MiB)",
         _ => "invalid request (range, alignment, flags or command)",
     };
     format!(
@@ -825,23 +814,6 @@ async fn read_request<R: AsyncRead + Unpin>(
     }
 }
 
-/// Exactly `n` bytes, from what is buffered and then the stream.
-async fn read_exact_bytes<R: AsyncRead + Unpin>(
-    rd: &mut R,
-    buf: &mut BytesMut,
-    n: usize,
-) -> Result<Bytes, ConnError> {
-    if buf.len() >= n {
-        return Ok(buf.split_to(n).freeze());
-    }
-    let mut data = BytesMut::with_capacity(n);
-    data.extend_from_slice(&buf.split());
-    let have = data.len();
-    data.resize(n, 0);
-    rd.read_exact(&mut data[have..]).await?;
-    Ok(data.freeze())
-}
-
 /// Drop `n` bytes of the stream without keeping them.
 async fn discard_exact<R: AsyncRead + Unpin>(
     rd: &mut R,
@@ -851,7 +823,8 @@ async fn discard_exact<R: AsyncRead + Unpin>(
     let k = n.min(buf.len());
     buf.advance(k);
     n -= k;
-    let mut scratch = [0u8; 8192];
+    // A refused WRITE may carry up to 4 GiB: skipped 64 KiB at a time.
+    let mut scratch = vec![0u8; n.min(64 << 10)];
     while n > 0 {
         let m = n.min(scratch.len());
         rd.read_exact(&mut scratch[..m]).await?;
@@ -859,4 +832,3 @@ async fn discard_exact<R: AsyncRead + Unpin>(
     }
     Ok(())
 }
-

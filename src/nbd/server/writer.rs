@@ -1,21 +1,59 @@
 //! The reply writer of one connection: replies go out in the order they
 //! are queued, gathered into batches written with as few calls as the
-//! stream allows (see the parent module's "Replies on the wire").
+//! stream allows (see the parent module's "Replies on the wire"); and the
+//! encoding of READ replies and failures.
 
 use std::io;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tracing::debug;
+
+use crate::export::ExportError;
+use crate::nbd::proto::{self, err, errno_to_nbd, Request};
 
 /// An encoded reply: header bytes, then data, and the permits it holds
-/// until it is written.
+/// until it is written — and, for a READ streamed in pieces
+/// ([`super::big`]), the rest of its pieces, written right behind it
+/// before any other reply.
 pub(super) struct Reply {
     pub(super) head: BytesMut,
     pub(super) data: Bytes,
-    pub(super) permits: Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>,
+    pub(super) permits: Option<Permits>,
+    pub(super) rest: Option<mpsc::Receiver<Piece>>,
 }
 
+impl Reply {
+    /// A reply of `head` and `data`, holding no permits yet.
+    pub(super) fn new(head: BytesMut, data: Bytes) -> Reply {
+        Reply {
+            head,
+            data,
+            permits: None,
+            rest: None,
+        }
+    }
+}
+
+/// A request's permits: one of the request budget, and its bytes of the
+/// byte budget (none for a request without payload).
+pub(super) type Permits = (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>);
+
+/// One more piece of a streamed READ reply.
+pub(super) enum Piece {
+    /// Bytes for the wire: a chunk header (structured replies; empty for a
+    /// simple reply) and data; `last` ends the reply.
+    Data {
+        head: BytesMut,
+        data: Bytes,
+        last: bool,
+    },
+    /// The read failed after the reply's header went out with no error:
+    /// nothing more may be sent, the connection is closed (the spec's hard
+    /// disconnect). So is a stream that ends without its last piece.
+    Abort,
+}
 
 /// Most replies gathered into one batch (one `writev` when the stream
 /// takes vectored writes; 2 slices each, far below `IOV_MAX`).
@@ -42,11 +80,14 @@ pub(super) async fn write_replies<W: AsyncWrite + Unpin>(
     let mut failed = None;
     while let Some(first) = rx.recv().await {
         let mut bytes = first.head.len() + first.data.len();
+        // A streamed reply ends its batch: its pieces follow it at once.
+        let mut streamed = first.rest.is_some();
         batch.push(first);
-        while batch.len() < BATCH_REPLIES && bytes < BATCH_BYTES {
+        while !streamed && batch.len() < BATCH_REPLIES && bytes < BATCH_BYTES {
             match rx.try_recv() {
                 Ok(r) => {
                     bytes += r.head.len() + r.data.len();
+                    streamed = r.rest.is_some();
                     batch.push(r);
                 }
                 Err(_) => break,
@@ -62,6 +103,31 @@ pub(super) async fn write_replies<W: AsyncWrite + Unpin>(
                 failed = Some(e);
             }
         }
+        // After a failed write the pieces are not wanted: dropping the
+        // receiver stops the reads that produce them.
+        if let (None, Some(rest)) = (&failed, batch.last_mut().and_then(|r| r.rest.as_mut())) {
+            loop {
+                match rest.recv().await {
+                    Some(Piece::Data { head, data, last }) => {
+                        if let Err(e) = write_piece(&mut w, vectored, &head, &data).await {
+                            failed = Some(e);
+                            break;
+                        }
+                        if last {
+                            break;
+                        }
+                    }
+                    Some(Piece::Abort) | None => {
+                        // Ends the connection: the reader stops once this
+                        // task's receiver is gone.
+                        let _ = w.shutdown().await;
+                        return Err(io::Error::other(
+                            "a READ failed after its reply began; connection closed",
+                        ));
+                    }
+                }
+            }
+        }
         // Written (or dropped after a failure): the permits go back.
         batch.clear();
     }
@@ -71,6 +137,31 @@ pub(super) async fn write_replies<W: AsyncWrite + Unpin>(
     w.flush().await?;
     // Closes TLS properly (close_notify) and the socket's write side.
     w.shutdown().await
+}
+
+/// One piece of a streamed reply: its chunk header (if any) and data in
+/// one vectored write where the stream takes them.
+async fn write_piece<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    vectored: bool,
+    head: &[u8],
+    data: &[u8],
+) -> io::Result<()> {
+    if vectored {
+        let mut slices = [io::IoSlice::new(head), io::IoSlice::new(data)];
+        let mut rest = &mut slices[..];
+        while rest.iter().any(|s| !s.is_empty()) {
+            let n = w.write_vectored(rest).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            io::IoSlice::advance_slices(&mut rest, n);
+        }
+    } else {
+        w.write_all(head).await?;
+        w.write_all(data).await?;
+    }
+    w.flush().await
 }
 
 /// The pieces of a batch in wire order: each reply's header, then its
@@ -133,14 +224,56 @@ async fn write_batch_staged<W: AsyncWrite + Unpin>(
     w.flush().await
 }
 
+/// The reply to a READ: its data (simple reply, or one `OFFSET_DATA`
+/// chunk — `NONE` when empty — with structured replies), or its error.
+pub(super) fn read_reply(structured: bool, req: &Request, r: Result<Bytes, ExportError>) -> Reply {
+    let mut head = BytesMut::with_capacity(32);
+    let data = match r {
+        Ok(data) => {
+            if !structured {
+                proto::put_simple_reply(&mut head, req.cookie, 0);
+            } else if data.is_empty() {
+                proto::put_none_chunk(&mut head, req.cookie);
+            } else {
+                proto::put_offset_data_head(
+                    &mut head,
+                    req.cookie,
+                    true,
+                    req.offset,
+                    data.len() as u32,
+                );
+            }
+            data
+        }
+        Err(e) => {
+            let (code, message) = failure(e);
+            debug!(cookie = req.cookie, off = req.offset, len = req.length, code, %message, "read failed");
+            proto::put_error_reply(&mut head, structured, req.cookie, code, &message);
+            Bytes::new()
+        }
+    };
+    Reply::new(head, data)
+}
+
+/// The NBD error and message for a failed request: `NBD_ESHUTDOWN` when
+/// the server is stopping, else the export layer's errno mapped by
+/// [`errno_to_nbd`] (write-protect → `EPERM`, no space → `ENOSPC`, a SCSI
+/// or session failure → its errno, usually `EIO`).
+pub(super) fn failure(e: ExportError) -> (u32, String) {
+    let code = match e {
+        ExportError::ShutDown { .. } => err::ESHUTDOWN,
+        ref e => errno_to_nbd(e.to_errno()),
+    };
+    (code, rlun_iscsi::error_chain(&e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nbd::proto::{self, err};
-    use std::sync::Arc;
-    use tokio::sync::Semaphore;
     use std::pin::Pin;
+    use std::sync::Arc;
     use std::task::{Context, Poll};
+    use tokio::sync::Semaphore;
 
     /// A client socket that takes at most `step` bytes per call and says
     /// "not now" every other call, with or without vectored writes.
@@ -232,11 +365,9 @@ mod tests {
             wire.extend_from_slice(&head);
             wire.extend_from_slice(&d);
             let p = permits.clone().try_acquire_owned().unwrap();
-            out.push(Reply {
-                head,
-                data: d,
-                permits: Some((p, None)),
-            });
+            let mut r = Reply::new(head, d);
+            r.permits = Some((p, None));
+            out.push(r);
         }
         (out, wire)
     }
@@ -305,5 +436,54 @@ mod tests {
         let e = write_replies(Broken, rx).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
         assert_eq!(permits.available_permits(), 16);
+    }
+
+    /// A streamed reply: its header and first piece, then each further
+    /// piece as it comes, before the reply queued behind it — or, when the
+    /// stream is aborted (or ends without its last piece), nothing more at
+    /// all and an error that ends the connection.
+    #[tokio::test]
+    async fn a_streamed_reply_goes_out_whole_before_the_next_or_ends_the_connection() {
+        for how in ["whole", "abort", "cut off"] {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let (ptx, prx) = mpsc::channel(1);
+            let first = Reply {
+                rest: Some(prx),
+                ..Reply::new(BytesMut::from(&b"HEAD"[..]), Bytes::from_static(b"one"))
+            };
+            tx.send(first).unwrap();
+            tx.send(Reply::new(BytesMut::from(&b"NEXT"[..]), Bytes::new()))
+                .unwrap();
+            drop(tx);
+            let feeder = tokio::spawn(async move {
+                let piece = |d: &'static [u8], last| Piece::Data {
+                    head: BytesMut::from(&b"+"[..]),
+                    data: Bytes::from_static(d),
+                    last,
+                };
+                ptx.send(piece(b"two", false)).await.unwrap();
+                match how {
+                    "whole" => ptx.send(piece(b"three", true)).await.unwrap(),
+                    "abort" => ptx.send(Piece::Abort).await.unwrap(),
+                    _ => drop(ptx),
+                }
+            });
+            let mut client = SlowClient {
+                got: Vec::new(),
+                step: 5,
+                vectored: true,
+                calls: 0,
+                writes: 0,
+            };
+            let r = write_replies(&mut client, rx).await;
+            feeder.await.unwrap();
+            if how == "whole" {
+                r.unwrap();
+                assert_eq!(client.got, b"HEADone+two+threeNEXT");
+            } else {
+                assert!(r.is_err(), "{how}");
+                assert_eq!(client.got, b"HEADone+two", "{how}: nothing after");
+            }
+        }
     }
 }
