@@ -4,7 +4,10 @@
 //! libnbd will not send) against a private tgtd, every byte checked
 //! against tgtd's backing file, in each cache mode; the block sizes a
 //! client is told; and the memory rlun holds while a client pipelines
-//! 48 MiB requests.
+//! 48 MiB requests. nbd-tester-client (not packaged by Debian: built from
+//! the nbd sources) runs its integrityhuge trace when
+//! `RLUN_NBD_TESTER_CLIENT` and `RLUN_NBD_INTEGRITYHUGE_TRACE` name the
+//! binary and `tests/run/integrityhuge-test.tr`.
 
 mod common;
 
@@ -365,4 +368,39 @@ fn memory_stays_bounded_while_a_client_pipelines_48_mib_requests() {
         peak >> 20,
         before >> 20
     );
+}
+
+/// nbd-tester-client's integrity check with the integrityhuge trace
+/// (requests up to 47.6 MiB, which nbd-server passes) on a 50 MiB LUN, in
+/// each cache mode. Opt-in: Debian ships neither the tester nor the trace,
+/// so this runs only when `RLUN_NBD_TESTER_CLIENT` names a built
+/// `nbd-tester-client` and `RLUN_NBD_INTEGRITYHUGE_TRACE` the trace (from
+/// a checkout of github.com/NetworkBlockDevice/nbd: `gcc -I.
+/// tests/run/nbd-tester-client.c cliserv.c $(pkg-config --cflags --libs
+/// glib-2.0)` with a `config.h` defining `HAVE_FDATASYNC`, and
+/// `tests/run/integrityhuge-test.tr`).
+#[test]
+fn nbd_tester_client_integrityhuge_trace_passes_when_available() {
+    let (Ok(tester), Ok(trace)) = (
+        std::env::var("RLUN_NBD_TESTER_CLIENT"),
+        std::env::var("RLUN_NBD_INTEGRITYHUGE_TRACE"),
+    ) else {
+        eprintln!("skipped: RLUN_NBD_TESTER_CLIENT / RLUN_NBD_INTEGRITYHUGE_TRACE not set");
+        return;
+    };
+    for cache in ["none", "write-through", "write-back"] {
+        let dir = tempfile::tempdir().unwrap();
+        // The tester expects blocks it has not written to read as zeros.
+        let zeros = dir.path().join("zeros.img");
+        fs::File::create(&zeros).unwrap().set_len(50 * MIB).unwrap();
+        let mut tgtd = Tgtd::start().expect("start tgtd");
+        tgtd.add_target(IQN)
+            .lun_file(1, &zeros, 512)
+            .create()
+            .expect("create target");
+        let s = serve(&tgtd, dir.path(), &["--cache", cache]);
+        let sock = s.socket.display().to_string();
+        let out = sh(&tester, &["-N", "lun1", "-i", "-t", &trace, "-u", &sock]);
+        eprintln!("--cache {cache}: {}", both(&out).trim_end());
+    }
 }
