@@ -301,3 +301,153 @@ async fn stream_read<B: LunBackend>(
         done += n;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Limits, Server};
+    use super::PIECE;
+    use crate::device::{CacheMode, DeviceConfig, MemBackend, MemOp};
+    use crate::export::testing::TestLun;
+    use crate::export::ExportSet;
+    use crate::nbd::proto::{err, reply, IHAVEOPT, SIMPLE_REPLY_MAGIC, STRUCTURED_REPLY_MAGIC};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+    use tokio::sync::watch;
+
+    const MIB: usize = 1 << 20;
+    /// A streamed READ: nine pieces.
+    const LEN: usize = 36 * MIB;
+
+    async fn read_exact(c: &mut DuplexStream, n: usize) -> Vec<u8> {
+        let mut v = vec![0; n];
+        c.read_exact(&mut v).await.unwrap();
+        v
+    }
+
+    fn be32(b: &[u8]) -> u32 {
+        u32::from_be_bytes(b[..4].try_into().unwrap())
+    }
+
+    /// Handshake as a client (structured replies asked for or not) on a
+    /// server over a 40 MiB in-memory LUN without a cache.
+    async fn connected(structured: bool) -> (DuplexStream, Arc<MemBackend>) {
+        let lun = TestLun::new(MemBackend::from_data(
+            512,
+            (0..40 * MIB).map(|i| (i / 512) as u8).collect(),
+        ));
+        let mem = lun.mem.clone();
+        let cfg = DeviceConfig {
+            mode: CacheMode::None,
+            ..DeviceConfig::default()
+        };
+        let set = Arc::new(ExportSet::new(vec![(1, lun)], &cfg, false).unwrap());
+        let (_stop, shutdown) = watch::channel(false);
+        let server = Arc::new(Server::new(set, vec![], None, Limits::default(), shutdown));
+        // A small pipe: the server blocks when the client does not read.
+        let (mut c, s) = tokio::io::duplex(64 << 10);
+        tokio::spawn(async move {
+            let _keep = _stop;
+            let _ = server.serve(s, "test").await;
+        });
+        read_exact(&mut c, 18).await;
+        c.write_all(&3u32.to_be_bytes()).await.unwrap();
+        let mut opts = Vec::new();
+        if structured {
+            opts.push((8u32, Vec::new()));
+        }
+        let mut go = 4u32.to_be_bytes().to_vec();
+        go.extend_from_slice(b"lun1");
+        go.extend_from_slice(&0u16.to_be_bytes());
+        opts.push((7, go));
+        for (opt, data) in opts {
+            let mut m = IHAVEOPT.to_be_bytes().to_vec();
+            m.extend_from_slice(&opt.to_be_bytes());
+            m.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            m.extend_from_slice(&data);
+            c.write_all(&m).await.unwrap();
+            loop {
+                let head = read_exact(&mut c, 20).await;
+                let (kind, len) = (be32(&head[12..]), be32(&head[16..]));
+                read_exact(&mut c, len as usize).await;
+                assert!(kind < 1 << 31, "option {opt} refused: {kind:#x}");
+                if kind == 1 {
+                    break;
+                }
+            }
+        }
+        (c, mem)
+    }
+
+    async fn request(c: &mut DuplexStream, cookie: u64, offset: u64, len: usize) {
+        let mut m = 0x2560_9513u32.to_be_bytes().to_vec();
+        m.extend_from_slice(&0u16.to_be_bytes());
+        m.extend_from_slice(&0u16.to_be_bytes()); // READ
+        m.extend_from_slice(&cookie.to_be_bytes());
+        m.extend_from_slice(&offset.to_be_bytes());
+        m.extend_from_slice(&(len as u32).to_be_bytes());
+        c.write_all(&m).await.unwrap();
+    }
+
+    /// Send a streamed READ, let the server read ahead as far as it goes
+    /// while the client reads nothing (three pieces: one being written,
+    /// one queued, one waiting), then make every further read fail.
+    async fn read_then_fail(c: &mut DuplexStream, mem: &MemBackend) {
+        request(c, 1, 0, LEN).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // 1 MiB commands: four per piece.
+        while mem.counts().reads < 12 {
+            assert!(Instant::now() < deadline, "the server did not read ahead");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(mem.counts().reads, 12, "read ahead is three pieces");
+        mem.fail_next(MemOp::Read, 1000, 5);
+    }
+
+    #[tokio::test]
+    async fn a_simple_reply_that_fails_midway_closes_the_connection_after_whole_pieces() {
+        let (mut c, mem) = connected(false).await;
+        read_then_fail(&mut c, &mem).await;
+        let head = read_exact(&mut c, 16).await;
+        assert_eq!(be32(&head), SIMPLE_REPLY_MAGIC);
+        assert_eq!(be32(&head[4..]), 0, "no error: the first piece was read");
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest.len(), 3 * PIECE, "three pieces, then EOF");
+        assert!(rest.iter().enumerate().all(|(i, &b)| b == (i / 512) as u8));
+    }
+
+    #[tokio::test]
+    async fn a_structured_reply_that_fails_midway_ends_with_an_error_chunk() {
+        let (mut c, mem) = connected(true).await;
+        read_then_fail(&mut c, &mem).await;
+        for k in 0..3u64 {
+            let head = read_exact(&mut c, 20).await;
+            assert_eq!(be32(&head), STRUCTURED_REPLY_MAGIC);
+            let kind = u16::from_be_bytes([head[6], head[7]]);
+            assert_eq!((kind, head[5] & 1), (reply::OFFSET_DATA, 0), "piece {k}");
+            assert_eq!(be32(&head[16..]) as usize, PIECE + 8);
+            let offset = u64::from_be_bytes(read_exact(&mut c, 8).await.try_into().unwrap());
+            assert_eq!(offset, k * PIECE as u64);
+            read_exact(&mut c, PIECE).await;
+        }
+        let head = read_exact(&mut c, 20).await;
+        let kind = u16::from_be_bytes([head[6], head[7]]);
+        assert_eq!(
+            (kind, head[5] & 1),
+            (reply::ERROR, 1),
+            "a final error chunk"
+        );
+        let body = read_exact(&mut c, be32(&head[16..]) as usize).await;
+        assert_eq!(be32(&body), err::EIO);
+        // The connection goes on.
+        mem.clear_faults();
+        request(&mut c, 2, 512, 512).await;
+        let head = read_exact(&mut c, 20).await;
+        assert_eq!(u64::from_be_bytes(head[8..16].try_into().unwrap()), 2);
+        assert_eq!(be32(&head[16..]), 512 + 8);
+        let data = read_exact(&mut c, 512 + 8).await;
+        assert!(data[8..].iter().all(|&b| b == 1));
+    }
+}
