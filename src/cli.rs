@@ -652,7 +652,9 @@ when the LUN can unmap (LBPU and LBPRZ); read-only for write-protected LUNs
 or --read-only. Block sizes: minimum = the LUN's block size (clients that
 ask for it must align; others may send any offset and length, served by
 read-modify-write), preferred = the cache page (4 KiB or more), maximum
-payload 32 MiB. base:allocation: GET LBA STATUS on thin LUNs (holes, and
+payload 0xffffffff (no fixed limit: READs and WRITEs over 32 MiB are
+streamed in 4 MiB pieces; a READ with DF over 32 MiB gets EOVERFLOW).
+base:allocation: GET LBA STATUS on thin LUNs (holes, and
 zeros with LBPRZ); everything else is reported as allocated data.
 
 Security: NBD has no authentication of its own. --socket is protected by

@@ -16,6 +16,17 @@
 //! out straight away — and otherwise continues in a task of its own.
 //! Replies go out in completion order while many requests are in flight.
 //!
+//! # Large requests
+//!
+//! Every READ and WRITE length a request can carry is accepted, and the
+//! `NBD_INFO_BLOCK_SIZE` maximum says so ([`MAX_PAYLOAD`], 0xffffffff,
+//! the spec's "no fixed limit"; nbd-server has none either). Up to
+//! [`big::STREAM_ABOVE`] (32 MiB) a request is handled as above, from one
+//! buffer; longer ones are streamed through the export in
+//! [`big::PIECE`] (4 MiB) pieces — a WRITE received and written piece by
+//! piece, a READ read and sent piece by piece — see [`big`] for the
+//! details (what a failure in the middle does, `NBD_CMD_FLAG_DF`).
+//!
 //! # Memory bound
 //!
 //! Each connection holds at most [`Limits::max_requests`] requests (default
@@ -24,9 +35,12 @@
 //! its reply. The reader takes the permits before it reads a WRITE's
 //! payload and the reply gives them back once it is written, so a client
 //! that never reads its replies stops being read from (TCP pushes back)
-//! instead of growing the server; other connections are unaffected. One
-//! request larger than `max_bytes` waits for the whole budget and runs
-//! alone. Beyond that a connection keeps a 64 KiB read buffer; replies are
+//! instead of growing the server; other connections are unaffected. A
+//! streamed request (longer than 32 MiB) counts as the
+//! [`big::STREAM_COST`] (12 MiB) it holds at most, so the bound holds
+//! whatever the requests' lengths. One request larger than `max_bytes`
+//! waits for the whole budget and runs alone. Beyond that a connection
+//! keeps a 64 KiB read buffer; replies are
 //! written from their own buffers (see below), with at most a 128 KiB
 //! staging buffer for a TLS stream. The socket's kernel send buffer is
 //! raised to [`SEND_BUFFER`] (kernel memory, capped by `wmem_max`).
@@ -46,7 +60,9 @@
 //! A client that disconnects (or breaks the protocol) mid-stream: requests
 //! whose header and payload were read in full run to completion (their
 //! replies are dropped); a WRITE whose payload did not arrive in full is
-//! never started, so nothing is half-applied. Other connections carry on.
+//! never started, so nothing is half-applied — except a streamed WRITE,
+//! whose pieces received before are written (its range, which got no
+//! reply, then holds old and new data). Other connections carry on.
 //!
 //! # Shutdown
 //!
@@ -67,14 +83,22 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::proto::{
-    self, cflag, err, errno_to_nbd, tflag, Command, ExportInfo, Handshake, HandshakeError,
-    HandshakeEvent, Negotiated, Request, TlsMode, Transmission,
+    self, cflag, err, tflag, Command, ExportInfo, Handshake, HandshakeError, HandshakeEvent,
+    Negotiated, Request, TlsMode, Transmission,
 };
 use crate::export::{Export, ExportError, ExportRead, ExportSet, LunBackend, ZeroMode};
 
-/// Largest READ or WRITE payload advertised (`NBD_INFO_BLOCK_SIZE`
-/// maximum): the spec's 32 MiB that every client may send.
-pub const MAX_PAYLOAD: u32 = 32 << 20;
+pub mod big;
+mod writer;
+
+use big::read_exact_bytes;
+use writer::{failure, read_reply, write_replies, Reply};
+
+/// Largest READ or WRITE payload accepted and advertised
+/// (`NBD_INFO_BLOCK_SIZE` maximum): any length a request can carry, the
+/// spec's "no fixed limit" (nbd-server has none either). Requests longer
+/// than [`big::STREAM_ABOVE`] are streamed in pieces ([`big`]).
+pub const MAX_PAYLOAD: u32 = u32::MAX;
 
 /// Send buffer asked for on each connection's socket (the kernel makes it
 /// twice that, capped by `net.core.wmem_max`; 425 984 bytes on a stock
@@ -141,7 +165,7 @@ pub fn export_info<B: LunBackend>(export: &Export<B>, description: String) -> Ex
         block: proto::BlockSizes {
             minimum: i.block_size.min(65536),
             preferred,
-            maximum: MAX_PAYLOAD.max(preferred),
+            maximum: MAX_PAYLOAD,
         },
     }
 }
@@ -166,6 +190,11 @@ pub enum ConnError {
     },
     #[error("the client broke the transmission protocol: {0}")]
     Protocol(String),
+    /// A streamed READ failed after its simple reply's header was sent.
+    #[error(
+        "a READ failed after its reply had begun; the connection was closed (NBD hard disconnect)"
+    )]
+    ReadAborted,
 }
 
 /// Why a TLS handshake failed, in the words an operator acts on, when it
@@ -395,6 +424,11 @@ impl<B: LunBackend> Server<B> {
         let (mut rd, wr) = tokio::io::split(stream);
         let (reply_tx, reply_rx) = mpsc::unbounded_channel::<Reply>();
         let writer = tokio::spawn(write_replies(wr, reply_rx));
+        let (stop_tx, stop) = watch::channel(false);
+        let outbox = big::Outbox {
+            replies: reply_tx.clone(),
+            stop,
+        };
         let requests = Arc::new(Semaphore::new(self.limits.max_requests));
         let bytes = Arc::new(Semaphore::new(self.limits.max_bytes));
         let tx = Arc::new(tx);
@@ -405,6 +439,9 @@ impl<B: LunBackend> Server<B> {
             if *shutdown.borrow() {
                 break Ok(());
             }
+            if reply_tx.is_closed() {
+                break Err(ConnError::ReadAborted);
+            }
             // A request already in the buffer (a client pipelining many
             // per write) needs no select with the shutdown signal.
             let r = match buffered_request(&mut buf) {
@@ -413,6 +450,7 @@ impl<B: LunBackend> Server<B> {
                 Ok(None) => tokio::select! {
                     r = read_request(&mut rd, &mut buf) => r,
                     _ = shutdown.wait_for(|s| *s) => break Ok(()),
+                    _ = reply_tx.closed() => break Err(ConnError::ReadAborted),
                 },
             };
             let req = match r {
@@ -429,18 +467,13 @@ impl<B: LunBackend> Server<B> {
             } else {
                 0
             };
-            if payload > self.limits.max_bytes.max(MAX_PAYLOAD as usize) {
-                break Err(ConnError::Protocol(format!(
-                    "WRITE of {payload} bytes exceeds the maximum payload"
-                )));
-            }
-            let check = tx.check(&req);
+            let check = tx.check(&req).and_then(|()| big::check_unfragmented(&req));
             // Every request, refused ones too, holds a request permit until
             // its reply is written: that bounds the replies queued for a
             // client that does not read them.
             let cost = match (check, req.command) {
                 (Ok(()), Command::Read | Command::Write) => {
-                    (req.length as usize).min(self.limits.max_bytes)
+                    big::cost(&req).min(self.limits.max_bytes)
                 }
                 _ => 0,
             };
@@ -465,10 +498,19 @@ impl<B: LunBackend> Server<B> {
                     &refusal(&req, code),
                 );
                 let _ = reply_tx.send(Reply {
-                    head,
-                    data: Bytes::new(),
                     permits: Some(permits),
+                    ..Reply::new(head, Bytes::new())
                 });
+                continue;
+            }
+            if big::streamed(&req) {
+                let export = self.exports.exports()[tx.negotiated.export].clone();
+                let structured = tx.negotiated.structured;
+                let (rd, buf) = (&mut rd, &mut buf);
+                match big::start(export, rd, buf, req, structured, permits, &outbox).await {
+                    Ok(task) => tasks.spawn(task),
+                    Err(e) => break Err(e.into()),
+                };
                 continue;
             }
             let data = if payload > 0 {
@@ -480,7 +522,7 @@ impl<B: LunBackend> Server<B> {
                             len = payload,
                             "client went away inside a WRITE payload; the write was not started"
                         );
-                        break Err(e);
+                        break Err(e.into());
                     }
                 }
             } else {
@@ -531,9 +573,18 @@ impl<B: LunBackend> Server<B> {
                 }
             }
         };
-        // Requests read in full run to completion, whatever happened.
-        while tasks.join_next().await.is_some() {}
-        drop(reply_tx);
+        // Requests read in full run to completion, whatever happened. A
+        // streamed READ also waits for the client to take its pieces: after
+        // drain_timeout it is told to stop (the writer then closes).
+        let mut joined = std::pin::pin!(async { while tasks.join_next().await.is_some() {} });
+        if tokio::time::timeout(self.limits.drain_timeout, joined.as_mut())
+            .await
+            .is_err()
+        {
+            let _ = stop_tx.send(true);
+            joined.await;
+        }
+        drop((reply_tx, outbox));
         match tokio::time::timeout(self.limits.drain_timeout, writer).await {
             Ok(Ok(Err(e))) => debug!(error = %e, "writing replies failed"),
             Ok(_) => {}
@@ -601,11 +652,7 @@ impl<B: LunBackend> Server<B> {
                         .allocation
                         .unwrap_or(proto::BASE_ALLOCATION_ID);
                     proto::put_block_status(&mut head, req.cookie, true, ctx, &extents);
-                    return Reply {
-                        head,
-                        data: Bytes::new(),
-                        permits: None,
-                    };
+                    return Reply::new(head, Bytes::new());
                 }
             }
             Command::Disc | Command::Unknown(_) => Err((err::EINVAL, "unexpected command".into())),
@@ -613,76 +660,22 @@ impl<B: LunBackend> Server<B> {
         match result {
             Ok(_) => {
                 proto::put_simple_reply(&mut head, req.cookie, 0);
-                Reply {
-                    head,
-                    data: Bytes::new(),
-                    permits: None,
-                }
+                Reply::new(head, Bytes::new())
             }
             Err((code, message)) => {
                 debug!(cookie = req.cookie, ?req.command, off, len, code, %message, "request failed");
                 proto::put_error_reply(&mut head, structured, req.cookie, code, &message);
-                Reply {
-                    head,
-                    data: Bytes::new(),
-                    permits: None,
-                }
+                Reply::new(head, Bytes::new())
             }
         }
     }
-}
-
-/// The reply to a READ: its data (simple reply, or one `OFFSET_DATA`
-/// chunk — `NONE` when empty — with structured replies), or its error.
-fn read_reply(structured: bool, req: &Request, r: Result<Bytes, ExportError>) -> Reply {
-    let mut head = BytesMut::with_capacity(32);
-    let data = match r {
-        Ok(data) => {
-            if !structured {
-                proto::put_simple_reply(&mut head, req.cookie, 0);
-            } else if data.is_empty() {
-                proto::put_none_chunk(&mut head, req.cookie);
-            } else {
-                proto::put_offset_data_head(
-                    &mut head,
-                    req.cookie,
-                    true,
-                    req.offset,
-                    data.len() as u32,
-                );
-            }
-            data
-        }
-        Err(e) => {
-            let (code, message) = failure(e);
-            debug!(cookie = req.cookie, off = req.offset, len = req.length, code, %message, "read failed");
-            proto::put_error_reply(&mut head, structured, req.cookie, code, &message);
-            Bytes::new()
-        }
-    };
-    Reply {
-        head,
-        data,
-        permits: None,
-    }
-}
-
-/// The NBD error and message for a failed request: `NBD_ESHUTDOWN` when
-/// the server is stopping, else the export layer's errno mapped by
-/// [`errno_to_nbd`] (write-protect → `EPERM`, no space → `ENOSPC`, a SCSI
-/// or session failure → its errno, usually `EIO`).
-fn failure(e: ExportError) -> (u32, String) {
-    let code = match e {
-        ExportError::ShutDown { .. } => err::ESHUTDOWN,
-        ref e => errno_to_nbd(e.to_errno()),
-    };
-    (code, rlun_iscsi::error_chain(&e))
 }
 
 fn refusal(r: &Request, code: u32) -> String {
     let why = match code {
         err::EPERM => "the export is read-only",
         err::ENOSPC => "past the end of the export",
+        err::EOVERFLOW => "longer than one chunk may be (NBD_CMD_FLAG_DF, 32 MiB)",
         _ => "invalid request (range, alignment, flags or command)",
     };
     format!(
@@ -747,14 +740,6 @@ async fn poll_once<F: std::future::Future + ?Sized>(
     .await
 }
 
-/// An encoded reply: header bytes, then data, and the permits it holds
-/// until it is written.
-struct Reply {
-    head: BytesMut,
-    data: Bytes,
-    permits: Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>,
-}
-
 /// [`acquire`] when both permits are free right now.
 fn try_acquire(
     requests: &Arc<Semaphore>,
@@ -794,122 +779,6 @@ async fn acquire(
     (r, b)
 }
 
-/// Most replies gathered into one batch (one `writev` when the stream
-/// takes vectored writes; 2 slices each, far below `IOV_MAX`).
-const BATCH_REPLIES: usize = 64;
-/// Most payload bytes gathered into one batch: a batch stops growing once
-/// it holds this much, so the permits of its replies come back soon.
-const BATCH_BYTES: usize = 4 << 20;
-/// Without vectored writes (TLS), pieces shorter than this are copied into
-/// one staging buffer; longer ones are written from where they are.
-const STAGE_MAX: usize = 64 << 10;
-
-/// Write replies as they come: every reply already queued joins the
-/// batch, and a batch goes out with as few write calls as the stream
-/// allows — header and data of each reply are written from where they are
-/// (the READ data straight from the device's buffer, no copy) with
-/// vectored writes, a partial write continuing where it stopped.
-async fn write_replies<W: AsyncWrite + Unpin>(
-    mut w: W,
-    mut rx: mpsc::UnboundedReceiver<Reply>,
-) -> io::Result<()> {
-    let vectored = w.is_write_vectored();
-    let mut batch: Vec<Reply> = Vec::with_capacity(BATCH_REPLIES);
-    let mut stage = Vec::new();
-    let mut failed = None;
-    while let Some(first) = rx.recv().await {
-        let mut bytes = first.head.len() + first.data.len();
-        batch.push(first);
-        while batch.len() < BATCH_REPLIES && bytes < BATCH_BYTES {
-            match rx.try_recv() {
-                Ok(r) => {
-                    bytes += r.head.len() + r.data.len();
-                    batch.push(r);
-                }
-                Err(_) => break,
-            }
-        }
-        if failed.is_none() {
-            let r = if vectored {
-                write_batch_vectored(&mut w, &batch).await
-            } else {
-                write_batch_staged(&mut w, &batch, &mut stage).await
-            };
-            if let Err(e) = r {
-                failed = Some(e);
-            }
-        }
-        // Written (or dropped after a failure): the permits go back.
-        batch.clear();
-    }
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    w.flush().await?;
-    // Closes TLS properly (close_notify) and the socket's write side.
-    w.shutdown().await
-}
-
-/// The pieces of a batch in wire order: each reply's header, then its
-/// data (empty pieces left out).
-fn reply_slices(batch: &[Reply]) -> Vec<io::IoSlice<'_>> {
-    let mut v = Vec::with_capacity(batch.len() * 2);
-    for r in batch {
-        for piece in [&r.head[..], &r.data[..]] {
-            if !piece.is_empty() {
-                v.push(io::IoSlice::new(piece));
-            }
-        }
-    }
-    v
-}
-
-/// One batch through vectored writes, resuming after partial ones.
-async fn write_batch_vectored<W: AsyncWrite + Unpin>(w: &mut W, batch: &[Reply]) -> io::Result<()> {
-    let mut slices = reply_slices(batch);
-    let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let n = w.write_vectored(rest).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        io::IoSlice::advance_slices(&mut rest, n);
-    }
-    w.flush().await
-}
-
-/// One batch for a stream without vectored writes: short pieces gathered
-/// in `stage` and written together, long ones written as they are.
-async fn write_batch_staged<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    batch: &[Reply],
-    stage: &mut Vec<u8>,
-) -> io::Result<()> {
-    stage.clear();
-    for r in batch {
-        for piece in [&r.head[..], &r.data[..]] {
-            if piece.len() < STAGE_MAX {
-                stage.extend_from_slice(piece);
-                if stage.len() >= STAGE_MAX {
-                    w.write_all(stage).await?;
-                    stage.clear();
-                }
-            } else {
-                if !stage.is_empty() {
-                    w.write_all(stage).await?;
-                    stage.clear();
-                }
-                w.write_all(piece).await?;
-            }
-        }
-    }
-    if !stage.is_empty() {
-        w.write_all(stage).await?;
-        stage.clear();
-    }
-    w.flush().await
-}
-
 /// The next request header if `buf` holds one whole.
 fn buffered_request(buf: &mut BytesMut) -> Result<Option<Request>, ConnError> {
     match proto::parse_request(buf) {
@@ -945,23 +814,6 @@ async fn read_request<R: AsyncRead + Unpin>(
     }
 }
 
-/// Exactly `n` bytes, from what is buffered and then the stream.
-async fn read_exact_bytes<R: AsyncRead + Unpin>(
-    rd: &mut R,
-    buf: &mut BytesMut,
-    n: usize,
-) -> Result<Bytes, ConnError> {
-    if buf.len() >= n {
-        return Ok(buf.split_to(n).freeze());
-    }
-    let mut data = BytesMut::with_capacity(n);
-    data.extend_from_slice(&buf.split());
-    let have = data.len();
-    data.resize(n, 0);
-    rd.read_exact(&mut data[have..]).await?;
-    Ok(data.freeze())
-}
-
 /// Drop `n` bytes of the stream without keeping them.
 async fn discard_exact<R: AsyncRead + Unpin>(
     rd: &mut R,
@@ -971,183 +823,12 @@ async fn discard_exact<R: AsyncRead + Unpin>(
     let k = n.min(buf.len());
     buf.advance(k);
     n -= k;
-    let mut scratch = [0u8; 8192];
+    // A refused WRITE may carry up to 4 GiB: skipped 64 KiB at a time.
+    let mut scratch = vec![0u8; n.min(64 << 10)];
     while n > 0 {
         let m = n.min(scratch.len());
         rd.read_exact(&mut scratch[..m]).await?;
         n -= m;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
-    /// A client socket that takes at most `step` bytes per call and says
-    /// "not now" every other call, with or without vectored writes.
-    struct SlowClient {
-        got: Vec<u8>,
-        step: usize,
-        vectored: bool,
-        calls: usize,
-        writes: usize,
-    }
-
-    impl SlowClient {
-        fn take(
-            &mut self,
-            cx: &mut Context<'_>,
-            bufs: &[io::IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            self.calls += 1;
-            if self.calls.is_multiple_of(2) {
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-            self.writes += 1;
-            let mut n = 0;
-            for b in bufs {
-                let k = b.len().min(self.step - n);
-                self.got.extend_from_slice(&b[..k]);
-                n += k;
-                if n == self.step || !self.vectored {
-                    break;
-                }
-            }
-            Poll::Ready(Ok(n))
-        }
-    }
-
-    impl AsyncWrite for SlowClient {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            self.take(cx, &[io::IoSlice::new(buf)])
-        }
-        fn poll_write_vectored(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            bufs: &[io::IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            self.take(cx, bufs)
-        }
-        fn is_write_vectored(&self) -> bool {
-            self.vectored
-        }
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-    }
-
-    /// Simple and structured READ replies with data (small and larger than
-    /// the staging limit), an empty one, a write's reply and an error:
-    /// (the replies, the bytes the client must receive).
-    fn replies(permits: &Arc<Semaphore>) -> (Vec<Reply>, Vec<u8>) {
-        let mut out = Vec::new();
-        let mut wire = Vec::new();
-        let data = |n: usize, seed: u8| -> Bytes {
-            (0..n)
-                .map(|i| (i as u8).wrapping_mul(31) ^ seed)
-                .collect::<Vec<u8>>()
-                .into()
-        };
-        for (i, n) in [4096usize, 0, 200 << 10, 512, 1 << 20, 0]
-            .into_iter()
-            .enumerate()
-        {
-            let cookie = 100 + i as u64;
-            let mut head = BytesMut::new();
-            let d = data(n, i as u8);
-            match i % 3 {
-                0 => proto::put_simple_reply(&mut head, cookie, 0),
-                1 if n == 0 => proto::put_error_reply(&mut head, true, cookie, err::EIO, "failed"),
-                1 => proto::put_offset_data_head(&mut head, cookie, true, 4096, n as u32),
-                _ if n == 0 => proto::put_none_chunk(&mut head, cookie),
-                _ => proto::put_offset_data_head(&mut head, cookie, true, 0, n as u32),
-            }
-            wire.extend_from_slice(&head);
-            wire.extend_from_slice(&d);
-            let p = permits.clone().try_acquire_owned().unwrap();
-            out.push(Reply {
-                head,
-                data: d,
-                permits: Some((p, None)),
-            });
-        }
-        (out, wire)
-    }
-
-    #[tokio::test]
-    async fn replies_reach_a_slow_client_whole_and_in_order_with_and_without_vectored_writes() {
-        for vectored in [true, false] {
-            for step in [1usize, 7, 4096, 300 << 10, usize::MAX] {
-                let permits = Arc::new(Semaphore::new(16));
-                let (list, wire) = replies(&permits);
-                let (tx, rx) = mpsc::unbounded_channel();
-                // Queued before the writer starts: all in one batch.
-                for r in list {
-                    tx.send(r).unwrap();
-                }
-                drop(tx);
-                let mut client = SlowClient {
-                    got: Vec::new(),
-                    step,
-                    vectored,
-                    calls: 0,
-                    writes: 0,
-                };
-                write_replies(&mut client, rx).await.unwrap();
-                assert!(
-                    client.got == wire,
-                    "vectored={vectored} step={step}: bytes differ"
-                );
-                assert_eq!(
-                    permits.available_permits(),
-                    16,
-                    "every reply gave its permits back"
-                );
-                if vectored && step == usize::MAX {
-                    assert_eq!(client.writes, 1, "one batch, one vectored write");
-                }
-            }
-        }
-    }
-
-    #[tokio::test]
-    async fn a_failed_write_drops_the_rest_and_still_returns_the_permits() {
-        struct Broken;
-        impl AsyncWrite for Broken {
-            fn poll_write(
-                self: Pin<&mut Self>,
-                _: &mut Context<'_>,
-                _: &[u8],
-            ) -> Poll<io::Result<usize>> {
-                Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()))
-            }
-            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Poll::Ready(Ok(()))
-            }
-            fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Poll::Ready(Ok(()))
-            }
-        }
-        let permits = Arc::new(Semaphore::new(16));
-        let (list, _) = replies(&permits);
-        let (tx, rx) = mpsc::unbounded_channel();
-        for r in list {
-            tx.send(r).unwrap();
-        }
-        drop(tx);
-        let e = write_replies(Broken, rx).await.unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
-        assert_eq!(permits.available_permits(), 16);
-    }
 }
