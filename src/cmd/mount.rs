@@ -110,7 +110,9 @@ fn check_mountpoint(mp: &Path) -> Result<PathBuf, CliError> {
 }
 
 /// `/dev/fuse` must be a character device we can open for reading and
-/// writing.
+/// writing. fusermount3 opens it with the caller's permissions too (it
+/// drops to the user's file system ids first), so a user who cannot open
+/// it cannot mount through FUSE at all: say so and name the fix.
 fn check_fuse_device() -> Result<(), CliError> {
     let fail = |why: String| {
         CliError::Other(format!(
@@ -129,12 +131,33 @@ fn check_fuse_device() -> Result<(), CliError> {
             "it is device {major}:{minor}, not the FUSE device 10:229"
         )));
     }
-    std::fs::OpenOptions::new()
+    match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(FUSE_DEVICE)
-        .map_err(|e| fail(e.to_string()))?;
-    Ok(())
+    {
+        Ok(_) => Ok(()),
+        // EACCES: the mode; EPERM would be a device cgroup (a container).
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) && current_ids().0 != 0 => {
+            Err(CliError::Other(device_denied_message(&meta)))
+        }
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
+/// Why a user cannot mount when `/dev/fuse` is closed to them, and the fix.
+fn device_denied_message(meta: &std::fs::Metadata) -> String {
+    let (uid, _) = current_ids();
+    format!(
+        "the FUSE device {FUSE_DEVICE} (mode {:04o}, owner {}:{}) is closed to uid {uid}, and \
+         fusermount3 opens it with the user's permissions too, so FUSE mounts without root are \
+         impossible on this machine. Root can open it to users: `chmod 0666 {FUSE_DEVICE}` \
+         (what udev's rules do on Debian and Ubuntu; without udev, as in containers and CI \
+         runners, it stays 0600) — or mount as root",
+        meta.mode() & 0o7777,
+        meta.uid(),
+        meta.gid()
+    )
 }
 
 /// Major and minor of a Linux `dev_t` (glibc's `gnu_dev_major/minor`).
@@ -398,7 +421,7 @@ struct Cleanup {
 }
 
 /// How a killed rlun's mount gets removed (see [`Cleanup`]); fails when
-/// fusermount3 is needed and missing.
+/// fusermount3 is needed and missing or cannot work for this user.
 fn check_unmount_helper(o: &MountOpts) -> Result<Cleanup, CliError> {
     let (my_uid, _) = current_ids();
     let wanted = !o.no_auto_unmount;
@@ -409,16 +432,47 @@ fn check_unmount_helper(o: &MountOpts) -> Result<Cleanup, CliError> {
         debug!("no user_allow_other in /etc/fuse.conf: rlun's own watcher unmounts if rlun dies");
         helper = false;
     }
+    if my_uid != 0 && o.allow_other && !user_allow_other() {
+        return Err(CliError::Other(
+            "--allow-other needs `user_allow_other` in /etc/fuse.conf for users other than \
+             root (fusermount3 refuses it otherwise): add that line as root, or drop \
+             --allow-other"
+                .into(),
+        ));
+    }
     let fusermount = find_program(&["fusermount3", "fusermount"]);
     if (helper || my_uid != 0) && fusermount.is_none() {
         return Err(CliError::Other(
             "fusermount3 is not installed (Debian/Ubuntu: apt-get install fuse3)".into(),
         ));
     }
+    if my_uid != 0 {
+        if let Some(p) = &fusermount {
+            check_setuid_root(p)?;
+        }
+    }
     Ok(Cleanup {
         fusermount_helper: helper,
         watcher: wanted,
     })
+}
+
+/// A user mounts through fusermount3 only if it is setuid root.
+fn check_setuid_root(program: &Path) -> Result<(), CliError> {
+    let Ok(meta) = std::fs::metadata(program) else {
+        return Ok(());
+    };
+    if meta.uid() == 0 && meta.mode() & 0o4000 != 0 {
+        return Ok(());
+    }
+    Err(CliError::Other(format!(
+        "{} is not setuid root (mode {:04o}, owner uid {}), so it cannot mount for users \
+         other than root: `chmod 4755 {0}` as root (Debian and Ubuntu install it so), or mount \
+         as root",
+        program.display(),
+        meta.mode() & 0o7777,
+        meta.uid()
+    )))
 }
 
 /// Owner, permissions and caching of the files.
