@@ -92,7 +92,7 @@ fn round(url: &str, dir: &Path, n: u64, rng: &mut Rng) -> Outcome {
     let mp = dir.join(format!("mnt{n}"));
     fs::create_dir(&mp).expect("mount point");
     let direct = n % 2 == 1;
-    let threads = if (n / 2) % 2 == 0 { "1" } else { "4" };
+    let threads = if (n / 2).is_multiple_of(2) { "1" } else { "4" };
     let mut rlun = spawn_rlun(
         [
             "mount",
