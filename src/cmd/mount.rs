@@ -339,7 +339,7 @@ struct Mounted {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Fires when the FUSE session ends (the mount went away).
     done_rx: tokio::sync::oneshot::Receiver<SessionEnd>,
-    /// Unmounts if rlun dies without unmounting (held until rlun exits).
+    /// Unmounts the mount if rlun exits without unmounting it.
     _watcher: Option<Watcher>,
 }
 

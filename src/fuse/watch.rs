@@ -46,11 +46,13 @@ pub const WATCH_ENV: &str = "RLUN_UNMOUNT_WATCH";
 /// up) before it gives up.
 const GIVE_UP: Duration = Duration::from_secs(60);
 
-/// A running watcher: rlun's end of its standard input. Dropping it (or
-/// rlun's exit) tells the watcher to look at the mount.
+/// A running watcher: rlun's end of its standard input, which stays open
+/// until rlun exits even when the `Watcher` is dropped earlier (the mount
+/// may outlive the front end, e.g. after a second signal), so that end of
+/// file always means "rlun is gone".
 #[derive(Debug)]
 pub struct Watcher {
-    _pipe: ChildStdin,
+    _pipe: std::mem::ManuallyDrop<ChildStdin>,
 }
 
 /// Start the watcher of the mount `fsname` at `mp`; it unmounts with
@@ -84,7 +86,9 @@ pub fn spawn_watcher(
                     .stdin
                     .take()
                     .ok_or_else(|| std::io::Error::other("no pipe to the watcher"))?;
-                return Ok(Watcher { _pipe: pipe });
+                return Ok(Watcher {
+                    _pipe: std::mem::ManuallyDrop::new(pipe),
+                });
             }
             Err(e) => last = e,
         }
