@@ -134,16 +134,6 @@ if command -v rustup >/dev/null 2>&1; then
     done
 fi
 
-# A stock Debian host's udev gives /dev/fuse mode 0666 (50-udev-default.rules:
-# KERNEL=="fuse", MODE="0666"), so any user can mount through FUSE. A machine
-# without udev (a container, CI) leaves the node at 0600 root, and the
-# unprivileged mount tests would fail for a reason no Debian user meets. Set
-# what udev would; nothing changes where udev runs or the mode is already so.
-if [ -c /dev/fuse ] && [ "$(stat -c %a /dev/fuse)" != 666 ] && [ ! -e /run/udev/control ]; then
-    echo "install-test-deps: no udev here: /dev/fuse $(stat -c %a /dev/fuse) -> 0666, as Debian's udev rules make it"
-    as_root chmod 0666 /dev/fuse
-fi
-
 # Fail here, with a clear message, rather than deep inside a test.
 for tool in tgtd tgtadm iscsi-ls iscsi-inq iscsi-readcapacity16 iscsi-perf \
     qemu-img qemu-io fio setpriv python3 cargo lintian rpm rpm2cpio cpio \

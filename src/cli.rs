@@ -624,8 +624,9 @@ pub struct MountOpts {
     pub direct_io: bool,
     /// Do not unmount when rlun dies.
     ///
-    /// By default rlun asks fusermount3 to unmount when it dies, so a
-    /// killed rlun leaves no dead mount behind.
+    /// By default a watcher process (and, for root, fusermount3)
+    /// unmounts when rlun dies, so a killed rlun leaves no dead mount
+    /// behind.
     #[arg(long)]
     pub no_auto_unmount: bool,
     /// Threads reading requests from /dev/fuse.

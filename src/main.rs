@@ -8,6 +8,11 @@ use rlun::exit;
 use tracing_subscriber::EnvFilter;
 
 fn main() {
+    // `rlun mount`'s unmount watcher is rlun run again (see rlun::fuse::run_watcher).
+    if std::env::var_os(rlun::fuse::WATCH_ENV).is_some() {
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+        std::process::exit(rlun::fuse::run_watcher(&args));
+    }
     let cli = Cli::try_parse().unwrap_or_else(|err| {
         // A flag or subcommand of iscsiadm, qemu-nbd, nbd-client, mount or
         // fio gets the rlun way of saying it.

@@ -42,7 +42,10 @@ use crate::cli::{CacheChoice, CacheOpts, ConnectOpts, DaemonOpts, MountOpts, OnO
 use crate::client::Lun;
 use crate::daemon::{self, current_ids, Readiness, Signals};
 use crate::export::ExportSet;
-use crate::fuse::{find_mount, is_rlun_mount, FsOptions, FuseFs, FuseStats, LunFs, MountEntry};
+use crate::fuse::{
+    find_mount, is_rlun_mount, spawn_watcher, FsOptions, FuseFs, FuseStats, LunFs, MountEntry,
+    Watcher,
+};
 use crate::service::{self, human_size, FrontEnd, Live, Plan};
 
 pub use crate::daemon::state_file;
@@ -107,7 +110,9 @@ fn check_mountpoint(mp: &Path) -> Result<PathBuf, CliError> {
 }
 
 /// `/dev/fuse` must be a character device we can open for reading and
-/// writing.
+/// writing. fusermount3 opens it with the caller's permissions too (it
+/// drops to the user's file system ids first), so a user who cannot open
+/// it cannot mount through FUSE at all: say so and name the fix.
 fn check_fuse_device() -> Result<(), CliError> {
     let fail = |why: String| {
         CliError::Other(format!(
@@ -126,12 +131,33 @@ fn check_fuse_device() -> Result<(), CliError> {
             "it is device {major}:{minor}, not the FUSE device 10:229"
         )));
     }
-    std::fs::OpenOptions::new()
+    match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(FUSE_DEVICE)
-        .map_err(|e| fail(e.to_string()))?;
-    Ok(())
+    {
+        Ok(_) => Ok(()),
+        // EACCES: the mode; EPERM would be a device cgroup (a container).
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) && current_ids().0 != 0 => {
+            Err(CliError::Other(device_denied_message(&meta)))
+        }
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
+/// Why a user cannot mount when `/dev/fuse` is closed to them, and the fix.
+fn device_denied_message(meta: &std::fs::Metadata) -> String {
+    let (uid, _) = current_ids();
+    format!(
+        "the FUSE device {FUSE_DEVICE} (mode {:04o}, owner {}:{}) is closed to uid {uid}, and \
+         fusermount3 opens it with the user's permissions too, so FUSE mounts without root are \
+         impossible on this machine. Root can open it to users: `chmod 0666 {FUSE_DEVICE}` \
+         (what udev's rules do on Debian and Ubuntu; without udev, as in containers and CI \
+         runners, it stays 0600) — or mount as root",
+        meta.mode() & 0o7777,
+        meta.uid(),
+        meta.gid()
+    )
 }
 
 /// Major and minor of a Linux `dev_t` (glibc's `gnu_dev_major/minor`).
@@ -191,7 +217,7 @@ async fn mount(
     };
     let mp = check_mountpoint(mountpoint)?;
     check_fuse_device()?;
-    let auto_unmount = check_unmount_helper(o)?;
+    let cleanup = check_unmount_helper(o)?;
     let settings = ctx.settings(&url, entry.as_deref(), &cache.settings());
     let mode = settings.cache.unwrap_or(if o.direct_io {
         CacheChoice::WriteThrough
@@ -214,7 +240,7 @@ async fn mount(
         iqn,
         fsname,
         options: o,
-        auto_unmount,
+        cleanup,
         kernel_readahead: settings.readahead == OnOff::On,
     };
     service::serve(plan, front, readiness).await
@@ -228,7 +254,7 @@ struct Fuse<'a> {
     iqn: String,
     fsname: String,
     options: &'a MountOpts,
-    auto_unmount: bool,
+    cleanup: Cleanup,
     /// Widen the kernel's read-ahead window on the mount.
     kernel_readahead: bool,
 }
@@ -243,7 +269,12 @@ impl FrontEnd for Fuse<'_> {
     async fn start(self, exports: ExportSet<Lun>) -> Result<Mounted, CliError> {
         let o = self.options;
         let fs = Arc::new(LunFs::from_exports(exports, fs_options(o)));
-        let config = fuse_config(o, self.fsname, self.auto_unmount, fs.all_read_only());
+        let config = fuse_config(
+            o,
+            self.fsname.clone(),
+            self.cleanup.fusermount_helper,
+            fs.all_read_only(),
+        );
         let adapter = FuseFs::new(fs.clone(), tokio::runtime::Handle::current());
         let fuse_stats = adapter.stats();
         let mp = self.mp.clone();
@@ -263,6 +294,18 @@ impl FrontEnd for Fuse<'_> {
         if let Some(m) = find_mount(&mountinfo(), &self.mp.to_string_lossy()) {
             set_kernel_readahead(&m, self.kernel_readahead);
         }
+        let watcher = if self.cleanup.watcher {
+            let unmounter = find_program(&["fusermount3", "fusermount"]);
+            match spawn_watcher(&self.mp, &self.fsname, unmounter.as_deref()) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    warn!(error = %e, "cannot start the unmount watcher; a killed rlun may leave a dead mount (fusermount3 -u -z cleans it)");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("rlun-fuse".into())
@@ -278,6 +321,7 @@ impl FrontEnd for Fuse<'_> {
             fuse_stats,
             thread: Some(thread),
             done_rx,
+            _watcher: watcher,
         })
     }
 }
@@ -295,6 +339,8 @@ struct Mounted {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Fires when the FUSE session ends (the mount went away).
     done_rx: tokio::sync::oneshot::Receiver<SessionEnd>,
+    /// Unmounts the mount if rlun exits without unmounting it.
+    _watcher: Option<Watcher>,
 }
 
 impl Live for Mounted {
@@ -365,21 +411,68 @@ impl Live for Mounted {
     }
 }
 
-/// Whether fusermount3 may unmount for us when rlun dies (auto-unmount);
-/// fails when fusermount3 is needed and missing.
-fn check_unmount_helper(o: &MountOpts) -> Result<bool, CliError> {
+/// How a mount is cleaned up when rlun dies without unmounting.
+#[derive(Clone, Copy, Debug)]
+struct Cleanup {
+    /// fusermount3's auto_unmount helper (root, or user_allow_other).
+    fusermount_helper: bool,
+    /// rlun's own unmount watcher ([`crate::fuse::spawn_watcher`]).
+    watcher: bool,
+}
+
+/// How a killed rlun's mount gets removed (see [`Cleanup`]); fails when
+/// fusermount3 is needed and missing or cannot work for this user.
+fn check_unmount_helper(o: &MountOpts) -> Result<Cleanup, CliError> {
     let (my_uid, _) = current_ids();
-    let mut auto_unmount = !o.no_auto_unmount;
-    if auto_unmount && my_uid != 0 && !o.allow_other && !user_allow_other() {
-        warn!("auto-unmount needs user_allow_other in /etc/fuse.conf for non-root users; a killed rlun will leave a dead mount (fusermount3 -u cleans it)");
-        auto_unmount = false;
+    let wanted = !o.no_auto_unmount;
+    let mut helper = wanted;
+    if helper && my_uid != 0 && !o.allow_other && !user_allow_other() {
+        // fuser asks fusermount3 for allow_root along with auto_unmount,
+        // which needs user_allow_other; the watcher alone does the job.
+        debug!("no user_allow_other in /etc/fuse.conf: rlun's own watcher unmounts if rlun dies");
+        helper = false;
     }
-    if (auto_unmount || my_uid != 0) && find_program(&["fusermount3", "fusermount"]).is_none() {
+    if my_uid != 0 && o.allow_other && !user_allow_other() {
+        return Err(CliError::Other(
+            "--allow-other needs `user_allow_other` in /etc/fuse.conf for users other than \
+             root (fusermount3 refuses it otherwise): add that line as root, or drop \
+             --allow-other"
+                .into(),
+        ));
+    }
+    let fusermount = find_program(&["fusermount3", "fusermount"]);
+    if (helper || my_uid != 0) && fusermount.is_none() {
         return Err(CliError::Other(
             "fusermount3 is not installed (Debian/Ubuntu: apt-get install fuse3)".into(),
         ));
     }
-    Ok(auto_unmount)
+    if my_uid != 0 {
+        if let Some(p) = &fusermount {
+            check_setuid_root(p)?;
+        }
+    }
+    Ok(Cleanup {
+        fusermount_helper: helper,
+        watcher: wanted,
+    })
+}
+
+/// A user mounts through fusermount3 only if it is setuid root.
+fn check_setuid_root(program: &Path) -> Result<(), CliError> {
+    let Ok(meta) = std::fs::metadata(program) else {
+        return Ok(());
+    };
+    if meta.uid() == 0 && meta.mode() & 0o4000 != 0 {
+        return Ok(());
+    }
+    Err(CliError::Other(format!(
+        "{} is not setuid root (mode {:04o}, owner uid {}), so it cannot mount for users \
+         other than root: `chmod 4755 {0}` as root (Debian and Ubuntu install it so), or mount \
+         as root",
+        program.display(),
+        meta.mode() & 0o7777,
+        meta.uid()
+    )))
 }
 
 /// Owner, permissions and caching of the files.

@@ -102,11 +102,13 @@
 //! | `adapter.rs` | [`FuseFs`], the `fuser::Filesystem` impl: connection set-up ([`MAX_IO`], [`KERNEL_READAHEAD`]), replies, spawning onto the runtime |
 //! | `counters.rs` | [`FuseStats`] and [`FuseCounters`] |
 //! | `mountinfo.rs` | [`find_mount`] and [`is_rlun_mount`] over `/proc/self/mountinfo` |
+//! | `watch.rs` | the unmount watcher: the process that removes the mount of an rlun that died without unmounting ([`spawn_watcher`], [`run_watcher`]) |
 
 mod adapter;
 mod counters;
 mod fs;
 mod mountinfo;
+mod watch;
 
 #[cfg(doc)]
 use crate::device::LunDevice;
@@ -118,3 +120,4 @@ pub use adapter::{FuseFs, ATTR_TTL, KERNEL_READAHEAD, MAX_IO};
 pub use counters::{FuseCounters, FuseStats};
 pub use fs::{falloc, lun_file_name, FsOptions, LunFile, LunFs, WRITE_SPLIT};
 pub use mountinfo::{find_mount, is_rlun_mount, parse_mountinfo_line, MountEntry};
+pub use watch::{run_watcher, spawn_watcher, Watcher, WATCH_ENV};

@@ -79,7 +79,10 @@ TGTD_PID=
 UNIT_NAME=pkgtest
 FAKE_NBD=99
 FAKE_PID=
+# The mode of /dev/fuse before section 5 changed it, until it is put back.
+FUSE_MODE=
 cleanup() {
+    [ -n "$FUSE_MODE" ] && chmod "$FUSE_MODE" /dev/fuse
     for mp in "$work/mnt" "$work/user/mnt" /run/rlun/mount/$UNIT_NAME; do
         mountpoint -q "$mp" 2>/dev/null && fusermount3 -uz "$mp"
     done
@@ -316,13 +319,25 @@ check "user: rlun info (root's /etc/rlun/rlun.toml unreadable: a warning, not an
     bash -c "grep -q 67108864 '$work/user-info.txt' && grep -q 'not readable by this user' '$work/user-info.txt'"
 check "user: rlun cp LUN -> own file" bash -c "setpriv --reuid=$USER_NAME --regid=$USER_NAME --init-groups --reset-env $R cp --no-progress '$URL' '$work/user/copy' && cmp -n 16777216 '$work/user/copy' '$work/lun.img'"
 check "user: rlun bench" bash -c "setpriv --reuid=$USER_NAME --regid=$USER_NAME --init-groups --reset-env $R bench '$URL' --duration 1s --size 16M | grep -Eiq 'iops|MB/s|MiB/s'"
-check "user: rlun mount through setuid fusermount3" as_user $R mount --daemon "$URL" "$work/user/mnt"
+# fusermount3 opens /dev/fuse with the user's permissions: where no udev
+# makes it 0666 (a container, a CI runner) it is 0600 root and no user can
+# mount; rlun must say so and name the fix. Both modes are checked, and the
+# original comes back afterwards (or in cleanup).
+FUSE_MODE=$(stat -c %a /dev/fuse)
+chmod 0600 /dev/fuse
+expect_err "user: with /dev/fuse 0600, rlun mount says why and names the fix" \
+    'closed to uid [0-9]+, and fusermount3 opens it with the user.s permissions.*chmod 0666 /dev/fuse' \
+    as_user $R mount "$URL" "$work/user/mnt"
+chmod 0666 /dev/fuse
+check "user: with /dev/fuse 0666, rlun mount through setuid fusermount3" as_user $R mount --daemon "$URL" "$work/user/mnt"
 check "user: the mount is the user's" bash -c "findmnt -no OPTIONS '$work/user/mnt' | grep -q user_id=$(id -u "$USER_NAME")"
 check "user: read through the mount" as_user cmp -n 1048576 "$work/image" "$work/user/mnt/lun1"
 check "user: write through the mount" as_user dd if=/dev/urandom of="$work/user/mnt/lun1" bs=64k count=16 seek=64 conv=notrunc,fsync status=none
 as_user dd if="$work/user/mnt/lun1" of="$work/user/written" bs=64k count=16 skip=64 status=none
 check "user: rlun umount" as_user $R umount "$work/user/mnt"
 check "user: the write reached the target" cmp -n 1048576 -i 4194304:0 "$work/lun.img" "$work/user/written"
+chmod "$FUSE_MODE" /dev/fuse
+FUSE_MODE=
 # setpriv execs rlun: $! is rlun's pid, so SIGTERM reaches rlun itself.
 setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env -- \
     $R serve "$URL" --socket "$work/user/nbd.sock" >"$work/serve.log" 2>&1 &
