@@ -61,7 +61,14 @@ fn rlun_processes_for(mp: &Path) -> Vec<u32> {
             .rsplit_once(')')
             .and_then(|(_, r)| r.split_whitespace().next())
             .is_some_and(|s| s == "Z");
+        // The unmount watcher (rlun run again with RLUN_UNMOUNT_WATCH) is
+        // not the rlun that serves the mount.
+        let watcher = fs::read(format!("/proc/{pid}/environ"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .any(|v| v.starts_with(b"RLUN_UNMOUNT_WATCH="));
         if !zombie
+            && !watcher
             && args.first().is_some_and(|a| a.ends_with("rlun"))
             && args.iter().any(|a| a == &needle)
         {
