@@ -31,12 +31,11 @@ fuzz_target!(|data: &[u8]| {
                     assert!(f.is_absolute(), "secret file {} left relative", f.display());
                 }
                 let _ = config.require_target(name);
-                let _ = (
-                    config.header_digest(Some(&t.url), Some(t)),
-                    config.data_digest(Some(t)),
-                );
+                // The settings of the entry over [defaults] over the
+                // built-in ones: every one resolves to a value.
+                let _ = config.settings_for(Some(t)).resolve();
             }
-            let _ = (config.connect_timeout(), config.login_timeout());
+            let _ = config.settings_for(None).resolve();
         }
         Err(e) => {
             let msg = e.to_string();
