@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rlun_iscsi::ErrorKind;
 use thiserror::Error;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::session::{CommandQueue, Completion, SessionConfig, SessionError, SessionHandle};
 use rlun_iscsi::proto::connection::{CommandRequest, CommandResult};
@@ -791,6 +791,7 @@ impl LunQueue {
         if !status.is_success() {
             let err =
                 ScsiError::from_status_and_sense_bytes(status, r.sense.as_deref().unwrap_or(&[]));
+            note_target_change(&self.lun.session, &err);
             if err.is_unit_attention() || err.is_retryable() {
                 // Again, under the retry policy of `execute`.
                 return match &op.kind {
@@ -833,6 +834,17 @@ impl LunQueue {
     }
 }
 
+/// A UNIT ATTENTION that announces a change the layers above follow
+/// (capacity, LUN inventory: [`ScsiError::target_change`]) is counted on
+/// the session, which wakes them; the command itself is retried as any
+/// UNIT ATTENTION.
+fn note_target_change(session: &SessionHandle, err: &ScsiError) {
+    if let Some(change) = err.target_change() {
+        info!(?change, "the target reports a change");
+        session.note_change(change);
+    }
+}
+
 /// Send one CDB and apply the retry policy; GOOD → Ok, otherwise a typed error.
 pub async fn execute(
     session: &SessionHandle,
@@ -861,6 +873,7 @@ pub async fn execute(
             return Ok(r);
         }
         let err = ScsiError::from_status_and_sense_bytes(status, r.sense.as_deref().unwrap_or(&[]));
+        note_target_change(session, &err);
         if err.is_unit_attention() && unit_attentions < 8 {
             unit_attentions += 1;
             debug!(op, error = %err, "UNIT ATTENTION; retrying");

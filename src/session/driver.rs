@@ -25,6 +25,7 @@ use rlun_iscsi::proto::pdu::{DataIn, Digests, FrameLimits};
 use rlun_iscsi::proto::recovery::{
     Failure, Loss, Notice, Output, Recovery, RecoveryConfig, RequestId,
 };
+use rlun_iscsi::scsi::TargetChange;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, trace, warn};
 
@@ -44,6 +45,23 @@ pub(super) struct Shared {
     pub(super) info: std::sync::RwLock<SessionInfo>,
     pub(super) reconnects: AtomicU64,
     pub(super) capacity_changes: AtomicU64,
+    pub(super) lun_changes: AtomicU64,
+    /// Bumped after either count moved, for whoever follows the target.
+    pub(super) changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Shared {
+    /// Count a change the target announced (asynchronous event or the
+    /// sense of a command) and wake whoever follows them.
+    pub(super) fn note_change(&self, change: TargetChange) {
+        match change {
+            TargetChange::Capacity => self.capacity_changes.fetch_add(1, Ordering::Relaxed),
+            TargetChange::Luns | TargetChange::Inquiry => {
+                self.lun_changes.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+        self.changes.send_modify(|n| *n += 1);
+    }
 }
 
 /// Start the driver task on a logged-in connection; returns the channel
@@ -58,6 +76,8 @@ pub(super) fn start_driver<T: Transport>(
         info: std::sync::RwLock::new(ffp.info),
         reconnects: AtomicU64::new(0),
         capacity_changes: AtomicU64::new(0),
+        lun_changes: AtomicU64::new(0),
+        changes: tokio::sync::watch::Sender::new(0),
     });
     let (tx, rx) = mpsc::unbounded_channel();
     let policy = RecoveryConfig::new(
@@ -514,9 +534,9 @@ impl<T: Transport> Driver<T> {
                         info!(commands = reissued, "re-issuing commands after reconnect");
                     }
                 }
-                Output::CapacityChanged => {
-                    info!("target reports a capacity change");
-                    self.shared.capacity_changes.fetch_add(1, Ordering::Relaxed);
+                Output::TargetChanged(change) => {
+                    info!(?change, "the target announces a change");
+                    self.shared.note_change(change);
                 }
                 Output::Notice(n) => self.log_notice(n),
                 Output::Finished => {

@@ -69,6 +69,7 @@ use rlun_iscsi::proto::connection::{CommandRequest, CommandResult, TmfOutcome};
 use rlun_iscsi::proto::negotiate::{parse_send_targets, DiscoveredTarget};
 use rlun_iscsi::proto::pdu;
 use rlun_iscsi::proto::text::{encode_text, parse_text};
+use rlun_iscsi::scsi::TargetChange;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::transport::{Transport, TransportKind};
@@ -151,15 +152,31 @@ impl SessionHandle {
     }
 
     /// A counter bumped whenever the target reports that a LUN's capacity
-    /// changed (UNIT ATTENTION 2A/09 or an asynchronous event); layers above
-    /// compare it with the value they saw last and re-read the capacity.
+    /// changed (UNIT ATTENTION 2A/09 or an asynchronous event), or a rescan
+    /// was asked for; layers above compare it with the value they saw last
+    /// and re-read the capacity.
     pub fn capacity_generation(&self) -> u64 {
         self.shared.capacity_changes.load(Ordering::Relaxed)
     }
 
-    /// Record a capacity change seen in sense data.
-    pub fn note_capacity_change(&self) {
-        self.shared.capacity_changes.fetch_add(1, Ordering::Relaxed);
+    /// Like [`SessionHandle::capacity_generation`], for the LUN inventory:
+    /// bumped on 3F/0E REPORTED LUNS DATA HAS CHANGED and 3F/03 INQUIRY
+    /// DATA HAS CHANGED (or a rescan asked for); the LUNs are looked at
+    /// again (REPORT LUNS, INQUIRY).
+    pub fn lun_generation(&self) -> u64 {
+        self.shared.lun_changes.load(Ordering::Relaxed)
+    }
+
+    /// Record a change seen in sense data, or one to look for anyway (a
+    /// rescan: [`TargetChange::Capacity`] and [`TargetChange::Luns`]).
+    pub fn note_change(&self, change: TargetChange) {
+        self.shared.note_change(change);
+    }
+
+    /// Follow the target's changes: the receiver sees a new value after
+    /// each one [`SessionHandle::note_change`] (or the driver) counted.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.changes.subscribe()
     }
 
     /// Queue a SCSI command; the returned future resolves when it completes.

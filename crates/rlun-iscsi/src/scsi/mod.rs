@@ -35,7 +35,7 @@ pub use capacity::{ReadCapacity10, ReadCapacity16};
 pub use cdb::{Cdb, CdbError, DataDirection};
 pub use inquiry::StandardInquiry;
 pub use luns::{lun_from_bytes, lun_to_bytes, ReportLuns};
-pub use sense::{ScsiError, Sense, SenseKey, Status};
+pub use sense::{ScsiError, Sense, SenseKey, Status, TargetChange};
 
 /// Why a SCSI response (parameter data or sense data) could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

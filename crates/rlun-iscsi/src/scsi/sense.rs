@@ -17,6 +17,7 @@ pub mod errno {
     pub const EPERM: i32 = 1;
     pub const EIO: i32 = 5;
     pub const ENXIO: i32 = 6;
+    pub const ENODEV: i32 = 19;
     pub const EINVAL: i32 = 22;
     pub const ENOSPC: i32 = 28;
     pub const EROFS: i32 = 30;
@@ -256,6 +257,19 @@ pub struct FieldPointer {
     pub bit: Option<u8>,
 }
 
+/// A change on the target that its sense data announces and an initiator
+/// has to act on beyond retrying the command (see [`Sense::target_change`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TargetChange {
+    /// 2A/09: a LUN's capacity changed: read it again.
+    Capacity,
+    /// 3F/0E: LUNs were added or removed: REPORT LUNS again.
+    Luns,
+    /// 3F/03: standard or VPD INQUIRY data changed (device type,
+    /// protection, identifiers): look at the LUNs again.
+    Inquiry,
+}
+
 /// Parsed sense data.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Sense {
@@ -383,6 +397,18 @@ impl Sense {
         Sense::parse(slice_at(segment, 2, len)).map(Some)
     }
 
+    /// What these sense bytes (of a UNIT ATTENTION or an asynchronous
+    /// event) say changed: 2A/09 CAPACITY DATA HAS CHANGED, 3F/0E REPORTED
+    /// LUNS DATA HAS CHANGED (SPC-4 §6.37), 3F/03 INQUIRY DATA HAS CHANGED.
+    pub fn target_change(&self) -> Option<TargetChange> {
+        match (self.asc, self.ascq) {
+            (0x2a, 0x09) => Some(TargetChange::Capacity),
+            (0x3f, 0x0e) => Some(TargetChange::Luns),
+            (0x3f, 0x03) => Some(TargetChange::Inquiry),
+            _ => None,
+        }
+    }
+
     /// The ASC/ASCQ description from [`asc_ascq_description`].
     pub fn description(&self) -> Option<&'static str> {
         asc_ascq_description(self.asc, self.ascq)
@@ -500,6 +526,16 @@ impl ScsiError {
 
     pub fn sense_key(&self) -> Option<SenseKey> {
         self.sense.as_ref().map(|s| s.key)
+    }
+
+    /// What a UNIT ATTENTION says changed on the target, when it is something
+    /// an initiator must look at again ([`TargetChange`]); `None` for any
+    /// other condition (reset, mode parameters…: retrying is enough).
+    pub fn target_change(&self) -> Option<TargetChange> {
+        if !self.is_unit_attention() {
+            return None;
+        }
+        self.sense.as_ref().and_then(Sense::target_change)
     }
 
     /// (ASC, ASCQ) when sense data was present.
@@ -911,6 +947,26 @@ mod tests {
         assert!(check_condition(0x02, 0x04, 0x01).is_retryable());
         assert!(ScsiError::new(Status::Busy, None).is_retryable());
         assert!(ScsiError::new(Status::TaskSetFull, None).is_retryable());
+    }
+
+    #[test]
+    fn unit_attentions_name_the_changes_an_initiator_follows() {
+        assert_eq!(
+            check_condition(0x06, 0x2A, 0x09).target_change(),
+            Some(TargetChange::Capacity)
+        );
+        assert_eq!(
+            check_condition(0x06, 0x3F, 0x0E).target_change(),
+            Some(TargetChange::Luns)
+        );
+        assert_eq!(
+            check_condition(0x06, 0x3F, 0x03).target_change(),
+            Some(TargetChange::Inquiry)
+        );
+        // A reset is retried, nothing more; 3F/0E without UNIT ATTENTION
+        // is not a report.
+        assert_eq!(check_condition(0x06, 0x29, 0x00).target_change(), None);
+        assert_eq!(check_condition(0x05, 0x3F, 0x0E).target_change(), None);
     }
 
     #[test]

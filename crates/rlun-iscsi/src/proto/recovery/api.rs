@@ -14,6 +14,7 @@ use bytes::Bytes;
 use crate::proto::connection::{CommandResult, ProtocolError, TaskError, TmfOutcome};
 use crate::proto::pdu::async_event;
 use crate::scsi::Sense;
+use crate::scsi::TargetChange;
 
 /// Timed-out commands are re-issued this many times before they fail.
 pub const MAX_TIMEOUT_RETRIES: u32 = 3;
@@ -181,8 +182,10 @@ pub enum Output<W = ()> {
     Connect,
     /// A new connection is live; `after` is the time since the loss.
     Reconnected { after: Duration, reissued: usize },
-    /// The target announced that a LUN's capacity changed.
-    CapacityChanged,
+    /// The target announced, in an asynchronous event, a change an
+    /// initiator must look at: a LUN's capacity, the LUN inventory, the
+    /// INQUIRY data.
+    TargetChanged(TargetChange),
     /// Something worth a log line.
     Notice(Notice),
     /// The session is over: nothing more will come out. Requests that

@@ -398,11 +398,8 @@ impl<W> Recovery<W> {
             async_event::SCSI_ASYNC_EVENT => {
                 // Sense data: SenseLength (2 bytes) then the sense bytes.
                 let sense = Sense::from_iscsi_data_segment(data).ok().flatten();
-                if sense
-                    .as_ref()
-                    .is_some_and(|s| s.asc == 0x2a && s.ascq == 0x09)
-                {
-                    self.outputs.push_back(Output::CapacityChanged);
+                if let Some(change) = sense.as_ref().and_then(|s| s.target_change()) {
+                    self.outputs.push_back(Output::TargetChanged(change));
                 }
                 self.outputs
                     .push_back(Output::Notice(Notice::ScsiEvent { sense }));
@@ -614,6 +611,7 @@ mod tests {
     use super::super::fixtures::*;
     use super::*;
     use crate::proto::connection::*;
+    use crate::scsi::TargetChange;
     use bytes::Bytes;
     use std::time::Duration;
 
@@ -917,7 +915,7 @@ mod tests {
     }
 
     #[test]
-    fn capacity_change_event_is_reported_and_other_scsi_events_are_not() {
+    fn capacity_and_lun_change_events_are_reported_and_other_scsi_events_are_not() {
         let mut h = Harness::new();
         h.async_message(
             async_event::SCSI_ASYNC_EVENT,
@@ -926,7 +924,9 @@ mod tests {
             1.0,
         );
         let out = h.outputs();
-        assert!(out.iter().any(|o| matches!(o, Output::CapacityChanged)));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::TargetChanged(TargetChange::Capacity))));
         assert!(matches!(
             &notices(&out)[..],
             [Notice::ScsiEvent { sense: Some(s) }] if s.asc == 0x2a && s.ascq == 0x09
@@ -939,8 +939,19 @@ mod tests {
             2.0,
         );
         let out = h.outputs();
-        assert!(!out.iter().any(|o| matches!(o, Output::CapacityChanged)));
+        assert!(!out.iter().any(|o| matches!(o, Output::TargetChanged(_))));
         assert!(h.r.is_live());
+
+        h.async_message(
+            async_event::SCSI_ASYNC_EVENT,
+            [0; 3],
+            sense_segment(0x3f, 0x0e),
+            3.0,
+        );
+        let out = h.outputs();
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::TargetChanged(TargetChange::Luns))));
     }
 
     #[test]

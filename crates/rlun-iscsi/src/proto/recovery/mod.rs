@@ -42,8 +42,9 @@
 //!   the target drops the connection or session, and renegotiation
 //!   requests, lead to a new connection too. When every handle is gone and
 //!   nothing is pending the session logs out politely.
-//! - **Capacity changes** announced by an asynchronous SCSI event (sense
-//!   2A/09) are reported as [`Output::CapacityChanged`].
+//! - **Target changes** announced by an asynchronous SCSI event (sense
+//!   2A/09 capacity, 3F/0E LUN inventory, 3F/03 INQUIRY data) are reported
+//!   as [`Output::TargetChanged`].
 //!
 //! Like the login and the connection core it does no I/O and reads no
 //! clock. The driver feeds it requests (`handle_command`, `handle_text`…,
