@@ -75,7 +75,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use thiserror::Error;
-use tracing::{debug, info, trace, warn};
+use tracing::{debug, error, info, trace, warn};
 
 use crate::client::{ClientError, Lun, Target};
 use crate::device::{DeviceConfig, DeviceError, LunDevice, PendingRead, ReadNow};
@@ -116,6 +116,10 @@ pub enum ExportError {
         len: u64,
         size: u64,
     },
+    /// The target no longer reports this LUN (REPORT LUNS after a
+    /// REPORTED LUNS DATA HAS CHANGED, or a rescan).
+    #[error("{export}: the LUN was removed from the target")]
+    Gone { export: String },
     /// The device (cache, or the LUN under it) failed.
     #[error("{export}")]
     Device {
@@ -127,12 +131,13 @@ pub enum ExportError {
 
 impl ExportError {
     /// The Linux errno for this error, the one mapping front ends start
-    /// from: `EIO` when shut down, `EROFS`, `ENOSPC`, `EINVAL`, or the
+    /// from: `EIO` when shut down, `ENODEV` for a removed LUN, `EROFS`, `ENOSPC`, `EINVAL`, or the
     /// device's own mapping ([`DeviceError::to_errno`]: SCSI sense → errno,
     /// a lost session → `EIO`).
     pub fn to_errno(&self) -> i32 {
         match self {
             ExportError::ShutDown { .. } => errno::EIO,
+            ExportError::Gone { .. } => errno::ENODEV,
             ExportError::ReadOnly { .. } => errno::EROFS,
             ExportError::NoSpace { .. } => errno::ENOSPC,
             ExportError::OutOfRange { .. } => errno::EINVAL,
@@ -210,8 +215,8 @@ pub enum ExportRead<B: LunBackend> {
 /// A read [`Export::read_now`] started; finish it with
 /// [`Export::read_wait`] (or drop it: it holds nothing to give back).
 pub struct PendingExportRead<B: LunBackend> {
-    dev: Arc<LunDevice<B>>,
-    read: PendingRead,
+    /// `None`: not started yet (a capacity change was swapping devices).
+    started: Option<(Arc<LunDevice<B>>, PendingRead)>,
     offset: u64,
     len: usize,
 }
@@ -224,6 +229,12 @@ pub struct Export<B: LunBackend> {
     device: RwLock<Arc<LunDevice<B>>>,
     seen_generation: AtomicU64,
     refresh: tokio::sync::Mutex<()>,
+    /// A capacity change is swapping devices: requests wait for
+    /// `swapped` (see [`Export::live_device`]).
+    swapping: AtomicBool,
+    swapped: tokio::sync::Notify,
+    /// The target no longer reports the LUN.
+    gone: AtomicBool,
     cfg: DeviceConfig,
     read_only: bool,
     shut: AtomicBool,
@@ -250,6 +261,9 @@ impl<B: LunBackend> Export<B> {
             device: RwLock::new(Arc::new(device)),
             seen_generation: AtomicU64::new(generation),
             refresh: tokio::sync::Mutex::new(()),
+            swapping: AtomicBool::new(false),
+            swapped: tokio::sync::Notify::new(),
+            gone: AtomicBool::new(false),
             cfg: cfg.clone(),
             shut: AtomicBool::new(false),
             writes: AtomicU64::new(0),
@@ -311,9 +325,46 @@ impl<B: LunBackend> Export<B> {
             Err(ExportError::ShutDown {
                 export: self.name.clone(),
             })
+        } else if self.gone.load(Ordering::Acquire) {
+            Err(ExportError::Gone {
+                export: self.name.clone(),
+            })
         } else {
             Ok(())
         }
+    }
+
+    /// The target no longer reports this LUN.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// The device a request runs on. While a capacity change swaps devices
+    /// ([`Export::refresh_capacity`]) it waits for the new one, so that no
+    /// request reaches the old device after its cache was written back:
+    /// the swap first raises `swapping`, then waits until no request holds
+    /// the old device; a request takes its reference first and looks at
+    /// `swapping` after (both sequentially consistent), so either the swap
+    /// sees the reference and waits for it, or the request sees the flag
+    /// and lets go.
+    async fn live_device(&self) -> Arc<LunDevice<B>> {
+        loop {
+            if let Some(dev) = self.device_now() {
+                return dev;
+            }
+            let notified = self.swapped.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.swapping.load(Ordering::SeqCst) {
+                notified.await;
+            }
+        }
+    }
+
+    /// The device, unless a swap is under way.
+    fn device_now(&self) -> Option<Arc<LunDevice<B>>> {
+        let dev = self.device();
+        (!self.swapping.load(Ordering::SeqCst)).then_some(dev)
     }
 
     fn check_writable(&self) -> Result<(), ExportError> {
@@ -354,7 +405,7 @@ impl<B: LunBackend> Export<B> {
     /// none at or past it).
     pub async fn read(&self, offset: u64, len: usize) -> Result<Bytes, ExportError> {
         self.check_live()?;
-        let dev = self.device();
+        let dev = self.live_device().await;
         let end = dev.size();
         if offset >= end {
             return Ok(Bytes::new());
@@ -376,7 +427,13 @@ impl<B: LunBackend> Export<B> {
         if let Err(e) = self.check_live() {
             return ExportRead::Done(Err(e));
         }
-        let dev = self.device();
+        let Some(dev) = self.device_now() else {
+            return ExportRead::Wait(PendingExportRead {
+                started: None,
+                offset,
+                len,
+            });
+        };
         let end = dev.size();
         if offset >= end {
             return ExportRead::Done(Ok(Bytes::new()));
@@ -386,8 +443,7 @@ impl<B: LunBackend> Export<B> {
         match dev.read_now(offset, len) {
             ReadNow::Done(r) => ExportRead::Done(r.map_err(|e| self.read_error(offset, len, e))),
             ReadNow::Wait(w) => ExportRead::Wait(PendingExportRead {
-                dev,
-                read: w,
+                started: Some((dev, w)),
                 offset,
                 len,
             }),
@@ -397,11 +453,14 @@ impl<B: LunBackend> Export<B> {
     /// Finish a read [`Export::read_now`] could not complete at once.
     pub async fn read_wait(&self, p: PendingExportRead<B>) -> Result<Bytes, ExportError> {
         let PendingExportRead {
-            dev,
-            read,
+            started,
             offset,
             len,
         } = p;
+        let Some((dev, read)) = started else {
+            // Not started: a capacity change was swapping devices.
+            return self.read(offset, len).await;
+        };
         dev.read_wait(read)
             .await
             .map_err(|e| self.read_error(offset, len, e))
@@ -419,7 +478,7 @@ impl<B: LunBackend> Export<B> {
     pub async fn write(&self, offset: u64, mut data: Bytes, fua: bool) -> Result<u32, ExportError> {
         self.check_live()?;
         self.check_writable()?;
-        let dev = self.device();
+        let dev = self.live_device().await;
         let end = dev.size();
         if data.is_empty() {
             return Ok(0);
@@ -463,7 +522,7 @@ impl<B: LunBackend> Export<B> {
     /// [`Export::flush`] without the shut-down check (for stopping).
     async fn flush_now(&self) -> Result<(), ExportError> {
         let covered = self.writes.load(Ordering::Acquire);
-        match self.device().flush().await {
+        match self.live_device().await.flush().await {
             Ok(()) => {
                 self.synced.fetch_max(covered, Ordering::AcqRel);
                 Ok(())
@@ -516,7 +575,7 @@ impl<B: LunBackend> Export<B> {
     ) -> Result<(), ExportError> {
         self.check_live()?;
         self.check_writable()?;
-        let dev = self.device();
+        let dev = self.live_device().await;
         let end = offset.saturating_add(len).min(dev.size());
         if offset >= end {
             return Ok(());
@@ -541,7 +600,7 @@ impl<B: LunBackend> Export<B> {
     pub async fn trim(&self, offset: u64, len: u64) -> Result<(), ExportError> {
         self.check_live()?;
         self.check_writable()?;
-        let dev = self.device();
+        let dev = self.live_device().await;
         let end = offset.saturating_add(len).min(dev.size());
         if offset >= end || !dev.backend().can_unmap() {
             return Ok(());
@@ -563,7 +622,7 @@ impl<B: LunBackend> Export<B> {
     /// reads are served from memory. Nothing to do without a cache.
     pub async fn prefetch(&self, offset: u64, len: u64) -> Result<(), ExportError> {
         self.check_live()?;
-        let dev = self.device();
+        let dev = self.live_device().await;
         if dev.mode() == crate::device::CacheMode::None {
             return Ok(());
         }
@@ -588,7 +647,7 @@ impl<B: LunBackend> Export<B> {
     /// command or fails it, data still dirty in rlun's cache — is one
     /// allocated extent, which is always a correct answer.
     pub async fn allocation(&self, offset: u64, len: u64) -> Vec<Extent> {
-        let dev = self.device();
+        let dev = self.live_device().await;
         let end = offset.saturating_add(len).min(dev.size());
         if offset >= end {
             return Vec::new();
@@ -663,10 +722,22 @@ impl<B: LunBackend> Export<B> {
         if current == self.seen_generation.load(Ordering::Acquire) {
             return None;
         }
+        self.reread_capacity(false).await
+    }
+
+    /// Re-read the capacity now, whether or not the session saw a change
+    /// (a rescan, a LUN inventory change: the LUN may have been replaced by
+    /// another of the same number); as [`Export::refresh_capacity`]
+    /// otherwise.
+    pub async fn recheck_capacity(&self) -> Option<u64> {
+        self.reread_capacity(true).await
+    }
+
+    async fn reread_capacity(&self, force: bool) -> Option<u64> {
         let _one_at_a_time = self.refresh.lock().await;
         let old = self.device();
         let generation = old.backend().capacity_generation();
-        if generation == self.seen_generation.load(Ordering::Acquire) {
+        if !force && generation == self.seen_generation.load(Ordering::Acquire) {
             return None;
         }
         let backend = match old.backend().reread_capacity().await {
@@ -692,8 +763,34 @@ impl<B: LunBackend> Export<B> {
             lun = self.number,
             old_size, new_size, "LUN capacity changed; the export follows"
         );
+        // Hold new requests, let those on the old device finish, write its
+        // cache back, then swap: no write can sit in the old cache unseen
+        // by reads through the new one.
+        self.swapping.store(true, Ordering::SeqCst);
+        if !wait_unused(&old, SWAP_DRAIN_LIMIT).await {
+            warn!(
+                lun = self.number,
+                "requests on the old device still running; swapping anyway"
+            );
+        }
+        if let Err(e) = old.flush().await {
+            let dirty = old.stats().dirty_bytes;
+            if new_size < old_size && dirty > 0 {
+                error!(
+                    lun = self.number,
+                    dirty, old_size, new_size,
+                    error = %error_chain(&e),
+                    "the LUN shrank under cached data: what lies past the new end cannot be written and is lost"
+                );
+            } else {
+                warn!(lun = self.number, error = %error_chain(&e), "writing back before the capacity change failed");
+            }
+        }
         *self.device.write().unwrap_or_else(|e| e.into_inner()) = device;
-        // The old device may still serve requests; flush it after the last.
+        self.swapping.store(false, Ordering::SeqCst);
+        self.swapped.notify_waiters();
+        // A request that lost the race with the swap flag may still hold
+        // it; flush and close it after the last.
         tokio::spawn(retire(old));
         Some(new_size)
     }
@@ -730,6 +827,22 @@ async fn punch_by_unmap<B: LunBackend>(
     Ok(())
 }
 
+/// How long a capacity change waits for the requests on the old device.
+const SWAP_DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Wait until only the export's slot and the caller hold `dev` (no
+/// request uses it), at most `limit`; false when the time ran out.
+async fn wait_unused<B: LunBackend>(dev: &Arc<LunDevice<B>>, limit: Duration) -> bool {
+    let start = tokio::time::Instant::now();
+    while Arc::strong_count(dev) > 2 {
+        if start.elapsed() >= limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    true
+}
+
 /// Flush and close a device that was replaced, once no request uses it.
 async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>) {
     loop {
@@ -748,9 +861,18 @@ async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>) {
     }
 }
 
-/// The exports of one target (or the one LUN a URL names).
+/// The exports of one target (or the one LUN a URL names). LUNs come and
+/// go while it serves ([`ExportSet::add`], [`ExportSet::remove`]: the
+/// target's REPORTED LUNS DATA HAS CHANGED, or a rescan); readers take a
+/// snapshot ([`ExportSet::exports`]).
 pub struct ExportSet<B: LunBackend> {
-    exports: Vec<Arc<Export<B>>>,
+    exports: RwLock<Arc<[Arc<Export<B>>]>>,
+    /// Exports whose LUN went away, kept for the lost-data report.
+    removed: std::sync::Mutex<Vec<Arc<Export<B>>>>,
+    /// Bumped by every add and remove.
+    generation: AtomicU64,
+    cfg: DeviceConfig,
+    read_only: bool,
 }
 
 impl<B: LunBackend> ExportSet<B> {
@@ -766,27 +888,88 @@ impl<B: LunBackend> ExportSet<B> {
             .into_iter()
             .map(|(n, b)| Export::new(n, b, cfg, read_only).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(ExportSet { exports })
+        Ok(ExportSet {
+            exports: RwLock::new(exports.into()),
+            removed: std::sync::Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
+            cfg: cfg.clone(),
+            read_only,
+        })
     }
 
-    /// The exports, in the order given (REPORT LUNS order).
-    pub fn exports(&self) -> &[Arc<Export<B>>] {
-        &self.exports
+    /// The exports now, in REPORT LUNS order (new LUNs at the end).
+    pub fn exports(&self) -> Arc<[Arc<Export<B>>]> {
+        self.exports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The export called `name`.
-    pub fn get(&self, name: &str) -> Option<&Arc<Export<B>>> {
-        self.exports.iter().find(|e| e.name == name)
+    pub fn get(&self, name: &str) -> Option<Arc<Export<B>>> {
+        self.exports().iter().find(|e| e.name == name).cloned()
+    }
+
+    /// The export of LUN `number`.
+    pub fn by_number(&self, number: u64) -> Option<Arc<Export<B>>> {
+        self.exports().iter().find(|e| e.number == number).cloned()
+    }
+
+    /// Export LUN `number`, which the target reports now, with the
+    /// settings of the others.
+    pub fn add(&self, number: u64, backend: B) -> Result<Arc<Export<B>>, DeviceError> {
+        let e = Arc::new(Export::new(number, backend, &self.cfg, self.read_only)?);
+        let mut cur = self.exports.write().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = cur.iter().cloned().collect();
+        v.push(e.clone());
+        *cur = v.into();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(e)
+    }
+
+    /// A count of the exports added and removed so far: a front end that
+    /// mirrors the set looks again when it moved.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The target no longer reports LUN `number`: its requests fail with
+    /// [`ExportError::Gone`] from now on, and data still cached for it is
+    /// reported lost at the end ([`ExportSet::finish`]).
+    pub fn remove(&self, number: u64) -> Option<Arc<Export<B>>> {
+        let e = {
+            let mut cur = self.exports.write().unwrap_or_else(|e| e.into_inner());
+            let e = cur.iter().find(|e| e.number == number)?.clone();
+            let v: Vec<_> = cur.iter().filter(|x| x.number != number).cloned().collect();
+            *cur = v.into();
+            e
+        };
+        e.gone.store(true, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let dirty = e.dirty_bytes();
+        if dirty > 0 {
+            error!(
+                lun = number,
+                dirty, "the target removed the LUN: its cached data cannot be written and is lost"
+            );
+        } else {
+            info!(lun = number, "the target removed the LUN");
+        }
+        self.removed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(e.clone());
+        Some(e)
     }
 
     /// Every export is read-only.
     pub fn all_read_only(&self) -> bool {
-        self.exports.iter().all(|e| e.read_only)
+        self.exports().iter().all(|e| e.read_only)
     }
 
     /// Refuse every later request with [`ExportError::ShutDown`].
     pub fn shut_down(&self) {
-        for e in &self.exports {
+        for e in self.exports().iter() {
             e.shut.store(true, Ordering::Release);
         }
     }
@@ -795,7 +978,7 @@ impl<B: LunBackend> ExportSet<B> {
     /// SYNCHRONIZE CACHE). Returns the first failure after trying all.
     pub async fn flush_all(&self) -> Result<(), ExportError> {
         let mut first = None;
-        for e in &self.exports {
+        for e in self.exports().iter() {
             if e.read_only {
                 continue;
             }
@@ -808,7 +991,7 @@ impl<B: LunBackend> ExportSet<B> {
 
     /// Bytes written into caches and not yet to the target.
     pub fn dirty_bytes(&self) -> u64 {
-        self.exports.iter().map(|e| e.dirty_bytes()).sum()
+        self.exports().iter().map(|e| e.dirty_bytes()).sum()
     }
 
     /// The last step before logging out: flush each export that has cached
@@ -816,7 +999,24 @@ impl<B: LunBackend> ExportSet<B> {
     /// made durable. Works after [`ExportSet::shut_down`] too.
     pub async fn finish(&self) -> ShutdownReport {
         let mut lost = Vec::new();
-        for e in &self.exports {
+        for e in self
+            .removed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let dirty_bytes = e.dirty_bytes();
+            if dirty_bytes > 0 {
+                lost.push(LostData {
+                    export: e.name.clone(),
+                    dirty_bytes,
+                    error: ExportError::Gone {
+                        export: e.name.clone(),
+                    },
+                });
+            }
+        }
+        for e in self.exports().iter() {
             let dirty_bytes = e.dirty_bytes();
             if e.read_only || (dirty_bytes == 0 && !e.unsynced()) {
                 continue;
@@ -973,7 +1173,8 @@ mod tests {
             false,
         );
 
-        let names: Vec<&str> = set.exports().iter().map(|e| e.name()).collect();
+        let exports = set.exports();
+        let names: Vec<&str> = exports.iter().map(|e| e.name()).collect();
 
         assert_eq!(names, ["lun2", "lun0"]);
         assert_eq!(set.get("lun0").map(|e| e.size()), Some(4 * 4096));
@@ -1180,6 +1381,78 @@ mod tests {
                 .unwrap(),
             512
         );
+    }
+
+    #[tokio::test]
+    async fn capacity_change_writes_the_old_cache_back_before_the_swap() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteBack);
+        let e = set.exports()[0].clone();
+        e.write(0, Bytes::from(vec![7u8; 1024]), false)
+            .await
+            .unwrap();
+        let old = lun.mem.clone();
+
+        lun.resize(MemBackend::new(512, 128));
+        let grown = e.refresh_capacity().await;
+
+        assert_eq!(grown, Some(128 * 512));
+        // On the old LUN before any request reaches the new device, not
+        // later from a background task.
+        assert_eq!(old.bytes_at(0, 1024), vec![7u8; 1024]);
+        assert_eq!(e.dirty_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_removed_export_fails_with_enodev_and_its_cached_data_is_reported_lost() {
+        let set = set_of(
+            vec![
+                (1, TestLun::new(MemBackend::new(512, 64))),
+                (2, TestLun::new(MemBackend::new(512, 64))),
+            ],
+            CacheMode::WriteBack,
+            false,
+        );
+        let two = set.get("lun2").unwrap();
+        two.write(0, Bytes::from(vec![5u8; 512]), false)
+            .await
+            .unwrap();
+        let before = set.generation();
+
+        let removed = set.remove(2).map(|e| e.number());
+        let read = two.read(0, 512).await.unwrap_err();
+        let report = set.finish().await;
+
+        assert_eq!(removed, Some(2));
+        assert!(set.remove(2).is_none(), "once");
+        assert!(set.generation() > before);
+        assert!(set.get("lun2").is_none() && set.get("lun1").is_some());
+        assert!(matches!(read, ExportError::Gone { .. }));
+        assert_eq!(read.to_errno(), errno::ENODEV);
+        assert_eq!(report.lost.len(), 1, "{report:?}");
+        assert_eq!(
+            (report.lost[0].export.as_str(), report.lost[0].dirty_bytes),
+            ("lun2", 512)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_added_export_joins_the_set_with_its_settings() {
+        let set = set_of(
+            vec![(1, TestLun::new(MemBackend::new(512, 64)))],
+            CacheMode::WriteThrough,
+            true,
+        );
+        let before = set.generation();
+
+        let added = set.add(3, TestLun::new(MemBackend::new(4096, 8))).unwrap();
+
+        assert!(set.generation() > before);
+        let exports = set.exports();
+        let names: Vec<&str> = exports.iter().map(|e| e.name()).collect();
+        assert_eq!(names, ["lun1", "lun3"]);
+        assert_eq!(added.size(), 8 * 4096);
+        assert!(added.read_only(), "the set's --read-only applies");
+        assert!(set.by_number(3).is_some());
     }
 
     #[tokio::test]
