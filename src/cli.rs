@@ -408,6 +408,23 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// Look at the target again: new, removed and resized LUNs.
+    ///
+    /// Asks the rlun that serves WHAT (a mount point, /dev/nbdN, an NBD
+    /// socket or nbd://ADDR; every one of this user's when left out) to
+    /// rescan its target, as `iscsiadm -m session -R` does for the kernel
+    /// initiator, waits for it and prints what changed. rlun follows the
+    /// target's own reports by itself (UNIT ATTENTION CAPACITY DATA HAS
+    /// CHANGED, REPORTED LUNS DATA HAS CHANGED); this is for targets that
+    /// do not send them (LIO after a backstore grew). The same as SIGHUP
+    /// to the serving rlun (`systemctl reload`).
+    Rescan {
+        /// Mount point, /dev/nbdN, NBD socket or nbd://ADDR (see `rlun list`).
+        what: Option<String>,
+        /// Longest wait for each rescan.
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
     /// List what this user's rlun processes have mounted, served, attached.
     ///
     /// One line each with kind (mounted, served, attached), where (mount

@@ -466,6 +466,8 @@ pub struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
+    /// What SIGHUP does while serving ([`Signals::on_hangup`]).
+    on_hangup: Option<Box<dyn Fn() + Send>>,
 }
 
 impl Signals {
@@ -476,16 +478,27 @@ impl Signals {
             int: signal(SignalKind::interrupt()).map_err(err)?,
             term: signal(SignalKind::terminate()).map_err(err)?,
             hup: signal(SignalKind::hangup()).map_err(err)?,
+            on_hangup: None,
         })
     }
 
-    /// The next SIGINT or SIGTERM (SIGHUP is ignored). Cancel-safe.
+    /// Run `action` on each SIGHUP [`Signals::recv`] sees (serving
+    /// commands: rescan the target, as `rlun rescan` asks).
+    pub fn on_hangup(&mut self, action: impl Fn() + Send + 'static) {
+        self.on_hangup = Some(Box::new(action));
+    }
+
+    /// The next SIGINT or SIGTERM; SIGHUP runs the action given to
+    /// [`Signals::on_hangup`], or is ignored. Cancel-safe.
     pub async fn recv(&mut self) -> StopSignal {
         loop {
             tokio::select! {
                 _ = self.int.recv() => return StopSignal::Interrupt,
                 _ = self.term.recv() => return StopSignal::Terminate,
-                _ = self.hup.recv() => debug!("SIGHUP ignored"),
+                _ = self.hup.recv() => match &self.on_hangup {
+                    Some(action) => action(),
+                    None => debug!("SIGHUP ignored"),
+                },
             }
         }
     }
@@ -666,8 +679,28 @@ impl PidFile {
     /// Say what this process serves (target, LUNs, URIs), for `rlun list`:
     /// next to the pid file, removed with it.
     pub fn describe(&self, what: &serde_json::Value) {
+        self.describer().describe(what);
+    }
+
+    /// Something that rewrites the description later, from another task.
+    pub fn describer(&self) -> Describer {
+        Describer(self.0.clone())
+    }
+}
+
+/// Rewrites the description of a [`PidFile`] ([`PidFile::describer`]).
+#[derive(Clone)]
+pub struct Describer(PathBuf);
+
+impl Describer {
+    /// Describe this process for `rlun list` and `rlun rescan` (a JSON
+    /// object; written whole, then renamed into place, so a reader never
+    /// sees half of it).
+    pub fn describe(&self, what: &serde_json::Value) {
         let text = format!("{}\n{what}\n", std::process::id());
-        if let Err(e) = std::fs::write(info_file(&self.0), text) {
+        let info = info_file(&self.0);
+        let tmp = info.with_extension("info.tmp");
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &info)) {
             debug!(error = %e, "cannot describe this process for `rlun list`");
         }
     }

@@ -28,10 +28,12 @@
 //! ([`crate::export`], [`crate::client`]) and knows none of them.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use thiserror::Error;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::client::{ClientError, LoggedIn, Lun, Target};
 use crate::daemon::{self, DaemonError, Launched, PidFile, Readiness, Signals};
@@ -39,6 +41,7 @@ use crate::device::{DeviceConfig, DeviceError};
 use crate::exit;
 use crate::export::{open_luns, DataLost, ExportSet, LunBackend, OpenError};
 use crate::session::SessionConfig;
+use rlun_iscsi::scsi::TargetChange;
 use rlun_iscsi::ErrorKind;
 
 /// What can end a serving command in the steps every front end shares.
@@ -119,18 +122,47 @@ pub trait FrontEnd {
         Ok(())
     }
 
+    /// The front end serves only the LUNs it started with (`attach`: one
+    /// device); LUNs the target adds later are not opened for it.
+    const FIXED_LUNS: bool = false;
+
     /// Start serving `exports` (mount, set up the NBD server, connect the
     /// kernel device). Stop signals are already caught: one that arrives
     /// now waits for [`Live::serve`]. On failure the front end has undone
-    /// what it started; the lifecycle logs out.
-    async fn start(self, exports: ExportSet<Lun>) -> Result<Self::Live, Self::Error>;
+    /// what it started; the lifecycle logs out. The set gains and loses
+    /// exports while it serves, as the target adds and removes LUNs.
+    async fn start(self, exports: Arc<ExportSet<Lun>>) -> Result<Self::Live, Self::Error>;
 }
+
+/// A change of the exports while serving ([`follow_target`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportChange {
+    /// LUN `lun`'s capacity changed from `old` to `new` bytes.
+    Resized { lun: u64, old: u64, new: u64 },
+    /// The target reports a new disk LUN; it is exported.
+    Added { lun: u64 },
+    /// The target no longer reports LUN `lun`; its requests fail with
+    /// `ENODEV`.
+    Removed { lun: u64 },
+}
+
+/// What a front end does about an [`ExportChange`] beyond what the export
+/// layer does (resize a kernel block device…). Called on the task that
+/// follows the target; must not block.
+pub type ChangeHook = Box<dyn Fn(&ExportChange) + Send + Sync>;
 
 /// A started front end.
 #[allow(async_fn_in_trait)]
 pub trait Live {
     /// The exports it serves, for the final write-back.
-    fn exports(&self) -> &ExportSet<Lun>;
+    fn exports(&self) -> &Arc<ExportSet<Lun>>;
+
+    /// What it does when the exports change ([`ExportChange`]); `None`:
+    /// nothing beyond what the export layer does (the FUSE directory and
+    /// the NBD server's handshake read the set as it is).
+    fn follow(&self) -> Option<ChangeHook> {
+        None
+    }
 
     /// What its pid file is named after ([`daemon::state_file`]): the
     /// mount point, the socket or address, the device.
@@ -203,6 +235,8 @@ pub async fn serve<F: FrontEnd>(
     let target = LoggedIn::login(plan.session)
         .await
         .map_err(ServiceError::from)?;
+    let hangups = Arc::new(AtomicU64::new(0));
+    let counted = hangups.clone();
     let (target, (mut signals, mut live)) = target
         .or_logout(async |t: &Target| {
             let luns = open_luns(t, &plan.target, plan.lun)
@@ -217,32 +251,51 @@ pub async fn serve<F: FrontEnd>(
             front.accept(luns.len())?;
             let exports = ExportSet::new(luns, &plan.device, plan.read_only)
                 .map_err(ServiceError::Exports)?;
+            let exports = Arc::new(exports);
             // From here on a signal must not kill rlun before it wrote
             // back: tokio queues it until the front end looks.
-            let signals = Signals::install().map_err(ServiceError::from)?;
+            let mut signals = Signals::install().map_err(ServiceError::from)?;
+            let session = t.session().clone();
+            signals.on_hangup(move || {
+                info!("SIGHUP: rescanning the target (LUNs and capacities)");
+                counted.fetch_add(1, Ordering::SeqCst);
+                session.note_change(TargetChange::Luns);
+                session.note_change(TargetChange::Capacity);
+            });
             let live = front.start(exports).await?;
             Ok::<_, F::Error>((signals, live))
         })
         .await?;
     let pid_file = PidFile::create(daemon::state_file(&live.state_key()));
-    if let Some(p) = &pid_file {
-        let luns: Vec<u64> = live
-            .exports()
-            .exports()
-            .iter()
-            .map(|e| e.number())
-            .collect();
-        p.describe(&serde_json::json!({
+    let report = pid_file.as_ref().map(|p| Report {
+        describer: p.describer(),
+        base: serde_json::json!({
             "kind": F::KIND,
             "what": live.state_key(),
             "endpoints": live.endpoints(),
             "target": plan.target,
             "portal": portal,
-            "luns": luns,
-        }));
+        }),
+        hangups: hangups.clone(),
+    });
+    if let Some(r) = &report {
+        r.describe(live.exports(), 0, &[]);
     }
     live.announce(readiness);
+    let only = match (plan.lun, F::FIXED_LUNS) {
+        (Some(n), _) => Some(Only::Lun(n)),
+        (None, true) => Some(Only::Started),
+        (None, false) => None,
+    };
+    let follower = tokio::spawn(follow_target(
+        (*target).clone(),
+        live.exports().clone(),
+        only,
+        live.follow(),
+        report,
+    ));
     live.serve(&mut signals, readiness).await;
+    follower.abort();
     let finished = finish_exports(live.exports()).await;
     if let Err(e) = target.logout().await {
         debug!(error = %e, "logout failed");
@@ -258,6 +311,160 @@ pub async fn serve<F: FrontEnd>(
         p.finish(&result);
     }
     result
+}
+
+/// The description beside the pid file (`rlun list`, `rlun rescan`),
+/// rewritten after each look at the target.
+struct Report {
+    describer: daemon::Describer,
+    /// What does not change: kind, where, target, portal.
+    base: serde_json::Value,
+    /// SIGHUPs seen so far (each one asks for a rescan).
+    hangups: Arc<AtomicU64>,
+}
+
+impl Report {
+    /// The base, the LUNs now, `rescans`: the SIGHUPs seen when the last
+    /// look began, and `changes`: what that look found.
+    fn describe(&self, exports: &ExportSet<Lun>, rescans: u64, changes: &[ExportChange]) {
+        let mut v = self.base.clone();
+        let luns: Vec<u64> = exports.exports().iter().map(|e| e.number()).collect();
+        v["luns"] = serde_json::json!(luns);
+        v["rescans"] = serde_json::json!(rescans);
+        v["changes"] = serde_json::json!(changes.iter().map(describe_change).collect::<Vec<_>>());
+        self.describer.describe(&v);
+    }
+}
+
+/// One line for a change: "lun1: 32.0 MiB -> 64.0 MiB", "lun3: added".
+pub fn describe_change(c: &ExportChange) -> String {
+    match c {
+        ExportChange::Resized { lun, old, new } => {
+            format!(
+                "lun{lun}: resized from {} to {}",
+                human_size(*old),
+                human_size(*new)
+            )
+        }
+        ExportChange::Added { lun } => format!("lun{lun}: added"),
+        ExportChange::Removed { lun } => format!("lun{lun}: removed"),
+    }
+}
+
+/// Which LUNs [`follow_target`] may add.
+#[derive(Debug, Clone, Copy)]
+enum Only {
+    /// The one LUN the URL names (when it comes back after a removal).
+    Lun(u64),
+    /// None: the front end serves what it started with.
+    Started,
+}
+
+/// How long [`follow_target`] lets a burst of change reports gather (one
+/// UNIT ATTENTION per LUN and nexus) before it looks at the target.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// Follow the target while serving: when the session counts a change (a
+/// UNIT ATTENTION or asynchronous event of CAPACITY DATA HAS CHANGED,
+/// REPORTED LUNS DATA HAS CHANGED or INQUIRY DATA HAS CHANGED, or a
+/// rescan asked for with SIGHUP), look again — REPORT LUNS when the LUN
+/// inventory may have changed (removed LUNs leave the set, new disk LUNs
+/// join it), READ CAPACITY of every export whose capacity may have
+/// changed ([`crate::export::Export::refresh_capacity`]) — and tell the
+/// front end what changed.
+async fn follow_target(
+    target: Target,
+    exports: Arc<ExportSet<Lun>>,
+    only: Option<Only>,
+    hook: Option<ChangeHook>,
+    report: Option<Report>,
+) {
+    let session = target.session().clone();
+    let mut changes = session.changes();
+    let mut seen_luns = session.lun_generation();
+    while changes.changed().await.is_ok() {
+        tokio::time::sleep(SETTLE).await;
+        changes.borrow_and_update();
+        let hangups = report
+            .as_ref()
+            .map_or(0, |r| r.hangups.load(Ordering::SeqCst));
+        let mut found = Vec::new();
+        let luns = session.lun_generation();
+        let inventory = luns != seen_luns;
+        if inventory && rescan_luns(&target, &exports, only, &mut found).await {
+            seen_luns = luns;
+        }
+        for e in exports.exports().iter() {
+            let old = e.size();
+            // After an inventory change a LUN number may name another LU.
+            let new = if inventory {
+                e.recheck_capacity().await
+            } else {
+                e.refresh_capacity().await
+            };
+            if let Some(new) = new {
+                found.push(ExportChange::Resized {
+                    lun: e.number(),
+                    old,
+                    new,
+                });
+            }
+        }
+        for c in &found {
+            info!("the exports follow the target: {}", describe_change(c));
+            if let Some(h) = &hook {
+                h(c);
+            }
+        }
+        if let Some(r) = &report {
+            r.describe(&exports, hangups, &found);
+        }
+    }
+}
+
+/// REPORT LUNS, and make the set match it; false when the target could
+/// not be asked (the next change tries again).
+async fn rescan_luns(
+    target: &Target,
+    exports: &ExportSet<Lun>,
+    only: Option<Only>,
+    found: &mut Vec<ExportChange>,
+) -> bool {
+    let reported = match target.report_luns().await {
+        Ok(v) => v,
+        Err(e) => {
+            warn!(error = %rlun_iscsi::error_chain(&e), "cannot rescan the target's LUNs");
+            return false;
+        }
+    };
+    for e in exports.exports().iter() {
+        if !reported.contains(&e.number()) {
+            exports.remove(e.number());
+            found.push(ExportChange::Removed { lun: e.number() });
+        }
+    }
+    for n in reported {
+        let wanted = match only {
+            None => true,
+            Some(Only::Lun(l)) => l == n,
+            Some(Only::Started) => false,
+        };
+        if !wanted || exports.by_number(n).is_some() {
+            continue;
+        }
+        match target.open_lun(n).await {
+            Ok(lun) => match exports.add(n, lun) {
+                Ok(_) => found.push(ExportChange::Added { lun: n }),
+                Err(e) => warn!(lun = n, error = %e, "cannot export the new LUN"),
+            },
+            Err(ClientError::NotADisk { .. } | ClientError::LunNotFound(_)) => {}
+            Err(e) => {
+                warn!(lun = n, error = %rlun_iscsi::error_chain(&e), "cannot open the new LUN");
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Stop serving exports: write back and flush what was written, and say

@@ -32,7 +32,7 @@ use super::error::{stdout_error, CliError};
 use crate::cli::{AttachOpts, CacheChoice, CacheOpts, ConnectOpts, DaemonOpts};
 use crate::client::Lun;
 use crate::daemon::{self, process_alive, Readiness, Signals};
-use crate::export::ExportSet;
+use crate::export::{Export, ExportSet};
 use crate::nbd::kernel::{self, flags, ConnectParams, Interface, IoctlSession, KernelError};
 use crate::nbd::server::{Limits, Server};
 use crate::service::{self, FrontEnd, Live, Plan};
@@ -165,6 +165,7 @@ impl FrontEnd for Kernel<'_> {
     const STOPPED: &'static str = "detached";
     const KIND: &'static str = "attached";
     const PURPOSE: &'static str = " to attach";
+    const FIXED_LUNS: bool = true;
 
     fn accept(&self, count: usize) -> Result<(), CliError> {
         if count == 1 {
@@ -176,13 +177,17 @@ impl FrontEnd for Kernel<'_> {
         )))
     }
 
-    async fn start(self, exports: ExportSet<Lun>) -> Result<Attached, CliError> {
+    async fn start(self, exports: Arc<ExportSet<Lun>>) -> Result<Attached, CliError> {
         let o = self.options;
-        let exports = Arc::new(exports);
         let (stop_tx, stop_rx) = watch::channel(false);
+        let export = exports
+            .exports()
+            .first()
+            .cloned()
+            .ok_or_else(|| CliError::Other("no export to attach".into()))?;
         let server = Arc::new(Server::new(
             exports.clone(),
-            vec![String::new()],
+            Arc::new(|_: &Export<Lun>| String::new()),
             None,
             Limits::default(),
             stop_rx,
@@ -190,10 +195,7 @@ impl FrontEnd for Kernel<'_> {
         // SEND_FUA is offered as the server offers it: a FUA request becomes a
         // WRITE with FUA where the LUN reports DPOFUA, WRITE + SYNCHRONIZE
         // CACHE of the range elsewhere (client::Lun::write).
-        let info = server
-            .preset_info(0)
-            .await
-            .ok_or_else(|| CliError::Other("no export to attach".into()))?;
+        let info = server.preset_info(&export).await;
 
         let mut conns = JoinSet::new();
         let mut kernel_ends: Vec<OwnedFd> = Vec::new();
@@ -213,9 +215,10 @@ impl FrontEnd for Kernel<'_> {
                 .map(|s| {
                     let server = server.clone();
                     let info = info.clone();
+                    let export = export.clone();
                     conns.spawn(async move {
                         if let Err(e) = server
-                            .serve_negotiated(s, 0, &info, &format!("kernel#{n}"))
+                            .serve_negotiated(s, export, &info, &format!("kernel#{n}"))
                             .await
                         {
                             warn!(error = %e, "kernel NBD connection failed");
@@ -306,7 +309,7 @@ struct Attached {
 }
 
 impl Live for Attached {
-    fn exports(&self) -> &ExportSet<Lun> {
+    fn exports(&self) -> &Arc<ExportSet<Lun>> {
         &self.exports
     }
 

@@ -28,6 +28,7 @@ pub mod error;
 mod info;
 mod ls;
 pub mod mount;
+mod rescan;
 pub mod serve;
 pub mod tips;
 
@@ -300,6 +301,7 @@ async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
         }
         Command::Detach { device, timeout } => attach::detach(&device, timeout).await,
         Command::List { json } => attach::list(json),
+        Command::Rescan { what, timeout } => rescan::rescan(what.as_deref(), timeout).await,
         Command::GenerateMan { dir } => docs::generate_man(&dir),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();

@@ -266,7 +266,7 @@ impl FrontEnd for Fuse<'_> {
     const KIND: &'static str = "mounted";
     const PURPOSE: &'static str = "";
 
-    async fn start(self, exports: ExportSet<Lun>) -> Result<Mounted, CliError> {
+    async fn start(self, exports: Arc<ExportSet<Lun>>) -> Result<Mounted, CliError> {
         let o = self.options;
         let fs = Arc::new(LunFs::from_exports(exports, fs_options(o)));
         let config = fuse_config(
@@ -344,8 +344,8 @@ struct Mounted {
 }
 
 impl Live for Mounted {
-    fn exports(&self) -> &ExportSet<Lun> {
-        self.fs.exports()
+    fn exports(&self) -> &Arc<ExportSet<Lun>> {
+        self.fs.export_set()
     }
 
     fn state_key(&self) -> PathBuf {

@@ -31,8 +31,8 @@ use super::error::CliError;
 use crate::cli::{CacheChoice, CacheOpts, ConnectOpts, DaemonOpts, ServeOpts};
 use crate::client::Lun;
 use crate::daemon::{Readiness, Signals};
-use crate::export::ExportSet;
-use crate::nbd::server::{Limits, Server};
+use crate::export::{Export, ExportSet};
+use crate::nbd::server::{Describe, Limits, Server};
 use crate::service::{self, human_size, FrontEnd, Live, Plan};
 
 /// `rlun serve`.
@@ -106,28 +106,24 @@ impl FrontEnd for Nbd {
     const KIND: &'static str = "served";
     const PURPOSE: &'static str = " to serve";
 
-    async fn start(self, exports: ExportSet<Lun>) -> Result<Serving, CliError> {
-        let exports = Arc::new(exports);
-        let iqn = &self.iqn;
-        let descriptions: Vec<String> = exports
-            .exports()
-            .iter()
-            .map(|e| {
-                let i = e.info();
-                format!(
-                    "LUN {} of {iqn}: {}, {}-byte blocks{}",
-                    e.number(),
-                    human_size(i.size),
-                    i.block_size,
-                    if i.read_only { ", read-only" } else { "" }
-                )
-            })
-            .collect();
+    async fn start(self, exports: Arc<ExportSet<Lun>>) -> Result<Serving, CliError> {
+        let iqn = self.iqn.clone();
+        let describe: Describe<Lun> = Arc::new(move |e: &Export<Lun>| {
+            let i = e.info();
+            format!(
+                "LUN {} of {iqn}: {}, {}-byte blocks{}",
+                e.number(),
+                human_size(i.size),
+                i.block_size,
+                if i.read_only { ", read-only" } else { "" }
+            )
+        });
+        let descriptions: Vec<String> = exports.exports().iter().map(|e| describe(e)).collect();
         let (stop_tx, stop_rx) = watch::channel(false);
         let limits = Limits::default();
         let server = Arc::new(Server::new(
             exports.clone(),
-            descriptions.clone(),
+            describe,
             self.tls.clone(),
             limits,
             stop_rx,
@@ -166,7 +162,7 @@ struct Serving {
 }
 
 impl Live for Serving {
-    fn exports(&self) -> &ExportSet<Lun> {
+    fn exports(&self) -> &Arc<ExportSet<Lun>> {
         &self.exports
     }
 

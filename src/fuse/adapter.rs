@@ -19,7 +19,7 @@ use fuser::{
 use tracing::debug;
 
 use super::counters::FuseStats;
-use super::fs::LunFs;
+use super::fs::{LunFile, LunFs};
 use crate::export::LunBackend;
 
 /// Largest read or write one FUSE request carries (`max_write`, and
@@ -76,16 +76,16 @@ impl<B: LunBackend> FuseFs<B> {
     fn with_file<R, F, Fut>(&self, ino: INodeNo, reply: R, fail: fn(R, Errno), work: F)
     where
         R: Send + 'static,
-        F: FnOnce(Arc<LunFs<B>>, usize, R) -> Fut,
+        F: FnOnce(Arc<LunFs<B>>, LunFile<B>, R) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
         if ino == INodeNo::ROOT {
             return fail(reply, Errno::EISDIR);
         }
-        let Some(idx) = self.fs.file_index(ino.0) else {
+        let Some(f) = self.fs.file(ino.0) else {
             return fail(reply, Errno::ENOENT);
         };
-        self.rt.spawn(work(self.fs.clone(), idx, reply));
+        self.rt.spawn(work(self.fs.clone(), f, reply));
     }
 }
 
@@ -129,7 +129,7 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
             return reply.error(Errno::ENOTDIR);
         }
         match self.fs.lookup(name) {
-            Some(f) => reply.entry(&ATTR_TTL, &self.fs.file_attr(f), Generation(0)),
+            Some(f) => reply.entry(&ATTR_TTL, &self.fs.file_attr(&f), Generation(0)),
             None => reply.error(Errno::ENOENT),
         }
     }
@@ -138,10 +138,9 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         if ino == INodeNo::ROOT {
             return reply.attr(&ATTR_TTL, &self.fs.root_attr());
         }
-        self.with_file(ino, reply, ReplyAttr::error, |fs, idx, reply| async move {
-            let f = &fs.files()[idx];
+        self.with_file(ino, reply, ReplyAttr::error, |fs, f, reply| async move {
             f.export().refresh_capacity().await;
-            reply.attr(&ATTR_TTL, &fs.file_attr(f));
+            reply.attr(&ATTR_TTL, &fs.file_attr(&f));
         });
     }
 
@@ -177,7 +176,7 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
             Some(_) if f.read_only() => reply.error(Errno::EROFS),
             // Like a block device: truncation is ignored, growth impossible.
             Some(s) if s > f.size() => reply.error(Errno::EFBIG),
-            _ => reply.attr(&ATTR_TTL, &self.fs.file_attr(f)),
+            _ => reply.attr(&ATTR_TTL, &self.fs.file_attr(&f)),
         }
     }
 
@@ -188,7 +187,7 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         let Some(f) = self.fs.file(ino.0) else {
             return reply.error(Errno::ENOENT);
         };
-        match self.fs.check_open(f, flags) {
+        match self.fs.check_open(&f, flags) {
             Ok(()) => reply.opened(FileHandle(0), self.fs.open_flags()),
             Err(e) => reply.error(e),
         }
@@ -210,9 +209,9 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
             ino,
             reply,
             ReplyData::error,
-            move |fs, idx, reply| async move {
+            move |fs, f, reply| async move {
                 let _in_flight = in_flight;
-                match fs.read(&fs.files()[idx], offset, size).await {
+                match fs.read(&f, offset, size).await {
                     Ok(data) => reply.data(&data),
                     Err(e) => reply.error(e),
                 }
@@ -242,9 +241,9 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
             ino,
             reply,
             ReplyWrite::error,
-            move |fs, idx, reply| async move {
+            move |fs, f, reply| async move {
                 let _in_flight = in_flight;
-                match fs.write(&fs.files()[idx], offset, data, sync).await {
+                match fs.write(&f, offset, data, sync).await {
                     Ok(n) => reply.written(n),
                     Err(e) => reply.error(e),
                 }
@@ -273,8 +272,8 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.with_file(ino, reply, ReplyEmpty::error, |fs, idx, reply| async move {
-            match fs.fsync(&fs.files()[idx]).await {
+        self.with_file(ino, reply, ReplyEmpty::error, |fs, f, reply| async move {
+            match fs.fsync(&f).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             }
@@ -300,11 +299,12 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         if ino != INodeNo::ROOT {
             return reply.error(Errno::ENOTDIR);
         }
+        let files = self.fs.files();
         let mut entries: Vec<(INodeNo, FileType, &str)> = vec![
             (INodeNo::ROOT, FileType::Directory, "."),
             (INodeNo::ROOT, FileType::Directory, ".."),
         ];
-        for f in self.fs.files() {
+        for f in &files {
             entries.push((INodeNo(f.ino()), FileType::RegularFile, f.name()));
         }
         for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
@@ -317,8 +317,9 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         const BSIZE: u64 = 4096;
-        let total: u64 = self.fs.files().iter().map(|f| f.size()).sum();
-        let files = self.fs.files().len() as u64;
+        let files = self.fs.files();
+        let total: u64 = files.iter().map(|f| f.size()).sum();
+        let files = files.len() as u64;
         reply.statfs(
             total.div_ceil(BSIZE),
             0,
@@ -345,8 +346,8 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
             ino,
             reply,
             ReplyEmpty::error,
-            move |fs, idx, reply| async move {
-                match fs.fallocate(&fs.files()[idx], offset, length, mode).await {
+            move |fs, f, reply| async move {
+                match fs.fallocate(&f, offset, length, mode).await {
                     Ok(()) => reply.ok(),
                     Err(e) => reply.error(e),
                 }

@@ -76,6 +76,15 @@ pub struct LunFile<B: LunBackend> {
     ino: u64,
 }
 
+impl<B: LunBackend> Clone for LunFile<B> {
+    fn clone(&self) -> Self {
+        LunFile {
+            export: self.export.clone(),
+            ino: self.ino,
+        }
+    }
+}
+
 impl<B: LunBackend> LunFile<B> {
     pub fn name(&self) -> &str {
         self.export.name()
@@ -103,8 +112,13 @@ impl<B: LunBackend> LunFile<B> {
 /// of each request and return an [`Errno`] on failure; `FuseFs` (the
 /// adapter) wires them to the kernel.
 pub struct LunFs<B: LunBackend> {
-    set: ExportSet<B>,
-    files: Vec<LunFile<B>>,
+    set: Arc<ExportSet<B>>,
+    /// Every file shown since the mount, in order of appearance: a LUN the
+    /// target added gets the next inode, one it removed keeps its inode
+    /// (open files of it fail with `ENODEV`) but leaves the directory.
+    files: std::sync::RwLock<Vec<LunFile<B>>>,
+    /// The [`ExportSet::generation`] `files` follows.
+    seen: std::sync::atomic::AtomicU64,
     opts: FsOptions,
     mounted_at: SystemTime,
 }
@@ -123,34 +137,62 @@ impl<B: LunBackend> LunFs<B> {
         opts: FsOptions,
     ) -> Result<LunFs<B>, DeviceError> {
         let set = ExportSet::new(luns, cfg, opts.read_only)?;
-        Ok(LunFs::from_exports(set, opts))
+        Ok(LunFs::from_exports(Arc::new(set), opts))
     }
 
-    /// The filesystem of an export set: one file per export, in order.
-    pub fn from_exports(set: ExportSet<B>, opts: FsOptions) -> LunFs<B> {
-        let files = set
-            .exports()
-            .iter()
-            .enumerate()
-            .map(|(i, e)| LunFile {
-                export: e.clone(),
-                ino: FIRST_FILE_INO + i as u64,
-            })
-            .collect();
-        LunFs {
+    /// The filesystem of an export set: one file per export, in order, and
+    /// later the exports the set gains.
+    pub fn from_exports(set: Arc<ExportSet<B>>, opts: FsOptions) -> LunFs<B> {
+        let fs = LunFs {
             set,
-            files,
+            files: std::sync::RwLock::new(Vec::new()),
+            seen: std::sync::atomic::AtomicU64::new(u64::MAX),
             opts,
             mounted_at: SystemTime::now(),
-        }
+        };
+        fs.follow_exports();
+        fs
     }
 
-    pub fn files(&self) -> &[LunFile<B>] {
-        &self.files
+    /// Give each export the set gained since the last look a file.
+    fn follow_exports(&self) {
+        use std::sync::atomic::Ordering;
+        let generation = self.set.generation();
+        if self.seen.load(Ordering::Acquire) == generation {
+            return;
+        }
+        let mut files = self.files.write().unwrap_or_else(|e| e.into_inner());
+        for e in self.set.exports().iter() {
+            if !files.iter().any(|f| Arc::ptr_eq(&f.export, e)) {
+                let ino = FIRST_FILE_INO + files.len() as u64;
+                files.push(LunFile {
+                    export: e.clone(),
+                    ino,
+                });
+            }
+        }
+        self.seen.store(generation, Ordering::Release);
+    }
+
+    /// The files in the directory now (LUNs the target still reports).
+    pub fn files(&self) -> Vec<LunFile<B>> {
+        self.follow_exports();
+        self.files
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|f| !f.export.is_gone())
+            .cloned()
+            .collect()
     }
 
     /// The exports behind the files (flush, shutdown, lost-data report).
     pub fn exports(&self) -> &ExportSet<B> {
+        &self.set
+    }
+
+    /// The export set itself, shared.
+    pub fn export_set(&self) -> &Arc<ExportSet<B>> {
         &self.set
     }
 
@@ -163,21 +205,22 @@ impl<B: LunBackend> LunFs<B> {
         self.set.all_read_only()
     }
 
-    /// The file with inode `ino`.
-    pub fn file(&self, ino: u64) -> Option<&LunFile<B>> {
-        let idx = ino.checked_sub(FIRST_FILE_INO)?;
-        self.files.get(usize::try_from(idx).ok()?)
-    }
-
-    /// The index in [`files`](Self::files) of the file with inode `ino`.
-    pub fn file_index(&self, ino: u64) -> Option<usize> {
+    /// The file with inode `ino` (also one whose LUN was removed, for the
+    /// files still open).
+    pub fn file(&self, ino: u64) -> Option<LunFile<B>> {
         let idx = usize::try_from(ino.checked_sub(FIRST_FILE_INO)?).ok()?;
-        (idx < self.files.len()).then_some(idx)
+        let files = self.files.read().unwrap_or_else(|e| e.into_inner());
+        files.get(idx).cloned()
     }
 
     /// The file called `name` in the root directory.
-    pub fn lookup(&self, name: &OsStr) -> Option<&LunFile<B>> {
-        self.files.iter().find(|f| OsStr::new(f.name()) == name)
+    pub fn lookup(&self, name: &OsStr) -> Option<LunFile<B>> {
+        self.follow_exports();
+        let files = self.files.read().unwrap_or_else(|e| e.into_inner());
+        files
+            .iter()
+            .find(|f| !f.export.is_gone() && OsStr::new(f.name()) == name)
+            .cloned()
     }
 
     /// Attributes of the root directory.
@@ -444,7 +487,7 @@ mod tests {
         );
 
         let f = fs.lookup(OsStr::new("lun7")).expect("lun7 exists");
-        let attr = fs.file_attr(f);
+        let attr = fs.file_attr(&f);
 
         assert_eq!(f.ino(), 3);
         assert_eq!(attr.size, 16 * 4096);
@@ -453,12 +496,15 @@ mod tests {
         assert_eq!((attr.uid, attr.gid), (1000, 100));
         assert_eq!(attr.kind, FileType::RegularFile);
         assert!(fs.lookup(OsStr::new("lun2")).is_none());
-        assert_eq!(fs.file(2).map(|f| f.name()), Some("lun1"));
+        assert_eq!(
+            fs.file(2).map(|f| f.name().to_string()),
+            Some("lun1".into())
+        );
         assert!(fs.file(4).is_none() && fs.file(1).is_none() && fs.file(0).is_none());
     }
 
     #[tokio::test]
-    async fn file_index_names_the_file_of_an_inode_and_nothing_else() {
+    async fn file_names_the_file_of_an_inode_and_nothing_else() {
         let fs = fs_with(
             vec![
                 (1, TestLun::new(MemBackend::new(512, 8))),
@@ -468,10 +514,10 @@ mod tests {
             FsOptions::default(),
         );
 
-        let of = |ino| fs.file_index(ino).map(|i| fs.files()[i].name());
+        let of = |ino| fs.file(ino).map(|f| f.name().to_string());
 
-        assert_eq!(of(2), Some("lun1"));
-        assert_eq!(of(3), Some("lun7"));
+        assert_eq!(of(2).as_deref(), Some("lun1"));
+        assert_eq!(of(3).as_deref(), Some("lun7"));
         // The root directory, inode 0 and inodes past the last file.
         assert_eq!(
             (of(1), of(0), of(4), of(u64::MAX)),
@@ -482,7 +528,7 @@ mod tests {
     #[tokio::test]
     async fn read_only_lun_has_no_write_bits_and_refuses_writes_with_erofs() {
         let (fs, _) = one_lun(MemBackend::new(512, 64).read_only(true));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         let attr = fs.file_attr(f);
         let open_rw = fs.check_open(f, OpenFlags(0o2));
@@ -512,7 +558,7 @@ mod tests {
             },
         );
 
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         assert_eq!(fs.file_attr(f).perm, 0o444);
         assert_eq!(
@@ -525,7 +571,7 @@ mod tests {
     async fn reads_are_clipped_at_the_end_of_the_lun() {
         let bytes = data(64 * 512);
         let (fs, _) = one_lun(MemBackend::from_data(512, bytes.clone()));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         let tail = fs.read(f, 64 * 512 - 100, 4096).await.expect("read");
         let past = fs.read(f, 64 * 512, 4096).await.expect("read at end");
@@ -537,7 +583,7 @@ mod tests {
     #[tokio::test]
     async fn unaligned_write_lands_and_reads_back() {
         let (fs, lun) = one_lun(MemBackend::new(512, 4096));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
         let payload = data(MIB + 3);
 
         let n = fs
@@ -554,7 +600,7 @@ mod tests {
     #[tokio::test]
     async fn large_write_goes_out_as_several_commands_split_on_aligned_offsets() {
         let (fs, lun) = one_lun(MemBackend::new(512, 8192));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
         let payload = data(MIB + 3);
         let at = 3 * WRITE_SPLIT as u64 - 1000;
 
@@ -580,7 +626,7 @@ mod tests {
     #[tokio::test]
     async fn large_write_across_the_end_is_short_and_past_it_enospc() {
         let (fs, lun) = one_lun(MemBackend::new(512, 2048));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
         let at = (MIB / 2 + 100) as u64;
 
         let short = fs.write(f, at, Bytes::from(vec![4u8; MIB]), false).await;
@@ -599,7 +645,7 @@ mod tests {
     #[tokio::test]
     async fn large_write_failing_in_its_first_piece_is_an_error() {
         let (fs, lun) = one_lun(MemBackend::new(512, 8192));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         lun.mem.fail_next(crate::device::MemOp::Write, 1, 5);
         let first = fs.write(f, 0, Bytes::from(vec![1u8; MIB]), false).await;
@@ -610,7 +656,7 @@ mod tests {
     #[tokio::test]
     async fn write_across_the_end_is_short_and_at_the_end_is_enospc() {
         let (fs, lun) = one_lun(MemBackend::new(512, 8));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         let short = fs.write(f, 4000, Bytes::from(vec![9u8; 200]), false).await;
         let at_end = fs.write(f, 4096, Bytes::from(vec![9u8; 1]), false).await;
@@ -623,7 +669,7 @@ mod tests {
     #[tokio::test]
     async fn sync_writes_use_fua_and_fsync_sends_synchronize_cache() {
         let (fs, lun) = one_lun(MemBackend::new(512, 64));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         fs.write(f, 0, Bytes::from(vec![1u8; 512]), true)
             .await
@@ -647,7 +693,7 @@ mod tests {
             CacheMode::WriteBack,
             FsOptions::default(),
         );
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         fs.write(f, 512, Bytes::from(vec![5u8; 4096]), false)
             .await
@@ -662,7 +708,7 @@ mod tests {
     #[tokio::test]
     async fn punch_hole_without_lbprz_writes_zeros_over_unaligned_range() {
         let (fs, lun) = one_lun(MemBackend::from_data(512, vec![0xAA; 64 * 512]));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         fs.fallocate(f, 300, 2000, falloc::PUNCH_HOLE | falloc::KEEP_SIZE)
             .await
@@ -685,7 +731,7 @@ mod tests {
             CacheMode::WriteThrough,
             FsOptions::default(),
         );
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         fs.fallocate(f, 300, 2000, falloc::PUNCH_HOLE | falloc::KEEP_SIZE)
             .await
@@ -700,7 +746,7 @@ mod tests {
     #[tokio::test]
     async fn zero_range_and_keep_size_clip_at_the_end() {
         let (fs, lun) = one_lun(MemBackend::from_data(512, vec![0xAA; 8 * 512]));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
 
         let past_end = fs.fallocate(f, 4000, 1000, falloc::ZERO_RANGE).await;
         fs.fallocate(f, 4000, 1000, falloc::ZERO_RANGE | falloc::KEEP_SIZE)
@@ -715,7 +761,7 @@ mod tests {
     #[tokio::test]
     async fn other_fallocate_modes_are_refused_and_plain_allocation_is_a_no_op() {
         let (fs, lun) = one_lun(MemBackend::new(512, 8));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
         const COLLAPSE_RANGE: i32 = 0x08;
 
         assert_eq!(fs.fallocate(f, 0, 4096, 0).await, Ok(()));
@@ -734,7 +780,7 @@ mod tests {
     #[tokio::test]
     async fn capacity_change_is_picked_up_on_refresh() {
         let (fs, lun) = one_lun(MemBackend::new(512, 64));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
         *lun.resized.lock().unwrap() = Some(Arc::new(MemBackend::new(512, 128)));
 
         fs.refresh_capacity(f).await;
@@ -752,7 +798,7 @@ mod tests {
     #[tokio::test]
     async fn after_shut_down_io_fails_with_eio_but_data_written_before_stays() {
         let (fs, lun) = one_lun(MemBackend::new(512, 64));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
         fs.write(f, 0, Bytes::from(vec![7u8; 512]), false)
             .await
             .expect("write");
@@ -772,7 +818,7 @@ mod tests {
     #[tokio::test]
     async fn device_errors_map_to_errno() {
         let (fs, lun) = one_lun(MemBackend::new(512, 64));
-        let f = &fs.files()[0];
+        let f = &fs.files()[0].clone();
         lun.mem.fail_next(crate::device::MemOp::Read, 1, 5);
 
         assert_eq!(fs.read(f, 0, 512).await, Err(Errno::EIO));

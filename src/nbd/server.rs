@@ -234,29 +234,34 @@ fn tls_refusal(e: &io::Error) -> Option<&'static str> {
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
+/// The description of an export for `NBD_OPT_LIST` and
+/// `NBD_INFO_DESCRIPTION`.
+pub type Describe<B> = Arc<dyn Fn(&Export<B>) -> String + Send + Sync>;
+
 /// The exports and settings shared by every connection.
 pub struct Server<B: LunBackend> {
     exports: Arc<ExportSet<B>>,
-    descriptions: Vec<String>,
+    describe: Describe<B>,
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: Limits,
     shutdown: watch::Receiver<bool>,
 }
 
 impl<B: LunBackend> Server<B> {
-    /// A server for `exports` (`descriptions` in the same order, shown by
-    /// `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`); connections stop reading
-    /// requests when `shutdown` turns true.
+    /// A server for `exports` (`describe` gives the text `NBD_OPT_LIST` and
+    /// `NBD_INFO_DESCRIPTION` show for each); connections stop reading
+    /// requests when `shutdown` turns true. Exports the set gains or loses
+    /// while it serves are offered to, or refused to, the next clients.
     pub fn new(
         exports: Arc<ExportSet<B>>,
-        descriptions: Vec<String>,
+        describe: Describe<B>,
         tls: Option<tokio_rustls::TlsAcceptor>,
         limits: Limits,
         shutdown: watch::Receiver<bool>,
     ) -> Server<B> {
         Server {
             exports,
-            descriptions,
+            describe,
             tls,
             limits,
             shutdown,
@@ -264,15 +269,16 @@ impl<B: LunBackend> Server<B> {
     }
 
     /// What a new connection is told: the exports as they are now (a LUN
-    /// whose capacity changed is re-read first).
-    async fn infos(&self) -> Arc<[ExportInfo]> {
+    /// whose capacity changed is re-read first), and the exports
+    /// themselves in the same order.
+    async fn infos(&self) -> (Arc<[Arc<Export<B>>]>, Arc<[ExportInfo]>) {
+        let exports = self.exports.exports();
         let mut v = Vec::new();
-        for (i, e) in self.exports.exports().iter().enumerate() {
+        for e in exports.iter() {
             e.refresh_capacity().await;
-            let d = self.descriptions.get(i).cloned().unwrap_or_default();
-            v.push(export_info(e, d));
+            v.push(export_info(e, (self.describe)(e)));
         }
-        v.into()
+        (exports, v.into())
     }
 
     /// Serve one client until it disconnects or the server shuts down.
@@ -283,7 +289,7 @@ impl<B: LunBackend> Server<B> {
     ) -> Result<(), ConnError> {
         let stream: Box<dyn Stream> = Box::new(stream);
         let mut buf = BytesMut::with_capacity(64 << 10);
-        let infos = self.infos().await;
+        let (exports, infos) = self.infos().await;
         let timeout = self.limits.handshake_timeout;
         let (stream, negotiated) =
             match tokio::time::timeout(timeout, self.handshake(stream, &mut buf, &infos)).await {
@@ -300,35 +306,36 @@ impl<B: LunBackend> Server<B> {
             block_sizes = negotiated.block_sizes_agreed,
             "NBD client connected"
         );
+        let negotiated_export = negotiated.export;
         let tx = Transmission {
             size: info.size,
             flags: negotiated.flags,
             block: info.block,
             negotiated,
         };
-        let r = self.clone().transmission(stream, buf, tx).await;
+        let export = exports[negotiated_export].clone();
+        let r = self.clone().transmission(stream, buf, tx, export).await;
         info!(peer, "NBD client disconnected");
         r
     }
 
-    /// What a client that skips the handshake is told about export
-    /// `index` (`None` when there is no such export): for the kernel's NBD
-    /// client, whose size, block size and flags `rlun attach` passes over
-    /// netlink instead.
-    pub async fn preset_info(&self, index: usize) -> Option<ExportInfo> {
-        let infos = self.infos().await;
-        infos.get(index).cloned()
+    /// What a client that skips the handshake is told about `export`:
+    /// for the kernel's NBD client, whose size, block size and flags
+    /// `rlun attach` passes over netlink instead.
+    pub async fn preset_info(&self, export: &Export<B>) -> ExportInfo {
+        export.refresh_capacity().await;
+        export_info(export, (self.describe)(export))
     }
 
     /// Serve a connection already past negotiation (the kernel's NBD
-    /// client on a socketpair): export `info` (from
-    /// [`Server::preset_info`] for `index`), simple replies, the block
+    /// client on a socketpair): `export`, as `info` ([`Server::preset_info`])
+    /// describes it, simple replies, the block
     /// sizes the kernel was given. Requests are handled exactly as after a
     /// handshake.
     pub async fn serve_negotiated<S: Stream + 'static>(
         self: Arc<Self>,
         stream: S,
-        index: usize,
+        export: Arc<Export<B>>,
         info: &ExportInfo,
         peer: &str,
     ) -> Result<(), ConnError> {
@@ -338,7 +345,7 @@ impl<B: LunBackend> Server<B> {
             flags,
             block: info.block,
             negotiated: Negotiated {
-                export: index,
+                export: 0,
                 structured: false,
                 allocation: None,
                 block_sizes_agreed: true,
@@ -348,7 +355,12 @@ impl<B: LunBackend> Server<B> {
         info!(peer, export = %info.name, "NBD connection without handshake");
         let r = self
             .clone()
-            .transmission(Box::new(stream), BytesMut::with_capacity(64 << 10), tx)
+            .transmission(
+                Box::new(stream),
+                BytesMut::with_capacity(64 << 10),
+                tx,
+                export,
+            )
             .await;
         info!(peer, "NBD connection closed");
         r
@@ -420,6 +432,7 @@ impl<B: LunBackend> Server<B> {
         stream: Box<dyn Stream>,
         mut buf: BytesMut,
         tx: Transmission,
+        export: Arc<Export<B>>,
     ) -> Result<(), ConnError> {
         let (mut rd, wr) = tokio::io::split(stream);
         let (reply_tx, reply_rx) = mpsc::unbounded_channel::<Reply>();
@@ -504,7 +517,7 @@ impl<B: LunBackend> Server<B> {
                 continue;
             }
             if big::streamed(&req) {
-                let export = self.exports.exports()[tx.negotiated.export].clone();
+                let export = export.clone();
                 let structured = tx.negotiated.structured;
                 let (rd, buf) = (&mut rd, &mut buf);
                 match big::start(export, rd, buf, req, structured, permits, &outbox).await {
@@ -531,7 +544,6 @@ impl<B: LunBackend> Server<B> {
             // A READ that can complete at once (a cache hit) is answered
             // right here, without a future or task.
             let pending = if req.command == Command::Read {
-                let export = &self.exports.exports()[tx.negotiated.export];
                 match export.read_now(req.offset, req.length as usize) {
                     ExportRead::Done(r) => {
                         let mut reply = read_reply(tx.negotiated.structured, &req, r);
@@ -546,14 +558,14 @@ impl<B: LunBackend> Server<B> {
             };
             let server = self.clone();
             let tx = tx.clone();
+            let export = export.clone();
             let mut run: std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>> =
                 match pending {
                     Some(p) => Box::pin(async move {
-                        let export = &server.exports.exports()[tx.negotiated.export];
                         let r = export.read_wait(p).await;
                         read_reply(tx.negotiated.structured, &req, r)
                     }),
-                    None => Box::pin(async move { server.execute(&tx, req, data).await }),
+                    None => Box::pin(async move { server.execute(&tx, &export, req, data).await }),
                 };
             // Polled once here: a request that completes at once (a cache
             // hit) is answered without a task of its own; one that waits
@@ -594,8 +606,13 @@ impl<B: LunBackend> Server<B> {
     }
 
     /// Run one validated request and encode its reply.
-    async fn execute(&self, tx: &Transmission, req: Request, data: Bytes) -> Reply {
-        let export = &self.exports.exports()[tx.negotiated.export];
+    async fn execute(
+        &self,
+        tx: &Transmission,
+        export: &Export<B>,
+        req: Request,
+        data: Bytes,
+    ) -> Reply {
         let structured = tx.negotiated.structured;
         let fua = req.flags & cflag::FUA != 0;
         let (off, len) = (req.offset, req.length as u64);

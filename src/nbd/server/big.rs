@@ -343,7 +343,13 @@ mod tests {
         };
         let set = Arc::new(ExportSet::new(vec![(1, lun)], &cfg, false).unwrap());
         let (_stop, shutdown) = watch::channel(false);
-        let server = Arc::new(Server::new(set, vec![], None, Limits::default(), shutdown));
+        let server = Arc::new(Server::new(
+            set,
+            Arc::new(|_: &crate::export::Export<TestLun>| String::new()),
+            None,
+            Limits::default(),
+            shutdown,
+        ));
         // A small pipe: the server blocks when the client does not read.
         let (mut c, s) = tokio::io::duplex(64 << 10);
         tokio::spawn(async move {

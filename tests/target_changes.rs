@@ -1,0 +1,321 @@
+//! The target changes under a serving rlun (issue 25): tgtd adds, removes
+//! and replaces LUNs while `rlun mount` and `rlun serve` run. tgtd reports
+//! REPORTED LUNS DATA HAS CHANGED (UNIT ATTENTION 3F/0E) on the next
+//! command; rlun must follow it — the mount's directory gains and loses
+//! `lunN` files, an open file of a removed LUN fails with ENODEV, a LUN
+//! replaced by a bigger one shows its new size, `serve` offers what the
+//! target has now — and `rlun rescan` asks for the same look at once.
+//!
+//! Against the real tgtd, the kernel's FUSE and libnbd's nbdinfo.
+
+mod common;
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::cli::{assert_success, both, stdout};
+use common::{make_backing_file, pattern_bytes, run_rlun, run_with_timeout, Tgtd};
+
+const IQN: &str = "iqn.2026-12.org.example:changes";
+const LUN_SIZE: u64 = 8 << 20;
+
+/// A daemon mount, unmounted (and its rlun stopped) when the test ends.
+struct Mount {
+    mp: PathBuf,
+    log: PathBuf,
+}
+
+impl Mount {
+    fn start(tgtd: &Tgtd, dir: &Path) -> Mount {
+        let mp = dir.join("mnt");
+        fs::create_dir(&mp).unwrap();
+        let log = dir.join("rlun.log");
+        let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+        let out = run_rlun(
+            [
+                "-v",
+                "mount",
+                "--daemon",
+                "--log-file",
+                &log.display().to_string(),
+                &url,
+                &mp.display().to_string(),
+            ],
+            &[],
+        );
+        assert_success(&out, "rlun mount --daemon");
+        Mount { mp, log }
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(&self.mp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until the directory lists `want`.
+    fn wait_for(&self, want: &[&str], what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if self.names() == want {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "{what}: the mount lists {:?}, not {want:?}\n{}",
+            self.names(),
+            self.log()
+        );
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = run_rlun(["umount", &self.mp.display().to_string()], &[]);
+        let _ = Command::new("fusermount3")
+            .args(["-uz", "--"])
+            .arg(&self.mp)
+            .output();
+    }
+}
+
+fn tid(tgtd: &Tgtd) -> String {
+    let show = tgtd.tgtadm(&["--op", "show", "--mode", "target"]).unwrap();
+    show.lines()
+        .find_map(|l| {
+            l.strip_prefix("Target ")
+                .and_then(|r| r.split_once(':'))
+                .filter(|(_, name)| name.trim() == IQN)
+                .map(|(t, _)| t.trim().to_string())
+        })
+        .expect("tid of the target")
+}
+
+fn add_lun(tgtd: &Tgtd, lun: u32, file: &Path) {
+    let t = tid(tgtd);
+    tgtd.tgtadm(&[
+        "--op",
+        "new",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        &t,
+        "--lun",
+        &lun.to_string(),
+        "-b",
+        &file.display().to_string(),
+    ])
+    .expect("tgtadm: new LUN");
+}
+
+fn delete_lun(tgtd: &Tgtd, lun: u32) {
+    let t = tid(tgtd);
+    tgtd.tgtadm(&[
+        "--op",
+        "delete",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        &t,
+        "--lun",
+        &lun.to_string(),
+    ])
+    .expect("tgtadm: delete LUN");
+}
+
+/// A write that goes to the target at once (O_DIRECT + O_SYNC): the
+/// command that collects tgtd's UNIT ATTENTION.
+fn touch_target(file: &Path) {
+    let out = run_with_timeout(
+        Command::new("dd").args([
+            "if=/dev/zero",
+            &format!("of={}", file.display()),
+            "bs=4096",
+            "count=1",
+            "seek=100",
+            "oflag=direct,sync",
+            "conv=notrunc",
+            "status=none",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "dd: {}", both(&out));
+}
+
+#[test]
+fn a_mount_follows_luns_the_target_adds_removes_and_replaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = make_backing_file(dir.path(), LUN_SIZE, 1);
+    let two_dir = dir.path().join("two");
+    fs::create_dir(&two_dir).unwrap();
+    let two = make_backing_file(&two_dir, LUN_SIZE, 2);
+    let mut tgtd = Tgtd::start().expect("tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &one, 512)
+        .create()
+        .expect("target");
+    let m = Mount::start(&tgtd, dir.path());
+    assert_eq!(m.names(), ["lun1"]);
+
+    // Added: the UNIT ATTENTION on the next command is enough.
+    add_lun(&tgtd, 2, &two);
+    touch_target(&m.mp.join("lun1"));
+    m.wait_for(&["lun1", "lun2"], "after tgtd added LUN 2");
+    let mut got = Vec::new();
+    fs::File::open(m.mp.join("lun2"))
+        .unwrap()
+        .read_to_end(&mut got)
+        .unwrap();
+    common::cli::assert_same_bytes(&got, &pattern_bytes(2, 0, LUN_SIZE as usize), "lun2");
+    assert!(
+        m.log().contains("lun2: added"),
+        "the log says what changed:\n{}",
+        m.log()
+    );
+
+    // Removed, with a file of it open: `rlun rescan` looks at once. (The
+    // read below is O_DIRECT: what the kernel's page cache holds of the
+    // file is not rlun's to take back.)
+    let open = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_DIRECT)
+        .open(m.mp.join("lun2"))
+        .unwrap();
+    delete_lun(&tgtd, 2);
+    let out = run_rlun(["rescan", &m.mp.display().to_string()], &[]);
+    let said = assert_success(&out, "rlun rescan");
+    assert!(said.contains("lun2: removed"), "rescan says: {said}");
+    m.wait_for(&["lun1"], "after tgtd removed LUN 2");
+    let mut buf = AlignedPage([0u8; 4096]);
+    let err = open
+        .read_at(&mut buf.0, 1 << 20)
+        .expect_err("a read of the removed LUN fails");
+    assert_eq!(err.raw_os_error(), Some(libc_enodev()), "ENODEV, not {err}");
+
+    // Replaced by a bigger one under the same number: the new size shows.
+    let big = dir.path().join("big.img");
+    fs::write(&big, vec![0u8; 2 * LUN_SIZE as usize]).unwrap();
+    add_lun(&tgtd, 2, &big);
+    let out = run_rlun(["rescan", &m.mp.display().to_string()], &[]);
+    let said = assert_success(&out, "rlun rescan");
+    assert!(said.contains("lun2: added"), "rescan says: {said}");
+    m.wait_for(&["lun1", "lun2"], "after tgtd added LUN 2 again");
+    assert_eq!(fs::metadata(m.mp.join("lun2")).unwrap().len(), 2 * LUN_SIZE);
+
+    // A rescan with nothing new says so; lun1 kept its data throughout.
+    let out = run_rlun(["rescan", &m.mp.display().to_string()], &[]);
+    let said = assert_success(&out, "rlun rescan");
+    assert!(said.contains("no change"), "rescan says: {said}");
+    let mut head = vec![0u8; 4096];
+    fs::File::open(m.mp.join("lun1"))
+        .unwrap()
+        .read_exact_at(&mut head, 0)
+        .unwrap();
+    assert_eq!(head, pattern_bytes(1, 0, 4096));
+}
+
+#[test]
+fn rescan_of_nothing_served_says_so() {
+    let out = run_rlun(["rescan", "/nonexistent/mount"], &[]);
+    assert_eq!(out.status.code(), Some(5), "{}", both(&out));
+    assert!(
+        both(&out).contains("no rlun of this user serves /nonexistent/mount"),
+        "{}",
+        both(&out)
+    );
+    let _ = stdout(&out);
+}
+
+#[test]
+fn serve_offers_the_luns_the_target_has_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = make_backing_file(dir.path(), LUN_SIZE, 1);
+    let two_dir = dir.path().join("two");
+    fs::create_dir(&two_dir).unwrap();
+    let two = make_backing_file(&two_dir, LUN_SIZE, 2);
+    let mut tgtd = Tgtd::start().expect("tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &one, 512)
+        .create()
+        .expect("target");
+    let sock = dir.path().join("nbd.sock");
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let out = run_rlun(
+        [
+            "serve",
+            "--daemon",
+            "--socket",
+            &sock.display().to_string(),
+            &url,
+        ],
+        &[],
+    );
+    assert_success(&out, "rlun serve --daemon");
+    let sock_s = sock.display().to_string();
+    let _stop = StopServe(sock.clone());
+    let list = || {
+        let out = run_with_timeout(
+            Command::new("nbdinfo").args(["--list", &format!("nbd+unix:///?socket={sock_s}")]),
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success(), "nbdinfo --list: {}", both(&out));
+        stdout(&out)
+    };
+    assert!(list().contains("export=\"lun1\""));
+    assert!(!list().contains("export=\"lun2\""));
+
+    add_lun(&tgtd, 2, &two);
+    let out = run_rlun(["rescan", &sock_s], &[]);
+    let said = assert_success(&out, "rlun rescan");
+    assert!(said.contains("lun2: added"), "rescan says: {said}");
+    let listed = list();
+    assert!(listed.contains("export=\"lun2\""), "{listed}");
+    let out = run_with_timeout(
+        Command::new("nbdinfo").args(["--size", &format!("nbd+unix:///lun2?socket={sock_s}")]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(stdout(&out).trim(), LUN_SIZE.to_string(), "{}", both(&out));
+
+    delete_lun(&tgtd, 2);
+    let out = run_rlun(["rescan", &sock_s], &[]);
+    let said = assert_success(&out, "rlun rescan");
+    assert!(said.contains("lun2: removed"), "rescan says: {said}");
+    assert!(!list().contains("export=\"lun2\""));
+}
+
+/// Stop a daemon `rlun serve` on its socket when the test ends.
+struct StopServe(PathBuf);
+
+impl Drop for StopServe {
+    fn drop(&mut self) {
+        let state = rlun::daemon::state_file(&self.0);
+        if let Some(pid) = fs::read_to_string(state)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+        {
+            let _ = Command::new("kill").arg(pid.to_string()).output();
+        }
+    }
+}
+
+fn libc_enodev() -> i32 {
+    19
+}
+
+const O_DIRECT: i32 = 0o40000;
+
+/// A page-aligned buffer for an O_DIRECT read.
+#[repr(C, align(4096))]
+struct AlignedPage([u8; 4096]);
