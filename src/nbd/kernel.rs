@@ -5,8 +5,11 @@
 //! other ends the in-process NBD server serves in transmission phase (the
 //! kernel expects sockets already past negotiation). This module speaks the
 //! generic-netlink family `nbd` (resolved through `CTRL_CMD_GETFAMILY`):
-//! [`connect`] (`NBD_CMD_CONNECT`, the kernel may pick the device) and
-//! [`disconnect`] (`NBD_CMD_DISCONNECT`).
+//! [`connect`] (`NBD_CMD_CONNECT`, the kernel may pick the device),
+//! [`disconnect`] (`NBD_CMD_DISCONNECT`) and, when the LUN's capacity
+//! changed, [`resize`] (`NBD_CMD_RECONFIGURE` with the new size; on an
+//! ioctl-connected device `NBD_SET_SIZE` instead, as the kernel refuses
+//! each interface's requests on a device the other one connected).
 //!
 //! Kernels whose nbd module has no netlink family (before 4.12), or a run
 //! with `RLUN_NBD_INTERFACE=ioctl` (how the lab tests this path), use the
@@ -56,6 +59,7 @@ const NLA_TYPE_MASK: u16 = 0x3fff;
 
 const NBD_CMD_CONNECT: u8 = 1;
 const NBD_CMD_DISCONNECT: u8 = 2;
+const NBD_CMD_RECONFIGURE: u8 = 3;
 const NBD_ATTR_INDEX: u16 = 1;
 const NBD_ATTR_SIZE_BYTES: u16 = 2;
 const NBD_ATTR_BLOCK_SIZE_BYTES: u16 = 3;
@@ -86,6 +90,31 @@ pub enum KernelError {
     NotRoot,
     #[error("/dev/nbd{0} is in use")]
     Busy(u32),
+    #[error("/dev/nbd{0} is not connected")]
+    NotConnected(u32),
+    #[error("cannot resize to {size} bytes in blocks of {block_size}: the size must be a positive multiple of a power-of-two block size of 512 to 65536 bytes")]
+    BadGeometry { size: u64, block_size: u64 },
+    /// The kernel took the request without an error but the device kept
+    /// its size: an nbd driver that predates resizing a running device
+    /// through that interface (for netlink: one that ignores
+    /// `NBD_ATTR_SIZE_BYTES` in `NBD_CMD_RECONFIGURE`).
+    #[error("the kernel accepted {how} for /dev/nbd{index} but the device is still {now} bytes, not {wanted}: this kernel's nbd driver cannot resize a running device through {how}")]
+    ResizeIgnored {
+        index: u32,
+        how: &'static str,
+        wanted: u64,
+        now: u64,
+    },
+    /// The netlink request was refused with `EINVAL`: the device is not
+    /// one the nbd netlink interface configured (connected through the
+    /// ioctls), or the kernel refused the geometry.
+    #[error("the kernel refused NBD_CMD_RECONFIGURE for /dev/nbd{0} (EINVAL): a device connected through the ioctl interface cannot be reconfigured over netlink (resize it with NBD_SET_SIZE)")]
+    ReconfigureRefused(u32),
+    /// The ioctl was refused with `EINVAL` on a connected device: a device
+    /// connected over netlink takes no configuring ioctls ("Cannot use
+    /// ioctl interface on a netlink controlled device").
+    #[error("the kernel refused NBD_SET_SIZE for /dev/nbd{0} (EINVAL): a device connected over netlink cannot be configured through the ioctls (resize it with NBD_CMD_RECONFIGURE)")]
+    IoctlRefused(u32),
     #[error("malformed netlink reply: {0}")]
     Malformed(&'static str),
     #[error("netlink: {0}")]
@@ -182,6 +211,17 @@ pub fn encode_connect(family: u16, p: &ConnectParams, fds: &[RawFd], seq: u32) -
     }
     end_nest(&mut a, socks);
     message(family, NBD_CMD_CONNECT, seq, &a)
+}
+
+/// `NBD_CMD_RECONFIGURE` of `/dev/nbd<index>` to `size` bytes in blocks of
+/// `block_size`: the kernel's nbd driver applies both to the running
+/// device (`nbd_genl_size_set`) when they differ from what it has.
+pub fn encode_resize(family: u16, index: u32, size: u64, block_size: u64, seq: u32) -> Vec<u8> {
+    let mut a = Vec::new();
+    put_attr(&mut a, NBD_ATTR_INDEX, &index.to_ne_bytes());
+    put_attr(&mut a, NBD_ATTR_SIZE_BYTES, &size.to_ne_bytes());
+    put_attr(&mut a, NBD_ATTR_BLOCK_SIZE_BYTES, &block_size.to_ne_bytes());
+    message(family, NBD_CMD_RECONFIGURE, seq, &a)
 }
 
 /// `NBD_CMD_DISCONNECT` of `/dev/nbd<index>`.
@@ -545,6 +585,111 @@ pub fn disconnect_ioctl(index: u32) -> Result<(), KernelError> {
         .map_err(|e| errno_error(e.raw_os_error().unwrap_or(0), Some(index)))
 }
 
+/// The size in bytes of `/dev/nbd<index>` as the block layer has it
+/// (`/sys/block/nbdN/size`, in 512-byte sectors whatever the block size).
+pub fn device_size(index: u32) -> io::Result<u64> {
+    let text = std::fs::read_to_string(format!("/sys/block/nbd{index}/size"))?;
+    sectors_to_bytes(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("/sys/block/nbd{index}/size: not a number: {text:?}"),
+        )
+    })
+}
+
+fn sectors_to_bytes(text: &str) -> Option<u64> {
+    text.trim().parse::<u64>().ok()?.checked_mul(512)
+}
+
+/// What the kernel accepts (`blk_validate_block_size`: a power of two from
+/// 512 bytes up to the page size; 64 KiB is the largest page size rlun
+/// lets through, the kernel refuses what its own page size does not allow)
+/// and what the block layer can show: a whole number of blocks.
+fn check_geometry(size: u64, block_size: u64) -> Result<(), KernelError> {
+    let ok = block_size.is_power_of_two()
+        && (512..=65536).contains(&block_size)
+        && size > 0
+        && size.is_multiple_of(block_size);
+    if ok {
+        Ok(())
+    } else {
+        Err(KernelError::BadGeometry { size, block_size })
+    }
+}
+
+/// Whether the device shows the size asked for; the kernel answers a
+/// request it does not understand the size part of without an error, so
+/// only the block layer's own figure tells.
+fn check_resized(index: u32, how: &'static str, wanted: u64, now: u64) -> Result<(), KernelError> {
+    if now == wanted {
+        Ok(())
+    } else {
+        Err(KernelError::ResizeIgnored {
+            index,
+            how,
+            wanted,
+            now,
+        })
+    }
+}
+
+/// Change the size (and block size) of the connected `/dev/nbd<index>`
+/// while it runs, through the interface it was connected with (`how`):
+///
+/// - [`Interface::Netlink`]: `NBD_CMD_RECONFIGURE` with `NBD_ATTR_SIZE_BYTES`
+///   and `NBD_ATTR_BLOCK_SIZE_BYTES` (the kernel refuses the ioctls on a
+///   netlink-connected device);
+/// - [`Interface::Ioctl`]: `NBD_SET_BLKSIZE` when the block size differs
+///   from the device's, then `NBD_SET_SIZE`, on a descriptor of the device
+///   of our own (the `NBD_DO_IT` thread keeps running).
+///
+/// Either way the kernel sets the new capacity and tells the block layer
+/// (a change uevent; an open file system is not touched: growing it is
+/// `resize2fs`'s job, and shrinking under one makes its later I/O past the
+/// new end fail). Afterwards the size is read back from sysfs and
+/// [`KernelError::ResizeIgnored`] returned when it is not `size`, because an
+/// nbd driver without resize support takes the request and ignores the
+/// size. `size` must be a positive multiple of `block_size`
+/// ([`KernelError::BadGeometry`]); a device that is not connected is
+/// [`KernelError::NotConnected`].
+pub fn resize(index: u32, size: u64, block_size: u64, how: Interface) -> Result<(), KernelError> {
+    check_geometry(size, block_size)?;
+    if !connected(index) {
+        return Err(KernelError::NotConnected(index));
+    }
+    let what = match how {
+        Interface::Netlink => {
+            let mut g = Genl::open()?;
+            let family = g.nbd_family()?;
+            let (e, _) = g.request(&encode_resize(family, index, size, block_size, g.seq))?;
+            match e {
+                0 => {}
+                libc::EINVAL => return Err(KernelError::ReconfigureRefused(index)),
+                e => return Err(errno_error(e, Some(index))),
+            }
+            "NBD_CMD_RECONFIGURE"
+        }
+        Interface::Ioctl => {
+            let dev = open_device(index)?;
+            let current =
+                std::fs::read_to_string(format!("/sys/block/nbd{index}/queue/logical_block_size"))?;
+            let set = |request, arg| {
+                nbd_ioctl(dev.as_fd(), request, arg).map_err(|e| match e.raw_os_error() {
+                    Some(libc::EINVAL) => KernelError::IoctlRefused(index),
+                    Some(e) => errno_error(e, Some(index)),
+                    None => KernelError::Io(e),
+                })
+            };
+            if current.trim().parse::<u64>().ok() != Some(block_size) {
+                set(Request::SetBlksize, block_size)?;
+            }
+            set(Request::SetSize, size)?;
+            "NBD_SET_SIZE"
+        }
+    };
+    check_resized(index, what, size, device_size(index)?)
+}
+
 /// Disconnect over whichever interface works: netlink, else the ioctl.
 pub fn disconnect_any(index: u32) -> Result<(), KernelError> {
     match interface()? {
@@ -610,6 +755,94 @@ mod tests {
         assert_eq!(a[0], (NBD_ATTR_INDEX, 3u32.to_ne_bytes().to_vec()));
         let d = attrs_of(&encode_disconnect(1, 3, 2));
         assert_eq!(d, [(NBD_ATTR_INDEX, 3u32.to_ne_bytes().to_vec())]);
+    }
+
+    #[test]
+    fn resize_message_layout() {
+        let m = encode_resize(0x22, 3, 64 << 20, 4096, 9);
+        assert_eq!(u16_at(&m, 4), Some(0x22));
+        assert_eq!(u16_at(&m, 6), Some(NLM_F_REQUEST | NLM_F_ACK));
+        assert_eq!(u32_at(&m, 8), Some(9));
+        assert_eq!(m[16], NBD_CMD_RECONFIGURE);
+        // <linux/nbd-netlink.h>: UNSPEC, CONNECT, DISCONNECT, RECONFIGURE,
+        // LINK_DEAD, STATUS. (5 is NBD_CMD_STATUS, which the kernel answers
+        // with success and no change.)
+        assert_eq!(NBD_CMD_RECONFIGURE, 3);
+        assert_eq!(m[17], 1, "genl version");
+        // Exactly the index (u32), the size and the block size (u64 each),
+        // nothing that would also reconfigure timeouts, flags or sockets.
+        assert_eq!(
+            attrs_of(&m),
+            [
+                (NBD_ATTR_INDEX, 3u32.to_ne_bytes().to_vec()),
+                (NBD_ATTR_SIZE_BYTES, (64u64 << 20).to_ne_bytes().to_vec()),
+                (NBD_ATTR_BLOCK_SIZE_BYTES, 4096u64.to_ne_bytes().to_vec()),
+            ]
+        );
+        assert_eq!(m.len(), 20 + 8 + 12 + 12);
+    }
+
+    #[test]
+    fn resize_geometry_is_checked_before_the_kernel_is_asked() {
+        assert!(check_geometry(64 << 20, 4096).is_ok());
+        assert!(check_geometry(512, 512).is_ok());
+        assert!(check_geometry(1 << 40, 65536).is_ok());
+        for (size, bs) in [
+            (0, 512),
+            (4096 + 512, 4096),
+            (8192, 3000),
+            (8192, 256),
+            (1 << 20, 1 << 17),
+        ] {
+            let e = check_geometry(size, bs).unwrap_err();
+            assert!(
+                matches!(e, KernelError::BadGeometry { size: s, block_size: b } if s == size && b == bs),
+                "{size}/{bs}: {e}"
+            );
+        }
+        // Before any netlink or device access: no nbd device 15 here.
+        assert!(matches!(
+            resize(15, 0, 512, Interface::Netlink),
+            Err(KernelError::BadGeometry { .. })
+        ));
+    }
+
+    #[test]
+    fn resize_is_confirmed_by_the_block_layer_size() {
+        assert_eq!(sectors_to_bytes("131072\n"), Some(64 << 20));
+        assert_eq!(sectors_to_bytes("0"), Some(0));
+        assert_eq!(sectors_to_bytes("x"), None);
+        assert_eq!(sectors_to_bytes(&u64::MAX.to_string()), None);
+        assert!(check_resized(2, "NBD_CMD_RECONFIGURE", 64 << 20, 64 << 20).is_ok());
+        // An nbd driver that takes the request but ignores the size.
+        let e = check_resized(2, "NBD_CMD_RECONFIGURE", 64 << 20, 32 << 20).unwrap_err();
+        assert!(matches!(
+            e,
+            KernelError::ResizeIgnored { index: 2, wanted, now, .. } if wanted == 64 << 20 && now == 32 << 20
+        ));
+        let text = e.to_string();
+        assert!(
+            text.contains("/dev/nbd2") && text.contains("33554432"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cannot resize a running device through NBD_CMD_RECONFIGURE"),
+            "{text}"
+        );
+    }
+
+    /// A device that is not connected is refused before the kernel is
+    /// asked (on a host without the nbd module no device is connected).
+    #[test]
+    fn resize_of_a_device_that_is_not_connected() {
+        if connected(15) {
+            eprintln!("SKIP: /dev/nbd15 is connected on this host");
+            return;
+        }
+        for how in [Interface::Netlink, Interface::Ioctl] {
+            let e = resize(15, 1 << 20, 4096, how).unwrap_err();
+            assert!(matches!(e, KernelError::NotConnected(15)), "{e}");
+        }
     }
 
     #[test]

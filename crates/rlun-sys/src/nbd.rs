@@ -19,6 +19,9 @@ pub enum Request {
     SetSock = 0xab00,
     /// Block size in bytes.
     SetBlksize = 0xab01,
+    /// Size in bytes; on a running device the new capacity takes effect at
+    /// once (how a device connected through these ioctls is resized).
+    SetSize = 0xab02,
     /// Run the device; returns when it is disconnected (blocks the thread).
     DoIt = 0xab03,
     /// Drop the sockets.
@@ -66,6 +69,7 @@ mod tests {
         let io = |nr: u64| (0xab << 8) | nr;
         assert_eq!(Request::SetSock as u64, io(0));
         assert_eq!(Request::SetBlksize as u64, io(1));
+        assert_eq!(Request::SetSize as u64, io(2));
         assert_eq!(Request::DoIt as u64, io(3));
         assert_eq!(Request::ClearSock as u64, io(4));
         assert_eq!(Request::ClearQue as u64, io(5));
