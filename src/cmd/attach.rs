@@ -35,7 +35,7 @@ use crate::daemon::{self, process_alive, Readiness, Signals};
 use crate::export::{Export, ExportSet};
 use crate::nbd::kernel::{self, flags, ConnectParams, Interface, IoctlSession, KernelError};
 use crate::nbd::server::{Limits, Server};
-use crate::service::{self, FrontEnd, Live, Plan};
+use crate::service::{self, ChangeHook, ExportChange, FrontEnd, Live, Plan};
 
 /// Longest wait for the fsync of `/dev/nbdN` before a disconnect (see
 /// [`kernel::flush_device`]); then the device is disconnected anyway.
@@ -249,10 +249,11 @@ impl FrontEnd for Kernel<'_> {
                 replacement.as_secs()
             );
         }
+        let params_block_size = u64::from(info.block.minimum.clamp(512, 4096));
         let params = ConnectParams {
             index: self.index,
             size: info.size,
-            block_size: u64::from(info.block.minimum.clamp(512, 4096)),
+            block_size: params_block_size,
             server_flags,
             timeout,
             dead_conn_timeout: timeout,
@@ -283,6 +284,7 @@ impl FrontEnd for Kernel<'_> {
             dev: state_key(index),
             index,
             iface,
+            block_size: params_block_size,
             url: self.url,
             exports,
             conns,
@@ -298,6 +300,8 @@ struct Attached {
     dev: PathBuf,
     index: u32,
     iface: Interface,
+    /// The block size the kernel was given.
+    block_size: u64,
     url: String,
     exports: Arc<ExportSet<Lun>>,
     /// The tasks serving the kernel's connections.
@@ -315,6 +319,34 @@ impl Live for Attached {
 
     fn state_key(&self) -> PathBuf {
         self.dev.clone()
+    }
+
+    /// A LUN that grew or shrank resizes the device (netlink
+    /// NBD_CMD_RECONFIGURE, or NBD_SET_SIZE for a device the ioctls
+    /// connected: [`kernel::resize`]); `blockdev --getsize64` and
+    /// `resize2fs` see the new size at once. A removed LUN leaves the
+    /// device connected with every request failing (ENODEV from rlun, EIO
+    /// in the kernel) until `rlun detach`.
+    fn follow(&self) -> Option<ChangeHook> {
+        let (index, iface, block_size) = (self.index, self.iface, self.block_size);
+        let dev = self.dev.clone();
+        Some(Box::new(move |c: &ExportChange| match *c {
+            ExportChange::Resized { new, .. } => {
+                let dev = dev.clone();
+                tokio::task::spawn_blocking(move || {
+                    match kernel::resize(index, new, block_size, iface) {
+                        Ok(()) => info!("{} resized to {new} bytes", dev.display()),
+                        Err(e) => warn!(error = %e, "cannot resize {}", dev.display()),
+                    }
+                });
+            }
+            ExportChange::Removed { lun } => warn!(
+                "the target removed LUN {lun}: I/O on {} fails until `rlun detach {}`",
+                dev.display(),
+                dev.display()
+            ),
+            ExportChange::Added { .. } => {}
+        }))
     }
 
     fn announce(&self, readiness: &mut Readiness) {

@@ -768,6 +768,13 @@ impl Transmission {
     /// NBD error to reply with (the spec's choice where it makes one).
     /// DISC always passes.
     pub fn check(&self, r: &Request) -> Result<(), u32> {
+        self.check_within(r, self.size)
+    }
+
+    /// [`Transmission::check`] against an export of `size` bytes (the
+    /// kernel's client, which rlun resizes while it runs, is checked
+    /// against the export's size now).
+    pub fn check_within(&self, r: &Request, size: u64) -> Result<(), u32> {
         use Command::*;
         let has = |f: u16| self.flags & f != 0;
         let supported = match r.command {
@@ -807,7 +814,7 @@ impl Transmission {
         }
         let len = r.length as u64;
         let end = r.offset.checked_add(len);
-        if end.is_none_or(|end| end > self.size) {
+        if end.is_none_or(|end| end > size) {
             return Err(if matches!(r.command, Write | WriteZeroes) {
                 err::ENOSPC
             } else {

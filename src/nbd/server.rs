@@ -314,7 +314,11 @@ impl<B: LunBackend> Server<B> {
             negotiated,
         };
         let export = exports[negotiated_export].clone();
-        let r = self.clone().transmission(stream, buf, tx, export).await;
+        // A client that negotiated keeps the size it was told.
+        let r = self
+            .clone()
+            .transmission(stream, buf, tx, export, false)
+            .await;
         info!(peer, "NBD client disconnected");
         r
     }
@@ -360,6 +364,7 @@ impl<B: LunBackend> Server<B> {
                 BytesMut::with_capacity(64 << 10),
                 tx,
                 export,
+                true,
             )
             .await;
         info!(peer, "NBD connection closed");
@@ -433,6 +438,7 @@ impl<B: LunBackend> Server<B> {
         mut buf: BytesMut,
         tx: Transmission,
         export: Arc<Export<B>>,
+        live_size: bool,
     ) -> Result<(), ConnError> {
         let (mut rd, wr) = tokio::io::split(stream);
         let (reply_tx, reply_rx) = mpsc::unbounded_channel::<Reply>();
@@ -480,7 +486,12 @@ impl<B: LunBackend> Server<B> {
             } else {
                 0
             };
-            let check = tx.check(&req).and_then(|()| big::check_unfragmented(&req));
+            let check = if live_size {
+                tx.check_within(&req, export.size())
+            } else {
+                tx.check(&req)
+            };
+            let check = check.and_then(|()| big::check_unfragmented(&req));
             // Every request, refused ones too, holds a request permit until
             // its reply is written: that bounds the replies queued for a
             // client that does not read them.
