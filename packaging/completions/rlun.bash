@@ -52,6 +52,9 @@ _rlun() {
             rlun,mount)
                 cmd="rlun__subcmd__mount"
                 ;;
+            rlun,rescan)
+                cmd="rlun__subcmd__rescan"
+                ;;
             rlun,serve)
                 cmd="rlun__subcmd__serve"
                 ;;
@@ -94,6 +97,9 @@ _rlun() {
             rlun__subcmd__help,mount)
                 cmd="rlun__subcmd__help__subcmd__mount"
                 ;;
+            rlun__subcmd__help,rescan)
+                cmd="rlun__subcmd__help__subcmd__rescan"
+                ;;
             rlun__subcmd__help,serve)
                 cmd="rlun__subcmd__help__subcmd__serve"
                 ;;
@@ -107,7 +113,7 @@ _rlun() {
 
     case "${cmd}" in
         rlun)
-            opts="-v -q -h -V --verbose --quiet --threads --config --help --version discover ls info cp bench mount umount serve attach detach list completions generate-man help"
+            opts="-v -q -h -V --verbose --quiet --threads --config --help --version discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -563,7 +569,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help)
-            opts="discover ls info cp bench mount umount serve attach detach list completions generate-man help"
+            opts="discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -731,6 +737,20 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help__subcmd__mount)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__help__subcmd__rescan)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1030,6 +1050,32 @@ _rlun() {
                     return 0
                     ;;
                 --stats-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__rescan)
+            opts="-v -q -h -V --timeout --verbose --quiet --threads --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
