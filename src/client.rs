@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rlun_iscsi::ErrorKind;
 use thiserror::Error;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::session::{CommandQueue, Completion, SessionConfig, SessionError, SessionHandle};
 use rlun_iscsi::proto::connection::{CommandRequest, CommandResult};
@@ -840,7 +840,7 @@ impl LunQueue {
 /// UNIT ATTENTION.
 fn note_target_change(session: &SessionHandle, err: &ScsiError) {
     if let Some(change) = err.target_change() {
-        info!(?change, "the target reports a change");
+        debug!(?change, "the target reports a change");
         session.note_change(change);
     }
 }

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use thiserror::Error;
+use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::client::{ClientError, LoggedIn, Lun, Target};
@@ -148,8 +149,10 @@ pub enum ExportChange {
 
 /// What a front end does about an [`ExportChange`] beyond what the export
 /// layer does (resize a kernel block device…). Called on the task that
-/// follows the target; must not block.
-pub type ChangeHook = Box<dyn Fn(&ExportChange) + Send + Sync>;
+/// follows the target; must not block: work that may block goes to
+/// `spawn_blocking`, whose handle it returns. The change counts as followed
+/// (`rlun rescan` returns) once that work ended.
+pub type ChangeHook = Box<dyn Fn(&ExportChange) -> Option<JoinHandle<()>> + Send + Sync>;
 
 /// A started front end.
 #[allow(async_fn_in_trait)]
@@ -412,8 +415,8 @@ async fn follow_target(
         }
         for c in &found {
             info!("the exports follow the target: {}", describe_change(c));
-            if let Some(h) = &hook {
-                h(c);
+            if let Some(work) = hook.as_ref().and_then(|h| h(c)) {
+                let _ = work.await;
             }
         }
         if let Some(r) = &report {

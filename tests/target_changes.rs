@@ -185,9 +185,10 @@ fn a_mount_follows_luns_the_target_adds_removes_and_replaces() {
         m.log()
     );
 
-    // Removed, with a file of it open: `rlun rescan` looks at once. (The
-    // read below is O_DIRECT: what the kernel's page cache holds of the
-    // file is not rlun's to take back.)
+    // Removed, with files of it open: `rlun rescan` looks at once. The
+    // buffered file's pages are all in the kernel's page cache (read
+    // above): rlun has the kernel drop them, so its reads fail too.
+    let buffered = fs::File::open(m.mp.join("lun2")).unwrap();
     let open = fs::OpenOptions::new()
         .read(true)
         .custom_flags(O_DIRECT)
@@ -202,6 +203,11 @@ fn a_mount_follows_luns_the_target_adds_removes_and_replaces() {
     let err = open
         .read_at(&mut buf.0, 1 << 20)
         .expect_err("a read of the removed LUN fails");
+    assert_eq!(err.raw_os_error(), Some(libc_enodev()), "ENODEV, not {err}");
+    let mut page = vec![0u8; 4096];
+    let err = buffered
+        .read_at(&mut page, 2 << 20)
+        .expect_err("a buffered read of the removed LUN fails");
     assert_eq!(err.raw_os_error(), Some(libc_enodev()), "ENODEV, not {err}");
 
     // Replaced by a bigger one under the same number: the new size shows.

@@ -333,19 +333,22 @@ impl Live for Attached {
         Some(Box::new(move |c: &ExportChange| match *c {
             ExportChange::Resized { new, .. } => {
                 let dev = dev.clone();
-                tokio::task::spawn_blocking(move || {
+                Some(tokio::task::spawn_blocking(move || {
                     match kernel::resize(index, new, block_size, iface) {
                         Ok(()) => info!("{} resized to {new} bytes", dev.display()),
                         Err(e) => warn!(error = %e, "cannot resize {}", dev.display()),
                     }
-                });
+                }))
             }
-            ExportChange::Removed { lun } => warn!(
-                "the target removed LUN {lun}: I/O on {} fails until `rlun detach {}`",
-                dev.display(),
-                dev.display()
-            ),
-            ExportChange::Added { .. } => {}
+            ExportChange::Removed { lun } => {
+                warn!(
+                    "the target removed LUN {lun}: I/O on {} fails until `rlun detach {}`",
+                    dev.display(),
+                    dev.display()
+                );
+                None
+            }
+            ExportChange::Added { .. } => None,
         }))
     }
 

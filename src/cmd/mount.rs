@@ -46,7 +46,7 @@ use crate::fuse::{
     find_mount, is_rlun_mount, spawn_watcher, FsOptions, FuseFs, FuseStats, LunFs, MountEntry,
     Watcher,
 };
-use crate::service::{self, human_size, FrontEnd, Live, Plan};
+use crate::service::{self, human_size, ChangeHook, ExportChange, FrontEnd, Live, Plan};
 
 pub use crate::daemon::state_file;
 
@@ -306,6 +306,7 @@ impl FrontEnd for Fuse<'_> {
         } else {
             None
         };
+        let notifier = session.notifier();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("rlun-fuse".into())
@@ -316,6 +317,7 @@ impl FrontEnd for Fuse<'_> {
             .map_err(|e| CliError::Other(format!("cannot start the FUSE thread: {e}")))?;
         Ok(Mounted {
             fs,
+            notifier,
             mp: self.mp,
             iqn: self.iqn,
             fuse_stats,
@@ -326,12 +328,39 @@ impl FrontEnd for Fuse<'_> {
     }
 }
 
+/// What the kernel is told about a file that changed.
+#[derive(Clone, Copy)]
+enum Inval {
+    Resized { shrunk: bool },
+    Removed,
+    Added,
+}
+
+fn notify(n: &fuser::Notifier, ino: u64, lun: u64, what: Inval) {
+    use fuser::INodeNo;
+    let name = crate::fuse::lun_file_name(lun);
+    let r = match what {
+        // Attributes only (offset < 0), or the attributes and every page.
+        Inval::Resized { shrunk: false } => n.inval_inode(INodeNo(ino), -1, 0),
+        Inval::Resized { shrunk: true } => n.inval_inode(INodeNo(ino), 0, 0),
+        Inval::Removed => n
+            .inval_inode(INodeNo(ino), 0, 0)
+            .and_then(|()| n.delete(INodeNo::ROOT, INodeNo(ino), name.as_ref())),
+        Inval::Added => n.inval_entry(INodeNo::ROOT, name.as_ref()),
+    };
+    if let Err(e) = r {
+        debug!(lun, error = %e, "FUSE cache notification not taken");
+    }
+}
+
 /// The result of the FUSE session's thread (`fuser::Session::run`).
 type SessionEnd = std::io::Result<()>;
 
 /// A mounted [`Fuse`] front end.
 struct Mounted {
     fs: Arc<LunFs<Lun>>,
+    /// Tells the kernel what it caches of a file that changed.
+    notifier: fuser::Notifier,
     mp: PathBuf,
     iqn: String,
     fuse_stats: Arc<FuseStats>,
@@ -346,6 +375,32 @@ struct Mounted {
 impl Live for Mounted {
     fn exports(&self) -> &Arc<ExportSet<Lun>> {
         self.fs.export_set()
+    }
+
+    /// The directory follows the export set by itself (1 s entry and
+    /// attribute timeouts); this tells the kernel at once what it caches:
+    /// a resized file's attributes (and, when it shrank, its pages), a
+    /// removed file's entry and pages (so reads of it reach rlun and fail
+    /// with ENODEV instead of being served from the page cache).
+    fn follow(&self) -> Option<ChangeHook> {
+        let fs = self.fs.clone();
+        let notifier = self.notifier.clone();
+        Some(Box::new(move |c: &ExportChange| {
+            let (lun, what) = match *c {
+                ExportChange::Resized { lun, old, new } => {
+                    (lun, Inval::Resized { shrunk: new < old })
+                }
+                ExportChange::Removed { lun } => (lun, Inval::Removed),
+                ExportChange::Added { lun } => (lun, Inval::Added),
+            };
+            let ino = fs.ino_of(lun)?;
+            let notifier = notifier.clone();
+            // The kernel may wait on pages a pending read holds: never on
+            // a runtime thread.
+            Some(tokio::task::spawn_blocking(move || {
+                notify(&notifier, ino, lun, what)
+            }))
+        }))
     }
 
     fn state_key(&self) -> PathBuf {

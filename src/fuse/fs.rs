@@ -213,6 +213,17 @@ impl<B: LunBackend> LunFs<B> {
         files.get(idx).cloned()
     }
 
+    /// The inode of the newest file of LUN `number` (also a removed one).
+    pub fn ino_of(&self, number: u64) -> Option<u64> {
+        self.follow_exports();
+        let files = self.files.read().unwrap_or_else(|e| e.into_inner());
+        files
+            .iter()
+            .rev()
+            .find(|f| f.number() == number)
+            .map(|f| f.ino)
+    }
+
     /// The file called `name` in the root directory.
     pub fn lookup(&self, name: &OsStr) -> Option<LunFile<B>> {
         self.follow_exports();

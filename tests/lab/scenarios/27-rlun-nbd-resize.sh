@@ -35,7 +35,7 @@ scenario() {
     fi
 
     # --- 2: a LUN that grows, rlun rescan
-    "$RLUN" rescan --help >/dev/null 2>&1 || skip "rlun rescan not available ($part1)"
+    rlun_has rescan || skip "rlun rescan not available ($part1)"
     need lio
     local dir=$LIO/core/fileio_0/grow backing=$LAB_DATA/grow.img dev n pid
     local url="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_IQN/2"
