@@ -115,6 +115,10 @@ pub enum ExportError {
         len: u64,
         size: u64,
     },
+    /// Cached data of the LUN's size before a capacity change could not be
+    /// written (the LUN shrank under it, or the target was unreachable).
+    #[error("{export}: cached data could not be written before the LUN's capacity changed")]
+    LostInResize { export: String },
     /// The target no longer reports this LUN (REPORT LUNS after a
     /// REPORTED LUNS DATA HAS CHANGED, or a rescan).
     #[error("{export}: the LUN was removed from the target")]
@@ -137,6 +141,7 @@ impl ExportError {
         match self {
             ExportError::ShutDown { .. } => errno::EIO,
             ExportError::Gone { .. } => errno::ENODEV,
+            ExportError::LostInResize { .. } => errno::EIO,
             ExportError::ReadOnly { .. } => errno::EROFS,
             ExportError::NoSpace { .. } => errno::ENOSPC,
             ExportError::OutOfRange { .. } => errno::EINVAL,
@@ -234,6 +239,11 @@ pub struct Export<B: LunBackend> {
     swapped: tokio::sync::Notify,
     /// The target no longer reports the LUN.
     gone: AtomicBool,
+    /// Devices replaced by a capacity change, being written back and
+    /// closed ([`retire`]); the final write-back waits for them.
+    retiring: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Bytes of cached data a replaced device could not write.
+    lost_in_resize: Arc<AtomicU64>,
     cfg: DeviceConfig,
     read_only: bool,
     shut: AtomicBool,
@@ -263,6 +273,8 @@ impl<B: LunBackend> Export<B> {
             swapping: AtomicBool::new(false),
             swapped: tokio::sync::Notify::new(),
             gone: AtomicBool::new(false),
+            retiring: std::sync::Mutex::new(Vec::new()),
+            lost_in_resize: Arc::new(AtomicU64::new(0)),
             cfg: cfg.clone(),
             shut: AtomicBool::new(false),
             writes: AtomicU64::new(0),
@@ -307,6 +319,16 @@ impl<B: LunBackend> Export<B> {
             fast_zero: !self.read_only && backend.unmap_reads_zeros(),
         }
     }
+    /// Wait for the devices a capacity change replaced to be written back;
+    /// the bytes they could not write.
+    async fn retired(&self) -> u64 {
+        let tasks = std::mem::take(&mut *self.retiring.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in tasks {
+            let _ = t.await;
+        }
+        self.lost_in_resize.load(Ordering::Acquire)
+    }
+
     /// Bytes written into the cache and not yet to the target.
     pub fn dirty_bytes(&self) -> u64 {
         self.device().stats().dirty_bytes
@@ -790,7 +812,11 @@ impl<B: LunBackend> Export<B> {
         self.swapped.notify_waiters();
         // A request that lost the race with the swap flag may still hold
         // it; flush and close it after the last.
-        tokio::spawn(retire(old));
+        let task = tokio::spawn(retire(old, self.number, self.lost_in_resize.clone()));
+        self.retiring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
         Some(new_size)
     }
 }
@@ -843,12 +869,25 @@ async fn wait_unused<B: LunBackend>(dev: &Arc<LunDevice<B>>, limit: Duration) ->
 }
 
 /// Flush and close a device that was replaced, once no request uses it.
-async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>) {
+/// Its write-back gets the rounds of the final one ([`FINAL_FLUSH_ROUNDS`],
+/// a fresh login between them); what it still could not write is counted
+/// in `lost` for the final report.
+async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>, lun: u64, lost: Arc<AtomicU64>) {
     loop {
         match Arc::try_unwrap(old) {
             Ok(dev) => {
-                if let Err(e) = dev.close().await {
-                    warn!(error = %error_chain(&e), "flushing the replaced device failed");
+                let mut round = 1;
+                while let Err(e) = dev.flush().await {
+                    if round >= FINAL_FLUSH_ROUNDS {
+                        let dirty = dev.stats().dirty_bytes;
+                        error!(lun, dirty, error = %error_chain(&e), "cached data of the LUN's old size could not be written");
+                        lost.fetch_add(dirty, Ordering::AcqRel);
+                        return;
+                    }
+                    round += 1;
+                    if dev.backend().reconnect().await.is_err() {
+                        tokio::time::sleep(FINAL_FLUSH_PAUSE).await;
+                    }
                 }
                 return;
             }
@@ -1128,6 +1167,29 @@ mod tests {
         // later from a background task.
         assert_eq!(old.bytes_at(0, 1024), vec![7u8; 1024]);
         assert_eq!(e.dirty_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn data_a_shrink_leaves_unwritable_is_reported_lost_at_the_end() {
+        let (set, lun) = one(MemBackend::new(512, 64), CacheMode::WriteBack);
+        let e = set.exports()[0].clone();
+        e.write(60 * 512, Bytes::from(vec![9u8; 512]), false)
+            .await
+            .unwrap();
+        // The target refuses writes past its new end (LBA out of range).
+        lun.mem.fail_next(MemOp::Write, u32::MAX, errno::EINVAL);
+
+        lun.resize(MemBackend::new(512, 32));
+        let shrunk = e.refresh_capacity().await;
+        let report = set.finish().await;
+
+        assert_eq!(shrunk, Some(32 * 512));
+        assert_eq!(report.lost.len(), 1, "{report:?}");
+        assert!(matches!(
+            report.lost[0].error,
+            ExportError::LostInResize { .. }
+        ));
+        assert_eq!(report.lost[0].dirty_bytes, 512);
     }
 
     #[tokio::test]

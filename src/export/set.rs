@@ -170,6 +170,16 @@ impl<B: LunBackend> ExportSet<B> {
             }
         }
         for e in self.exports().iter() {
+            let lost_in_resize = e.retired().await;
+            if lost_in_resize > 0 {
+                lost.push(LostData {
+                    export: e.name.clone(),
+                    dirty_bytes: lost_in_resize,
+                    error: ExportError::LostInResize {
+                        export: e.name.clone(),
+                    },
+                });
+            }
             let dirty_bytes = e.dirty_bytes();
             if e.read_only || (dirty_bytes == 0 && !e.unsynced()) {
                 continue;
