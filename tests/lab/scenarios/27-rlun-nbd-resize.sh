@@ -1,4 +1,4 @@
-# about: a running /dev/nbdN resized: rlun's kernel::resize on netlink- and ioctl-connected devices (tests/nbd_resize.rs: grow, read and write past the old end, shrink, the other interface refused); then a LIO LUN attached with ext4 grows from 32 to 64 MiB, `rlun rescan` resizes the device, resize2fs grows the file system, the data before is intact and a write past the old end is on the backing file
+# about: a running /dev/nbdN resized: rlun's kernel::resize on netlink- and ioctl-connected devices (tests/nbd_resize.rs: grow, read and write past the old end, shrink, the other interface refused); then a LIO LUN attached with ext4 grows from 32 to 64 MiB, `rlun rescan` resizes the device, resize2fs grows the file system, the data before is intact a write past the old end is on the backing file; then the LUN is unmapped: reads of the device fail at once and detach ends cleanly
 # default: yes
 # timeout: 600
 #
@@ -80,7 +80,21 @@ scenario() {
     run "write 1 MiB at 48 MiB of $dev" 60 dd if="$W/past.bin" of="$dev" bs=1M seek=48 oflag=direct,sync conv=notrunc status=none
     run "read 1 MiB at 48 MiB of the backing file" 30 dd if="$backing" of="$W/past-back.bin" bs=1M skip=48 count=1 status=none
     assert_same_data "the write past the old end, on the backing file" "$W/past.bin" "$W/past-back.bin"
+
+    # The LUN unmapped under the attached device: once rlun looked (LIO's
+    # UNIT ATTENTION 3F/0E on the next command, or here `rlun rescan`, as
+    # a read may be a cache hit that never reaches LIO), reads fail at
+    # once, nothing hangs, and detach still ends cleanly.
+    run "unmap lun_2" 60 rm -f "$LIO/iscsi/$LIO_IQN/tpgt_1/lun/lun_2/grow"
+    run "rmdir lun_2" 60 rmdir "$LIO/iscsi/$LIO_IQN/tpgt_1/lun/lun_2"
+    capture "rlun rescan $dev" 120 "$W/rescan-gone.txt" "$RLUN" rescan "$dev"
+    grep -q "lun2: removed" "$W/rescan-gone.txt" || fail "rescan after the unmap: $(cat "$W/rescan-gone.txt")"
+    local rc=0 t0=$SECONDS
+    timeout 60 dd if="$dev" of=/dev/null bs=4k count=1 skip=100 iflag=direct status=none 2>"$W/gone.err" || rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a read of the unmapped LUN: exit $rc (want an I/O error, not success or a hang)"
+    log "ok: read of the unmapped LUN failed in $((SECONDS - t0))s: $(cat "$W/gone.err")"
+    wait_for "rlun says the LUN was removed" 30 grep -q "the target removed LUN 2" "$W/attach.log"
     run "rlun detach $dev" 120 "$RLUN" detach "$dev"
     wait_for "rlun attach exited" 30 bash -c "! kill -0 $pid 2>/dev/null"
-    note "$part1; rescan grew $dev to 64 MiB, resize2fs, data intact"
+    note "$part1; rescan grew $dev to 64 MiB, resize2fs, data intact; unmapped: EIO, detach"
 }
