@@ -282,7 +282,7 @@ pub async fn serve<F: FrontEnd>(
         hangups: hangups.clone(),
     });
     if let Some(r) = &report {
-        r.describe(live.exports(), 0, &[]);
+        r.describe(live.exports(), 0, &[], None);
     }
     live.announce(readiness);
     let only = match (plan.lun, F::FIXED_LUNS) {
@@ -329,12 +329,19 @@ struct Report {
 impl Report {
     /// The base, the LUNs now, `rescans`: the SIGHUPs seen when the last
     /// look began, and `changes`: what that look found.
-    fn describe(&self, exports: &ExportSet<Lun>, rescans: u64, changes: &[ExportChange]) {
+    fn describe(
+        &self,
+        exports: &ExportSet<Lun>,
+        rescans: u64,
+        changes: &[ExportChange],
+        error: Option<&str>,
+    ) {
         let mut v = self.base.clone();
         let luns: Vec<u64> = exports.exports().iter().map(|e| e.number()).collect();
         v["luns"] = serde_json::json!(luns);
         v["rescans"] = serde_json::json!(rescans);
         v["changes"] = serde_json::json!(changes.iter().map(describe_change).collect::<Vec<_>>());
+        v["rescan_error"] = serde_json::json!(error);
         self.describer.describe(&v);
     }
 }
@@ -394,8 +401,12 @@ async fn follow_target(
         let mut found = Vec::new();
         let luns = session.lun_generation();
         let inventory = luns != seen_luns;
-        if inventory && rescan_luns(&target, &exports, only, &mut found).await {
-            seen_luns = luns;
+        let mut error = None;
+        if inventory {
+            match rescan_luns(&target, &exports, only, &mut found).await {
+                Ok(()) => seen_luns = luns,
+                Err(e) => error = Some(e),
+            }
         }
         for e in exports.exports().iter() {
             let old = e.size();
@@ -420,24 +431,25 @@ async fn follow_target(
             }
         }
         if let Some(r) = &report {
-            r.describe(&exports, hangups, &found);
+            r.describe(&exports, hangups, &found, error.as_deref());
         }
     }
 }
 
-/// REPORT LUNS, and make the set match it; false when the target could
-/// not be asked (the next change tries again).
+/// REPORT LUNS, and make the set match it; `Err` (what failed) when the
+/// target could not be asked (the next change tries again).
 async fn rescan_luns(
     target: &Target,
     exports: &ExportSet<Lun>,
     only: Option<Only>,
     found: &mut Vec<ExportChange>,
-) -> bool {
+) -> Result<(), String> {
     let reported = match target.report_luns().await {
         Ok(v) => v,
         Err(e) => {
-            warn!(error = %rlun_iscsi::error_chain(&e), "cannot rescan the target's LUNs");
-            return false;
+            let e = rlun_iscsi::error_chain(&e);
+            warn!(error = %e, "cannot rescan the target's LUNs");
+            return Err(format!("REPORT LUNS failed: {e}"));
         }
     };
     for e in exports.exports().iter() {
@@ -462,12 +474,13 @@ async fn rescan_luns(
             },
             Err(ClientError::NotADisk { .. } | ClientError::LunNotFound(_)) => {}
             Err(e) => {
-                warn!(lun = n, error = %rlun_iscsi::error_chain(&e), "cannot open the new LUN");
-                return false;
+                let e = rlun_iscsi::error_chain(&e);
+                warn!(lun = n, error = %e, "cannot open the new LUN");
+                return Err(format!("cannot open the new LUN {n}: {e}"));
             }
         }
     }
-    true
+    Ok(())
 }
 
 /// Stop serving exports: write back and flush what was written, and say

@@ -233,6 +233,51 @@ fn a_mount_follows_luns_the_target_adds_removes_and_replaces() {
 }
 
 #[test]
+fn a_rescan_the_target_cannot_answer_fails_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = make_backing_file(dir.path(), LUN_SIZE, 1);
+    let mut tgtd = Tgtd::start().expect("tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &one, 512)
+        .create()
+        .expect("target");
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let out = run_rlun(
+        [
+            "mount",
+            "--daemon",
+            "--replacement-timeout",
+            "1s",
+            &url,
+            &mp.display().to_string(),
+        ],
+        &[],
+    );
+    assert_success(&out, "rlun mount --daemon");
+    let m = Mount {
+        mp,
+        log: dir.path().join("none.log"),
+    };
+
+    tgtd.kill();
+    std::thread::sleep(Duration::from_secs(3));
+    let out = run_rlun(
+        ["rescan", "--timeout", "20s", &m.mp.display().to_string()],
+        &[],
+    );
+
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    let said = both(&out);
+    assert!(
+        said.contains("the rescan of") && said.contains("failed: REPORT LUNS failed"),
+        "{said}"
+    );
+    assert!(!said.contains("no change"), "{said}");
+}
+
+#[test]
 fn rescan_of_nothing_served_says_so() {
     let out = run_rlun(["rescan", "/nonexistent/mount"], &[]);
     assert_eq!(out.status.code(), Some(5), "{}", both(&out));

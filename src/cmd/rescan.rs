@@ -105,11 +105,13 @@ pub async fn rescan(what: Option<&str>, timeout: Duration) -> Result<(), CliErro
             .map(|a| a.iter().filter_map(|c| c.as_str()).collect())
             .unwrap_or_default();
         let what = v["what"].as_str().unwrap_or(&h.what);
-        if changes.is_empty() {
-            println!("{what}: no change");
-        }
-        for c in changes {
+        for c in &changes {
             println!("{what}: {c}");
+        }
+        if let Some(e) = v["rescan_error"].as_str() {
+            failed = Some(format!("the rescan of {what} failed: {e}"));
+        } else if changes.is_empty() {
+            println!("{what}: no change");
         }
     }
     match failed {
