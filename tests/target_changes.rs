@@ -278,6 +278,65 @@ fn a_rescan_the_target_cannot_answer_fails_and_says_why() {
 }
 
 #[test]
+fn cached_data_of_a_removed_lun_is_reported_lost_at_umount() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = make_backing_file(dir.path(), LUN_SIZE, 1);
+    let two_dir = dir.path().join("two");
+    fs::create_dir(&two_dir).unwrap();
+    let two = make_backing_file(&two_dir, LUN_SIZE, 2);
+    let mut tgtd = Tgtd::start().expect("tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &one, 512)
+        .lun_file(2, &two, 512)
+        .create()
+        .expect("target");
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let out = run_rlun(
+        [
+            "mount",
+            "--daemon",
+            "--cache",
+            "write-back",
+            "--writeback-delay",
+            "1h",
+            &url,
+            &mp.display().to_string(),
+        ],
+        &[],
+    );
+    assert_success(&out, "rlun mount --daemon --cache write-back");
+    let m = Mount {
+        mp,
+        log: dir.path().join("none.log"),
+    };
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.mp.join("lun2"))
+        .unwrap();
+    f.write_all_at(&[7u8; 65536], 0).unwrap();
+    drop(f);
+
+    delete_lun(&tgtd, 2);
+    let out = run_rlun(["rescan", &m.mp.display().to_string()], &[]);
+    assert!(
+        assert_success(&out, "rlun rescan").contains("lun2: removed"),
+        "{}",
+        both(&out)
+    );
+    let out = run_rlun(["umount", &m.mp.display().to_string()], &[]);
+
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    let said = both(&out);
+    assert!(
+        said.contains("lun2: 65536 bytes of cached data could not be written")
+            && said.contains("the LUN was removed from the target"),
+        "{said}"
+    );
+}
+
+#[test]
 fn rescan_of_nothing_served_says_so() {
     let out = run_rlun(["rescan", "/nonexistent/mount"], &[]);
     assert_eq!(out.status.code(), Some(5), "{}", both(&out));
