@@ -676,6 +676,11 @@ impl PidFile {
 }
 
 impl PidFile {
+    /// Where the pid file is.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
     /// Say what this process serves (target, LUNs, URIs), for `rlun list`:
     /// next to the pid file, removed with it.
     pub fn describe(&self, what: &serde_json::Value) {
@@ -781,7 +786,7 @@ pub fn read_exit_status(pid_file: &Path, pid: u32) -> Option<(i32, String)> {
 const EXIT_STATUS_KEPT: Duration = Duration::from_secs(3600);
 
 /// Remove pid files of rlun processes that died without cleaning up
-/// (SIGKILL), `.wait` files of waiters that are gone, and exit statuses
+/// (SIGKILL) and their control sockets and descriptions, `.wait` files of waiters that are gone, and exit statuses
 /// nobody collects: their process is gone and no live waiter wants them,
 /// or they are older than [`EXIT_STATUS_KEPT`].
 pub fn sweep_stale_pid_files(dir: &Path) {
@@ -805,6 +810,10 @@ pub fn sweep_stale_pid_files(dir: &Path) {
                 }
             }
             Some("pid") | Some("wait") | Some("info") if gone(pid_in(&path)) => {
+                let _ = std::fs::remove_file(&path);
+            }
+            // A control socket holds no pid: its process is its pid file's.
+            Some("sock") if gone(pid_in(&path.with_extension("pid"))) => {
                 let _ = std::fs::remove_file(&path);
             }
             _ => {}

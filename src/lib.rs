@@ -47,6 +47,7 @@ pub mod client;
 pub mod clock;
 pub mod cmd;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod device;
 pub mod entropy;

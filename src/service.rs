@@ -36,6 +36,7 @@ use thiserror::Error;
 use tracing::{debug, info, warn};
 
 use crate::client::{ClientError, LoggedIn, Lun, Target};
+use crate::control::{self, ControlSocket};
 use crate::daemon::{self, DaemonError, Launched, PidFile, Readiness, Signals};
 use crate::device::{DeviceConfig, DeviceError};
 use crate::exit;
@@ -281,6 +282,18 @@ pub async fn serve<F: FrontEnd>(
     if let Some(r) = &report {
         r.describe(live.exports(), 0, &[]);
     }
+    let control = pid_file.as_ref().and_then(|p| {
+        let source = control::Source {
+            kind: F::KIND,
+            what: live.state_key().display().to_string(),
+            target: plan.target.clone(),
+            portal: portal.clone(),
+            started: std::time::Instant::now(),
+            session: target.session().clone(),
+            exports: live.exports().clone(),
+        };
+        ControlSocket::open(control::socket_path(p.path()), source)
+    });
     live.announce(readiness);
     let only = match (plan.lun, F::FIXED_LUNS) {
         (Some(n), _) => Some(Only::Lun(n)),
@@ -296,6 +309,7 @@ pub async fn serve<F: FrontEnd>(
     ));
     live.serve(&mut signals, readiness).await;
     follower.abort();
+    drop(control);
     let finished = finish_exports(live.exports()).await;
     if let Err(e) = target.logout().await {
         debug!(error = %e, "logout failed");
