@@ -425,6 +425,30 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// Show what serving rlun processes do: I/O, latency, cache, reconnects.
+    ///
+    /// Asks the rlun that serves WHAT (a mount point, /dev/nbdN, an NBD
+    /// socket, nbd://ADDR, or a control socket; every one of this user's
+    /// when left out) over its control socket and prints one line per LUN,
+    /// like `iostat -x`: reads and writes per second, MiB/s, latency
+    /// percentiles (p50, p99, p99.9, in ms), requests in flight, cache hit
+    /// ratio, dirty bytes, reconnects and failed requests. Without --watch
+    /// the rates are since the process started serving; with --watch they
+    /// are over each interval.
+    #[command(after_long_help = STATS_AFTER_HELP)]
+    Stats {
+        /// Mount point, /dev/nbdN, NBD socket, nbd://ADDR or control socket.
+        what: Option<String>,
+        /// Sample again every INTERVAL (1s when not given) until Ctrl-C or q.
+        ///
+        /// In a terminal the table is redrawn in place; otherwise (and with
+        /// --json) each sample is written after the last.
+        #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1s", value_parser = parse_duration)]
+        watch: Option<Duration>,
+        /// Print JSON (one object per sample and line) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// List what this user's rlun processes have mounted, served, attached.
     ///
     /// One line each with kind (mounted, served, attached), where (mount
@@ -686,6 +710,47 @@ Examples:
   qemu-img info 'nbd+unix:///lun1?socket=/run/rlun/store.sock'
   rlun serve store --listen 0.0.0.0:10809 --tls-cert srv.pem --tls-key srv.key
   nbdinfo --list nbds://server.example/";
+
+const STATS_AFTER_HELP: &str = "\
+Latency is measured where every front end meets the exports: from the
+request reaching rlun's export layer to its answer, cache hits included
+(not the kernel's or the network's share of the time an application sees).
+Percentiles come from log-linear buckets at most 6.25% wide.
+
+The control socket is <state dir>/<escaped WHAT>.sock, mode 0600, next to
+the pid file `rlun list` reads (/run/rlun/ for root, else
+$XDG_RUNTIME_DIR/rlun/ or /tmp/rlun-UID/). Its protocol: one JSON line
+{\"version\":1,\"request\":\"stats\"} in, one JSON line out.
+
+JSON output (--json), version 1, one object per sample:
+  version            1
+  interval           seconds since the previous sample (--watch), or null
+  errors             messages for processes that could not be asked
+  processes[]        pid, kind (mounted, served, attached), what, target,
+                     portal, uptime (s), reconnects, copied_bytes,
+                     cache_copied_bytes, data_path_registrations, luns[]
+  luns[]             lun, size, in_flight, total, interval, cache
+  total, interval    since start / over the interval (interval: null on
+                     the first sample): reads, read_bytes, read_errors,
+                     writes, write_bytes, write_errors, other (flushes,
+                     zeroing, trims), other_errors, read_latency_us and
+                     write_latency_us ({p50, p99, p99_9} in microseconds,
+                     null when there was no such request)
+  cache              hits, misses (page lookups), hit_ratio (null before
+                     any), readahead_pages, readahead_hits, bypassed_reads,
+                     evictions, cached_bytes, cache_size, dirty_bytes,
+                     writebacks, flushes
+Counters only grow while a process runs; compare two samples for rates.
+Fields may be added; none is removed or changes meaning within a version.
+
+Exit codes: 0 printed; 5 nothing serves WHAT, or its socket is stale (the
+rlun that made it is gone); 4 the socket belongs to another user; 7 the
+process answered something that is not this protocol.
+
+Examples:
+  rlun stats
+  rlun stats /mnt/store --watch
+  rlun stats /dev/nbd0 --watch 5s --json";
 
 const ATTACH_AFTER_HELP: &str = "\
 Before it disconnects the device, rlun fsyncs /dev/nbdN, so data a program

@@ -58,6 +58,9 @@ _rlun() {
             rlun,serve)
                 cmd="rlun__subcmd__serve"
                 ;;
+            rlun,stats)
+                cmd="rlun__subcmd__stats"
+                ;;
             rlun,umount)
                 cmd="rlun__subcmd__umount"
                 ;;
@@ -103,6 +106,9 @@ _rlun() {
             rlun__subcmd__help,serve)
                 cmd="rlun__subcmd__help__subcmd__serve"
                 ;;
+            rlun__subcmd__help,stats)
+                cmd="rlun__subcmd__help__subcmd__stats"
+                ;;
             rlun__subcmd__help,umount)
                 cmd="rlun__subcmd__help__subcmd__umount"
                 ;;
@@ -113,7 +119,7 @@ _rlun() {
 
     case "${cmd}" in
         rlun)
-            opts="-v -q -h -V --verbose --quiet --threads --config --help --version discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help"
+            opts="-v -q -h -V --verbose --quiet --threads --config --help --version discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -569,7 +575,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help)
-            opts="discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help"
+            opts="discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -765,6 +771,20 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help__subcmd__serve)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__help__subcmd__stats)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1190,6 +1210,32 @@ _rlun() {
                     return 0
                     ;;
                 --stats-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__stats)
+            opts="-v -q -h -V --watch --json --verbose --quiet --threads --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --watch)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

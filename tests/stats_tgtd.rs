@@ -1,0 +1,424 @@
+//! `rlun stats` and the control socket of a serving rlun (issue 24),
+//! against a tgtd LUN mounted with `rlun mount --daemon` through the
+//! kernel's FUSE, with fio as the judge of what was read: its own counts
+//! of I/Os and bytes, and its completion latencies.
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::cli::{assert_failure, assert_success, both, json, stdout};
+use common::{make_backing_file, run_rlun, run_with_timeout, Tgtd};
+use serde_json::Value;
+
+const IQN: &str = "iqn.2026-12.org.example:stats";
+const LUN_SIZE: u64 = 64 << 20;
+const O_DIRECT: i32 = 0o40000;
+
+/// A daemon mount of the test's target, unmounted when the test ends.
+struct Mount {
+    mp: PathBuf,
+}
+
+impl Mount {
+    fn start(tgtd: &Tgtd, dir: &Path, extra: &[&str]) -> Mount {
+        let mp = dir.join("mnt");
+        fs::create_dir(&mp).unwrap();
+        let log = dir.join("rlun.log");
+        let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+        let mut args = vec![
+            "mount".to_string(),
+            "--daemon".into(),
+            "--log-file".into(),
+            log.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend([url, mp.display().to_string()]);
+        let out = run_rlun(&args, &[]);
+        assert_success(&out, "rlun mount --daemon");
+        Mount { mp }
+    }
+
+    fn path(&self) -> String {
+        self.mp.display().to_string()
+    }
+
+    fn file(&self) -> PathBuf {
+        self.mp.join("lun1")
+    }
+
+    /// `rlun stats MP --json`: LUN 1 of the one process.
+    fn stats(&self) -> Value {
+        let out = run_rlun(["stats", &self.path(), "--json"], &[]);
+        let v = json(&assert_success(&out, "rlun stats --json"));
+        assert_eq!(v["version"], 1, "{v}");
+        let procs = v["processes"].as_array().expect("processes");
+        assert_eq!(procs.len(), 1, "one process serves the mount: {v}");
+        assert_eq!(procs[0]["what"], self.path().as_str(), "{v}");
+        let luns = procs[0]["luns"].as_array().expect("luns");
+        luns.iter()
+            .find(|l| l["lun"] == 1)
+            .cloned()
+            .unwrap_or_else(|| panic!("LUN 1 in {v}"))
+    }
+
+    /// The control socket, from `rlun list`'s pid file naming.
+    fn control_socket(&self) -> PathBuf {
+        let name = self.path().replace('%', "%25").replace('/', "%2F");
+        Path::new("/run/rlun").join(format!("{name}.sock"))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = run_rlun(["umount", &self.path()], &[]);
+        let _ = Command::new("fusermount3")
+            .args(["-uz", "--"])
+            .arg(&self.mp)
+            .output();
+    }
+}
+
+fn target(dir: &Path) -> Tgtd {
+    let file = make_backing_file(dir, LUN_SIZE, 1);
+    let mut tgtd = Tgtd::start().expect("tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &file, 512)
+        .create()
+        .expect("target");
+    tgtd
+}
+
+fn u(v: &Value, path: &[&str]) -> u64 {
+    let mut x = v;
+    for p in path {
+        x = &x[*p];
+    }
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{} in {v}", path.join(".")))
+}
+
+fn f(v: &Value, path: &[&str]) -> f64 {
+    let mut x = v;
+    for p in path {
+        x = &x[*p];
+    }
+    x.as_f64()
+        .unwrap_or_else(|| panic!("{} in {v}", path.join(".")))
+}
+
+fn within(got: u64, want: u64, what: &str) {
+    let diff = (got as f64 - want as f64).abs();
+    assert!(
+        diff <= want as f64 * 0.05,
+        "{what}: rlun stats counted {got}, fio {want} (more than 5% apart)"
+    );
+}
+
+#[test]
+fn stats_json_agrees_with_fio_on_requests_bytes_and_latency() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    // No cache: every read goes to tgtd, so rlun's latencies are of the
+    // same requests fio times (plus the kernel's share in fio's).
+    let m = Mount::start(&tgtd, dir.path(), &["--cache", "none"]);
+    let before = m.stats();
+
+    let out = run_with_timeout(
+        Command::new("fio").args([
+            "--name=stats",
+            &format!("--filename={}", m.file().display()),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=4",
+            "--size=32m",
+            "--time_based",
+            "--runtime=3",
+            "--allow_file_create=0",
+            "--output-format=json",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "fio: {}", both(&out));
+    let after = m.stats();
+    let fio = json(&stdout(&out));
+    let read = &fio["jobs"][0]["read"];
+
+    let ios = u(read, &["total_ios"]);
+    let bytes = u(read, &["io_bytes"]);
+    eprintln!(
+        "fio: {ios} reads, {bytes} bytes, clat {}..{} ns; rlun stats: {} reads, {} bytes, {}",
+        read["clat_ns"]["min"],
+        read["clat_ns"]["max"],
+        u(&after, &["total", "reads"]) - u(&before, &["total", "reads"]),
+        u(&after, &["total", "read_bytes"]) - u(&before, &["total", "read_bytes"]),
+        after["total"]["read_latency_us"]
+    );
+    assert!(ios > 100, "fio read something: {read}");
+    within(
+        u(&after, &["total", "reads"]) - u(&before, &["total", "reads"]),
+        ios,
+        "reads",
+    );
+    within(
+        u(&after, &["total", "read_bytes"]) - u(&before, &["total", "read_bytes"]),
+        bytes,
+        "bytes read",
+    );
+    assert_eq!(u(&after, &["total", "read_errors"]), 0, "{after}");
+    assert_eq!(u(&after, &["in_flight"]), 0, "{after}");
+    let (min, max) = (
+        f(read, &["clat_ns", "min"]) / 1000.0,
+        f(read, &["clat_ns", "max"]) / 1000.0,
+    );
+    for p in ["p50", "p99", "p99_9"] {
+        let got = f(&after, &["total", "read_latency_us", p]);
+        assert!(
+            min <= got && got <= max,
+            "{p} {got} µs outside fio's completion latencies {min}..{max} µs: {after}"
+        );
+    }
+    assert!(after["total"]["write_latency_us"].is_null(), "{after}");
+
+    // The table says the same, a line per LUN.
+    let table = assert_success(&run_rlun(["stats", &m.path()], &[]), "rlun stats");
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&m.path()))
+        .unwrap_or_else(|| panic!("a line for the mount:\n{table}"));
+    assert_eq!(line.split_whitespace().nth(1), Some("1"), "{table}");
+}
+
+/// Read `len` bytes at 0 with O_DIRECT (each read reaches rlun).
+fn read_direct(file: &Path, len: usize) {
+    let out = run_with_timeout(
+        Command::new("dd").args([
+            &format!("if={}", file.display()),
+            "of=/dev/null",
+            "bs=64k",
+            &format!("count={}", len / 65536),
+            "iflag=direct",
+            "status=none",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "dd: {}", both(&out));
+}
+
+#[test]
+fn a_re_read_shows_cache_hits_and_a_cold_read_misses() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let m = Mount::start(&tgtd, dir.path(), &["--cache", "write-through"]);
+    let start = m.stats();
+
+    read_direct(&m.file(), 4 << 20);
+    let cold = m.stats();
+    read_direct(&m.file(), 4 << 20);
+    let warm = m.stats();
+
+    let d = |a: &Value, b: &Value, k: &str| u(b, &["cache", k]) - u(a, &["cache", k]);
+    assert!(
+        d(&start, &cold, "misses") + d(&start, &cold, "readahead_hits") > 0,
+        "the cold read went to the target: {cold}"
+    );
+    assert!(d(&cold, &warm, "hits") > 0, "the re-read hit: {warm}");
+    assert_eq!(
+        d(&cold, &warm, "misses"),
+        0,
+        "the re-read missed nothing: {warm}"
+    );
+    assert_eq!(u(&warm, &["total", "read_bytes"]), 8 << 20, "{warm}");
+    assert!(f(&warm, &["cache", "hit_ratio"]) > 0.0, "{warm}");
+}
+
+/// One request line to `sock`, the answer line.
+fn ask(sock: &Path, line: &[u8]) -> Value {
+    let mut s = UnixStream::connect(sock).expect("connect to the control socket");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(line).unwrap();
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer).unwrap();
+    json(&answer)
+}
+
+#[test]
+fn garbled_requests_get_an_error_and_the_mount_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let m = Mount::start(&tgtd, dir.path(), &[]);
+    let sock = m.control_socket();
+    let mode = fs::metadata(&sock).expect("control socket").permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+
+    let garbled = ask(&sock, b"hello, what are you doing?\n");
+    let wrong_version = ask(&sock, b"{\"version\":99,\"request\":\"stats\"}\n");
+    let unknown = ask(&sock, b"{\"version\":1,\"request\":\"dance\"}\n");
+    let long = ask(&sock, &[b'x'; 10_000]);
+    // A client that connects and says nothing, then goes.
+    drop(UnixStream::connect(&sock).unwrap());
+
+    for (v, says) in [
+        (&garbled, "not a request"),
+        (&wrong_version, "version 99"),
+        (&unknown, "unknown request \"dance\""),
+        (&long, "longer than 4096 bytes"),
+    ] {
+        assert_eq!(v["version"], 1, "{v}");
+        assert_eq!(v["ok"], false, "{v}");
+        let error = v["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{says:?} in {v}");
+    }
+    let good = ask(&sock, b"{\"version\":1,\"request\":\"stats\"}\n");
+    assert_eq!(good["ok"], true, "{good}");
+    let mut buf = vec![0u8; 4096];
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_DIRECT)
+        .open(m.file())
+        .unwrap();
+    f.read_exact(&mut buf).expect("the mount still reads");
+    assert!(u(&m.stats(), &["total", "reads"]) >= 1);
+}
+
+#[test]
+fn stale_foreign_and_missing_sockets_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    // A socket whose listener is gone: what a killed rlun leaves.
+    let stale = dir.path().join("gone.sock");
+    drop(UnixListener::bind(&stale).unwrap());
+    let out = run_rlun(["stats", &stale.display().to_string()], &[]);
+    assert_failure(&out, 5, &["nobody listens on", "stale socket"]);
+
+    let out = run_rlun(["stats", "/nonexistent/mount"], &[]);
+    assert_failure(&out, 5, &["no rlun of this user serves /nonexistent/mount"]);
+
+    let plain = dir.path().join("plain.sock");
+    fs::write(&plain, "").unwrap();
+    let out = run_rlun(["stats", &plain.display().to_string()], &[]);
+    assert_failure(&out, 2, &["is not a socket"]);
+
+    // Root's socket asked by another user (in a directory both can enter).
+    let shared = Path::new("/tmp").join(format!("rlun-stats-test-{}", std::process::id()));
+    fs::create_dir_all(&shared).unwrap();
+    let foreign = shared.join("root.sock");
+    let _ = fs::remove_file(&foreign);
+    let _listener = UnixListener::bind(&foreign).unwrap();
+    let out = run_with_timeout(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(common::rlun_bin())
+            .args(["stats", &foreign.display().to_string()]),
+        Duration::from_secs(30),
+    );
+    let _ = fs::remove_dir_all(&shared);
+    assert_failure(&out, 4, &["belongs to user 0"]);
+}
+
+#[test]
+fn a_dead_process_s_socket_in_the_state_dir_is_swept_when_another_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    // What an rlun killed with SIGKILL leaves: a pid file of a process
+    // that is gone and its control socket.
+    fs::create_dir_all("/run/rlun").unwrap();
+    let key = format!("%2Fnonexistent%2Fstats-test-{}", std::process::id());
+    let pid_file = Path::new("/run/rlun").join(format!("{key}.pid"));
+    let sock = pid_file.with_extension("sock");
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    fs::write(&pid_file, format!("{dead_pid}\n")).unwrap();
+    drop(UnixListener::bind(&sock).unwrap());
+
+    let out = run_rlun(["stats", &sock.display().to_string()], &[]);
+    assert_failure(&out, 5, &["stale socket"]);
+    let _m = Mount::start(&tgtd, dir.path(), &[]);
+
+    assert!(!sock.exists(), "the stale socket was swept");
+    assert!(!pid_file.exists(), "the stale pid file was swept");
+}
+
+/// The visible text of a tmux pane.
+fn pane(server: &str) -> String {
+    let out = Command::new("tmux")
+        .args(["-L", server, "capture-pane", "-p", "-t", "watch"])
+        .output()
+        .expect("tmux capture-pane");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_pane(server: &str, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = pane(server);
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{needle:?} never showed in the pane:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A private tmux server, killed when the test ends.
+struct Tmux(String);
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .output();
+    }
+}
+
+#[test]
+fn watch_redraws_in_place_in_a_terminal_and_quits_on_q() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let m = Mount::start(&tgtd, dir.path(), &[]);
+    let tmux = Tmux(format!("rlun-stats-{}", std::process::id()));
+    let shell = format!(
+        "{} stats {} --watch 0.2s; echo EXITED $?; sleep 60",
+        common::rlun_bin().display(),
+        m.path()
+    );
+    let started = Command::new("tmux")
+        .args(["-L", &tmux.0, "new-session", "-d", "-s", "watch"])
+        .args(["-x", "220", "-y", "20", &shell])
+        .status()
+        .expect("tmux");
+    assert!(started.success());
+
+    wait_pane(&tmux.0, "q or Ctrl-C to quit");
+    read_direct(&m.file(), 1 << 20);
+    std::thread::sleep(Duration::from_millis(800));
+    let text = pane(&tmux.0);
+    let send = Command::new("tmux")
+        .args(["-L", &tmux.0, "send-keys", "-t", "watch", "q"])
+        .status()
+        .unwrap();
+    assert!(send.success());
+    let end = wait_pane(&tmux.0, "EXITED");
+
+    assert_eq!(
+        text.matches("WHAT").count(),
+        1,
+        "redrawn in place, one table on the screen:\n{text}"
+    );
+    assert!(text.contains(&m.path()), "{text}");
+    assert!(end.contains("EXITED 0"), "q ends it cleanly:\n{end}");
+}
