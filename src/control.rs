@@ -89,6 +89,9 @@ pub struct Snapshot {
     pub uptime: f64,
     /// Times the session was re-established.
     pub reconnects: u64,
+    /// The session has a logged-in connection now.
+    #[serde(default)]
+    pub session_up: bool,
     /// The process's data-path copies ([`crate::stats`]).
     pub data_path: DataPathStats,
     pub luns: Vec<LunSnapshot>,
@@ -132,6 +135,7 @@ impl Source {
             portal: self.portal.clone(),
             uptime: self.started.elapsed().as_secs_f64(),
             reconnects: self.session.reconnects(),
+            session_up: self.session.is_up(),
             data_path: DataPathStats::now(),
             luns,
         }
@@ -178,7 +182,7 @@ impl ControlSocket {
     /// Listen at `path` (replacing a stale socket there) and answer
     /// requests from `source` on a task of their own. `None`, with a
     /// warning, when the socket cannot be made: serving goes on without it.
-    pub fn open(path: PathBuf, source: Source) -> Option<ControlSocket> {
+    pub fn open(path: PathBuf, source: Arc<Source>) -> Option<ControlSocket> {
         let _ = std::fs::remove_file(&path);
         let listener = match UnixListener::bind(&path) {
             Ok(l) => l,
@@ -197,7 +201,6 @@ impl ControlSocket {
                 return None;
             }
         };
-        let source = Arc::new(source);
         let task = tokio::spawn(async move {
             loop {
                 match listener.accept().await {

@@ -54,6 +54,7 @@ pub mod entropy;
 pub mod exit;
 pub mod export;
 pub mod fuse;
+pub mod metrics;
 pub mod nbd;
 pub mod remote;
 pub mod service;

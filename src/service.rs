@@ -41,6 +41,7 @@ use crate::daemon::{self, DaemonError, Launched, PidFile, Readiness, Signals};
 use crate::device::{DeviceConfig, DeviceError};
 use crate::exit;
 use crate::export::{open_luns, DataLost, ExportSet, LunBackend, OpenError};
+use crate::metrics::{self, MetricsError};
 use crate::session::SessionConfig;
 use rlun_iscsi::scsi::TargetChange;
 use rlun_iscsi::ErrorKind;
@@ -64,6 +65,9 @@ pub enum ServiceError {
     /// The exports could not be set up with the cache options given.
     #[error("cannot set up the exports")]
     Exports(#[source] DeviceError),
+    /// `--metrics-listen` could not be set up.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
     /// Serving ended, but written data did not reach the target.
     #[error("{stopped}, but written data did not reach the target: {lost}")]
     DataLost {
@@ -80,6 +84,7 @@ impl ServiceError {
             ServiceError::Client(e) => e.kind(),
             ServiceError::Daemon(e) => e.kind(),
             ServiceError::Exports(_) => ErrorKind::Usage,
+            ServiceError::Metrics(e) => e.kind(),
             ServiceError::NothingToServe { .. } | ServiceError::DataLost { .. } => {
                 ErrorKind::Failure
             }
@@ -222,6 +227,8 @@ pub struct Plan {
     pub device: DeviceConfig,
     /// Make every export read-only.
     pub read_only: bool,
+    /// Where to serve Prometheus metrics (`--metrics-listen`).
+    pub metrics: Option<metrics::Listen>,
 }
 
 /// Log in, open the exports, serve them through `front` until stopped,
@@ -233,6 +240,10 @@ pub async fn serve<F: FrontEnd>(
     readiness: &mut Readiness,
 ) -> Result<(), F::Error> {
     let portal = crate::session::portal_string(&plan.session.host, plan.session.port);
+    let metrics_listener = match plan.metrics {
+        Some(listen) => Some(metrics::bind(listen).await.map_err(ServiceError::from)?),
+        None => None,
+    };
     let target = LoggedIn::login(plan.session)
         .await
         .map_err(ServiceError::from)?;
@@ -282,18 +293,19 @@ pub async fn serve<F: FrontEnd>(
     if let Some(r) = &report {
         r.describe(live.exports(), 0, &[]);
     }
-    let control = pid_file.as_ref().and_then(|p| {
-        let source = control::Source {
-            kind: F::KIND,
-            what: live.state_key().display().to_string(),
-            target: plan.target.clone(),
-            portal: portal.clone(),
-            started: std::time::Instant::now(),
-            session: target.session().clone(),
-            exports: live.exports().clone(),
-        };
-        ControlSocket::open(control::socket_path(p.path()), source)
+    let source = Arc::new(control::Source {
+        kind: F::KIND,
+        what: live.state_key().display().to_string(),
+        target: plan.target.clone(),
+        portal: portal.clone(),
+        started: std::time::Instant::now(),
+        session: target.session().clone(),
+        exports: live.exports().clone(),
     });
+    let control = pid_file
+        .as_ref()
+        .and_then(|p| ControlSocket::open(control::socket_path(p.path()), source.clone()));
+    let metrics = metrics_listener.map(|l| metrics::serve(l, source));
     live.announce(readiness);
     let only = match (plan.lun, F::FIXED_LUNS) {
         (Some(n), _) => Some(Only::Lun(n)),
@@ -309,7 +321,7 @@ pub async fn serve<F: FrontEnd>(
     ));
     live.serve(&mut signals, readiness).await;
     follower.abort();
-    drop(control);
+    drop((control, metrics));
     let finished = finish_exports(live.exports()).await;
     if let Err(e) = target.logout().await {
         debug!(error = %e, "logout failed");

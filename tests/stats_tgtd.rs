@@ -422,3 +422,123 @@ fn watch_redraws_in_place_in_a_terminal_and_quits_on_q() {
     assert!(text.contains(&m.path()), "{text}");
     assert!(end.contains("EXITED 0"), "q ends it cleanly:\n{end}");
 }
+
+/// `GET /metrics` over plain HTTP/1.1: status line and body.
+fn scrape(addr: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    (
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    )
+}
+
+/// The value of the sample `name{…labels…}` whose labels contain every
+/// one of `labels`.
+fn sample(body: &str, name: &str, labels: &[&str]) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} {labels:?} in:\n{body}"))
+}
+
+#[test]
+fn the_metrics_endpoint_passes_promtool_and_counts_what_was_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let m = Mount::start(
+        &tgtd,
+        dir.path(),
+        &["--cache", "write-through", "--metrics-listen", &addr],
+    );
+
+    read_direct(&m.file(), 2 << 20);
+    read_direct(&m.file(), 2 << 20);
+    let (status, body) = scrape(&addr);
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}\n{body}",
+        both(&checked)
+    );
+    let lun = ["lun=\"1\"", IQN];
+    assert_eq!(
+        sample(&body, "rlun_read_bytes_total", &lun),
+        (4 << 20) as f64
+    );
+    assert_eq!(sample(&body, "rlun_reads_total", &lun), 64.0);
+    let le_inf = ["lun=\"1\"", "op=\"read\"", "le=\"+Inf\""];
+    assert_eq!(
+        sample(&body, "rlun_command_duration_seconds_bucket", &le_inf),
+        64.0
+    );
+    assert!(sample(&body, "rlun_cache_hits_total", &lun) > 0.0);
+    assert!(sample(&body, "rlun_cache_bytes", &["state=\"cached\""]) > 0.0);
+    assert_eq!(sample(&body, "rlun_cache_bytes", &["state=\"dirty\""]), 0.0);
+    assert_eq!(sample(&body, "rlun_session_up", &[IQN]), 1.0);
+    assert_eq!(sample(&body, "rlun_reconnects_total", &[IQN]), 0.0);
+}
+
+#[test]
+fn metrics_on_a_non_loopback_address_need_the_opt_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+
+    let refused = run_rlun(
+        [
+            "mount",
+            "--metrics-listen",
+            "0.0.0.0:0",
+            &url,
+            &mp.display().to_string(),
+        ],
+        &[],
+    );
+    let alone = run_rlun(["mount", "--metrics-allow-remote", &url, "/tmp"], &[]);
+
+    assert_failure(
+        &refused,
+        2,
+        &[
+            "0.0.0.0:0 is not a loopback address",
+            "--metrics-allow-remote",
+        ],
+    );
+    // clap's own usage error.
+    assert_eq!(alone.status.code(), Some(2), "{}", both(&alone));
+    assert!(
+        both(&alone).contains("--metrics-listen"),
+        "{}",
+        both(&alone)
+    );
+}

@@ -141,7 +141,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__attach)
-            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --daemon --log-file --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
+            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -156,6 +156,10 @@ _rlun() {
                     return 0
                     ;;
                 --log-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-listen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -975,7 +979,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__mount)
-            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --no-auto-unmount --fuse-threads --writeback-cache --daemon --log-file --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
+            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --no-auto-unmount --fuse-threads --writeback-cache --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1002,6 +1006,10 @@ _rlun() {
                     return 0
                     ;;
                 --log-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-listen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1115,7 +1123,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__serve)
-            opts="-r -d -v -q -h -V --socket --listen --read-only --tls-cert --tls-key --tls-ca --allow-insecure --daemon --log-file --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
+            opts="-r -d -v -q -h -V --socket --listen --read-only --tls-cert --tls-key --tls-ca --allow-insecure --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1142,6 +1150,10 @@ _rlun() {
                     return 0
                     ;;
                 --log-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-listen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

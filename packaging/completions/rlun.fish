@@ -191,6 +191,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l fuse-threads -d 'Thr
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-cache -d 'The kernel\'s write-back cache for buffered writes' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l log-file -d 'With --daemon: append log messages to this file' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l metrics-listen -d 'Serve Prometheus metrics at http://ADDR:PORT/metrics' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l initiator-name -d 'Our iSCSI name [default: see --help]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-user -d 'CHAP user name' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-file -d 'File with CHAP credentials (TOML)' -r -F
@@ -222,6 +223,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -s r -l read-only -d 'R
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l direct-io -d 'Bypass the kernel page cache'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l no-auto-unmount -d 'Do not unmount when rlun dies'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed'
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l metrics-allow-remote -d 'Let --metrics-listen use an address other hosts can reach'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -240,6 +242,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-cert -d 'TLS cer
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-key -d 'TLS private key (PEM) of --tls-cert' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-ca -d 'Require client certificates signed by these CAs (PEM)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l log-file -d 'With --daemon: append log messages to this file' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l metrics-listen -d 'Serve Prometheus metrics at http://ADDR:PORT/metrics' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l initiator-name -d 'Our iSCSI name [default: see --help]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-user -d 'CHAP user name' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-file -d 'File with CHAP credentials (TOML)' -r -F
@@ -269,6 +272,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l config -d 'Configura
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s r -l read-only -d 'Refuse writes to every export'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l allow-insecure -d 'Allow --listen on a non-loopback address without TLS'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l metrics-allow-remote -d 'Let --metrics-listen use an address other hosts can reach'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -276,6 +280,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -s V -l version -d 'Pri
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l connections -d 'Sockets between rlun and the kernel' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l io-timeout -d 'How long the kernel waits before it fails I/O with EIO on its own' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l log-file -d 'With --daemon: append log messages to this file' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l metrics-listen -d 'Serve Prometheus metrics at http://ADDR:PORT/metrics' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l initiator-name -d 'Our iSCSI name [default: see --help]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-user -d 'CHAP user name' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-file -d 'File with CHAP credentials (TOML)' -r -F
@@ -304,6 +309,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l threads -d 'Worker 
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s r -l read-only -d 'Attach the device read-only'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l metrics-allow-remote -d 'Let --metrics-listen use an address other hosts can reach'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'

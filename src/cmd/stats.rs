@@ -110,6 +110,7 @@ fn minus(now: &OpCounts, before: Option<&OpCounts>) -> OpCounts {
         bytes: now.bytes.saturating_sub(b.bytes),
         errors: now.errors.saturating_sub(b.errors),
         in_flight: now.in_flight,
+        latency_sum: now.latency_sum.saturating_sub(b.latency_sum),
         latency: now
             .latency
             .iter()
@@ -191,6 +192,7 @@ fn sample_json(now: &[Snapshot], before: &[Snapshot], failed: &[ControlError]) -
                 "portal": s.portal,
                 "uptime": s.uptime,
                 "reconnects": s.reconnects,
+                "session_up": s.session_up,
                 "copied_bytes": s.data_path.copied_bytes,
                 "cache_copied_bytes": s.data_path.cache_copied_bytes,
                 "data_path_registrations": s.data_path.data_path_registrations,

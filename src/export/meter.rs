@@ -81,6 +81,8 @@ pub struct OpMeter {
     bytes: AtomicU64,
     errors: AtomicU64,
     in_flight: AtomicU64,
+    /// The sum of the latencies, nanoseconds (for Prometheus' `_sum`).
+    latency_sum: AtomicU64,
     latency: Buckets,
 }
 
@@ -93,6 +95,9 @@ pub struct OpCounts {
     pub bytes: u64,
     pub errors: u64,
     pub in_flight: u64,
+    /// Nanoseconds, all requests counted.
+    #[serde(default)]
+    pub latency_sum: u64,
     pub latency: Vec<(u32, u64)>,
 }
 
@@ -104,6 +109,7 @@ impl OpMeter {
             bytes: self.bytes.load(Relaxed),
             errors: self.errors.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
+            latency_sum: self.latency_sum.load(Relaxed),
             latency: self
                 .latency
                 .0
@@ -170,6 +176,7 @@ impl Timer {
             None => m.errors.fetch_add(1, Relaxed),
         };
         m.latency.0[bucket_of(ns)].fetch_add(1, Relaxed);
+        m.latency_sum.fetch_add(ns, Relaxed);
         // `self` drops here: no longer in flight.
     }
 }
