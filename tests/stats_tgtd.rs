@@ -425,9 +425,19 @@ fn watch_redraws_in_place_in_a_terminal_and_quits_on_q() {
 
 /// `GET /metrics` over plain HTTP/1.1: status line and body.
 fn scrape(addr: &str) -> (String, String) {
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    http_get(addr, "/metrics")
+}
+
+/// `GET path` over plain HTTP/1.1 (closing the connection): status line
+/// and body.
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();
     let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
@@ -541,4 +551,141 @@ fn metrics_on_a_non_loopback_address_need_the_opt_in() {
         "{}",
         both(&alone)
     );
+}
+
+/// A free loopback port (bound, read, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Percent-encode a query parameter.
+fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Ask Prometheus' HTTP API for `query` now: the data of a successful
+/// answer.
+fn prom_query(addr: &str, query: &str) -> Value {
+    let (status, body) = http_get(addr, &format!("/api/v1/query?query={}", encode(query)));
+    // Chunked or not, the JSON is the one line that starts with '{'.
+    let text = body
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("{status}: {body}"));
+    let v = json(text);
+    assert_eq!(v["status"], "success", "{query}: {v}");
+    v["data"].clone()
+}
+
+#[test]
+fn a_prometheus_server_scrapes_the_read_rate_during_fio_and_the_dashboard_queries_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let m = Mount::start(&tgtd, dir.path(), &["--metrics-listen", &metrics]);
+    let web = format!("127.0.0.1:{}", free_port());
+    let config = dir.path().join("prometheus.yml");
+    fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: rlun\n    static_configs:\n      - targets: [\"{metrics}\"]\n"
+        ),
+    )
+    .unwrap();
+    let prometheus = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("prometheus (Debian package prometheus)");
+    let _prometheus = common::ChildGuard(prometheus);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(&web).is_err()
+        || !http_get(&web, "/-/ready").0.contains("200")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "prometheus never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Its scrape manager starts the first scrape a few seconds later.
+    while prom_query(&web, "up{job=\"rlun\"} == 1")["result"]
+        .as_array()
+        .is_none_or(|r| r.is_empty())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "prometheus never scraped rlun"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let out = run_with_timeout(
+        Command::new("fio").args([
+            "--name=scraped",
+            &format!("--filename={}", m.file().display()),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=4",
+            "--size=32m",
+            "--time_based",
+            "--runtime=5",
+            "--allow_file_create=0",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "fio: {}", both(&out));
+    let rate = prom_query(
+        &web,
+        &format!("rate(rlun_read_bytes_total{{target=\"{IQN}\",lun=\"1\"}}[30s])"),
+    );
+
+    let value = rate["result"][0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("a rate in {rate}"));
+    assert!(value > 0.0, "Prometheus saw the reads: {rate}");
+    // Every query of the Grafana dashboard runs and finds rlun's series.
+    let dashboard: Value = serde_json::from_str(
+        &fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/grafana/rlun-dashboard.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "30s")
+                .replace("$instance", ".*")
+                .replace("$target", ".*");
+            let data = prom_query(&web, &expr);
+            assert!(
+                !data["result"].as_array().unwrap().is_empty(),
+                "{} ({expr}) found no series",
+                panel["title"]
+            );
+        }
+    }
 }
