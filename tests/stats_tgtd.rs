@@ -689,3 +689,45 @@ fn a_prometheus_server_scrapes_the_read_rate_during_fio_and_the_dashboard_querie
         }
     }
 }
+
+#[test]
+fn log_format_json_writes_one_object_per_line_from_a_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let log = dir.path().join("rlun.log");
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let out = run_rlun(
+        [
+            "-v",
+            "--log-format",
+            "json",
+            "mount",
+            "--daemon",
+            "--log-file",
+            &log.display().to_string(),
+            &url,
+            &mp.display().to_string(),
+        ],
+        &[],
+    );
+    assert_success(&out, "rlun mount --daemon --log-format json");
+    let out = run_rlun(["umount", &mp.display().to_string()], &[]);
+    assert_success(&out, "rlun umount");
+
+    let text = fs::read_to_string(&log).unwrap();
+    let lines: Vec<Value> = text.lines().map(json).collect();
+    assert!(!lines.is_empty(), "the daemon logged something");
+    for l in &lines {
+        assert!(l["timestamp"].is_string(), "{l}");
+        assert!(l["level"].is_string(), "{l}");
+        assert!(l["fields"]["message"].is_string(), "{l}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "logged in" && l["fields"]["target"] == IQN),
+        "the login, with its target as a field:\n{text}"
+    );
+}

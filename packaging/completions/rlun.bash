@@ -119,12 +119,16 @@ _rlun() {
 
     case "${cmd}" in
         rlun)
-            opts="-v -q -h -V --verbose --quiet --threads --config --help --version discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help"
+            opts="-v -q -h -V --verbose --quiet --log-format --threads --config --help --version discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -141,7 +145,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__attach)
-            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
+            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -231,6 +235,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -247,7 +255,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__bench)
-            opts="-v -q -h -V --pattern --bs --qd --duration --size --json --allow-write --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --pattern --bs --qd --duration --size --json --allow-write --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -341,6 +349,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -357,12 +369,16 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__completions)
-            opts="-v -q -h -V --verbose --quiet --threads --config --help --version bash zsh fish"
+            opts="-v -q -h -V --verbose --quiet --log-format --threads --config --help --version bash zsh fish"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -379,7 +395,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__cp)
-            opts="-v -q -h -V --bs --qd --progress --no-progress --no-sparse --offset --fua --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --bs --qd --progress --no-progress --no-sparse --offset --fua --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -445,6 +461,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -461,7 +481,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__detach)
-            opts="-v -q -h -V --timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -469,6 +489,10 @@ _rlun() {
             case "${prev}" in
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -487,7 +511,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__discover)
-            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -541,6 +565,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -557,12 +585,16 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__generate__subcmd__man)
-            opts="-v -q -h -V --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -817,7 +849,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__info)
-            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -869,6 +901,10 @@ _rlun() {
                     ;;
                 --command-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -887,12 +923,16 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__list)
-            opts="-v -q -h -V --json --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --json --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -909,7 +949,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__ls)
-            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -963,6 +1003,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -979,7 +1023,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__mount)
-            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --no-auto-unmount --fuse-threads --writeback-cache --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
+            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --no-auto-unmount --fuse-threads --writeback-cache --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1081,6 +1125,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1097,7 +1145,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__rescan)
-            opts="-v -q -h -V --timeout --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1105,6 +1153,10 @@ _rlun() {
             case "${prev}" in
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -1123,7 +1175,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__serve)
-            opts="-r -d -v -q -h -V --socket --listen --read-only --tls-cert --tls-key --tls-ca --allow-insecure --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --threads --config --help --version"
+            opts="-r -d -v -q -h -V --socket --listen --read-only --tls-cert --tls-key --tls-ca --allow-insecure --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1225,6 +1277,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 --threads)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1241,7 +1297,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__stats)
-            opts="-v -q -h -V --watch --json --verbose --quiet --threads --config --help --version"
+            opts="-v -q -h -V --watch --json --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1249,6 +1305,10 @@ _rlun() {
             case "${prev}" in
                 --watch)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -1267,7 +1327,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__umount)
-            opts="-l -v -q -h -V --lazy --timeout --verbose --quiet --threads --config --help --version"
+            opts="-l -v -q -h -V --lazy --timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1275,6 +1335,10 @@ _rlun() {
             case "${prev}" in
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 --threads)

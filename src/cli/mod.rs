@@ -94,6 +94,23 @@ pub struct Cli {
     )]
     pub quiet: bool,
 
+    /// How log lines are written: text for people, json for machines.
+    ///
+    /// json: one object per line with timestamp, level, fields (message
+    /// and the event's own fields, such as lun and error) and target, for
+    /// log collectors. Also RLUN_LOG_FORMAT.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text,
+        env = "RLUN_LOG_FORMAT",
+        hide_env = true,
+        help_heading = "Global options"
+    )]
+    pub log_format: LogFormat,
+
     /// Worker threads of the async runtime [default: 1].
     ///
     /// Raise it only when one process serves many busy LUNs (`rlun --help`
@@ -582,6 +599,15 @@ impl CacheOpts {
     }
 }
 
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 /// Foreground or background, and what the process shows of itself
 /// (metrics), for every command that serves until stopped (`mount`,
 /// `serve`, `attach`).
@@ -604,13 +630,13 @@ pub struct DaemonOpts {
     /// rlun_command_duration_seconds histogram, cache bytes and hits; per
     /// process rlun_session_up and rlun_reconnects_total (names in README,
     /// "Watching rlun"). A loopback address unless --metrics-allow-remote.
-    #[arg(long, value_name = "ADDR:PORT", help_heading = "Watching")]
+    #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Let --metrics-listen use an address other hosts can reach.
     ///
     /// The endpoint has no authentication; it tells anyone who can reach
     /// it the target, the LUNs and their load.
-    #[arg(long, requires = "metrics_listen", help_heading = "Watching")]
+    #[arg(long, requires = "metrics_listen", hide_short_help = true)]
     pub metrics_allow_remote: bool,
 }
 
