@@ -731,3 +731,51 @@ fn log_format_json_writes_one_object_per_line_from_a_daemon() {
         "the login, with its target as a field:\n{text}"
     );
 }
+
+#[test]
+fn stats_finds_a_server_by_its_socket_and_by_nbd_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let sock = dir.path().join("nbd.sock");
+    let sock = sock.display().to_string();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let by_socket = common::spawn_rlun(["serve", "--socket", &sock, &url], &[]);
+    let by_addr = common::spawn_rlun(["serve", "--listen", &addr, &url], &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !(Path::new(&sock).exists() && std::net::TcpStream::connect(&addr).is_ok()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the servers never listened"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let read = run_with_timeout(
+        Command::new("qemu-io").args([
+            "-f",
+            "raw",
+            "-r",
+            "-c",
+            "read 0 1M",
+            &format!("nbd+unix:///lun1?socket={sock}"),
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(read.status.success(), "qemu-io: {}", both(&read));
+
+    let one = |what: &str| -> Value {
+        let out = run_rlun(["stats", what, "--json"], &[]);
+        let v = json(&assert_success(&out, &format!("rlun stats {what}")));
+        assert_eq!(v["processes"].as_array().map(Vec::len), Some(1), "{v}");
+        v["processes"][0].clone()
+    };
+    let s = one(&sock);
+    let a = one(&format!("nbd://{addr}"));
+
+    assert_eq!(s["kind"], "served");
+    assert_eq!(s["what"], sock.as_str());
+    assert_eq!(u(&s["luns"][0], &["total", "read_bytes"]), 1 << 20, "{s}");
+    assert_eq!(a["what"], format!("nbd://{addr}").as_str());
+    assert_eq!(u(&a["luns"][0], &["total", "reads"]), 0, "{a}");
+    drop((by_socket, by_addr));
+}
