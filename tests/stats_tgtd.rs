@@ -779,3 +779,34 @@ fn stats_finds_a_server_by_its_socket_and_by_nbd_address() {
     assert_eq!(u(&a["luns"][0], &["total", "reads"]), 0, "{a}");
     drop((by_socket, by_addr));
 }
+
+#[test]
+fn a_config_file_target_serves_metrics_where_its_entry_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = dir.path().join("rlun.toml");
+    fs::write(
+        &config,
+        format!(
+            "[targets.store]\nurl = \"iscsi://{}/{IQN}\"\nmetrics_listen = \"{addr}\"\n",
+            tgtd.portal()
+        ),
+    )
+    .unwrap();
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let config = config.display().to_string();
+    let mp = mp.display().to_string();
+
+    let out = run_rlun(
+        ["--config", &config, "mount", "--daemon", "store", &mp],
+        &[],
+    );
+    assert_success(&out, "rlun mount --daemon store");
+    let (status, body) = scrape(&addr);
+    let _ = run_rlun(["umount", &mp], &[]);
+
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(sample(&body, "rlun_session_up", &[IQN]), 1.0, "{body}");
+}

@@ -128,7 +128,7 @@ pub async fn run(
                     settings.cache.unwrap_or(CacheChoice::WriteThrough).mode(),
                 ),
                 read_only: o.read_only,
-                metrics: d.metrics(),
+                metrics: ctx.metrics(entry.as_deref(), d.metrics()),
             };
             let front = Kernel {
                 arg,

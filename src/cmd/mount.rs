@@ -230,7 +230,7 @@ async fn mount(
         lun: url.lun,
         device: device_config(&settings, mode.mode()),
         read_only: o.read_only,
-        metrics: d.metrics(),
+        metrics: ctx.metrics(entry.as_deref(), d.metrics()),
     };
     let fsname = match url.lun {
         Some(n) => format!("rlun:{iqn}/{n}"),

@@ -86,7 +86,7 @@ async fn serve(
             settings.cache.unwrap_or(CacheChoice::WriteThrough).mode(),
         ),
         read_only: o.read_only,
-        metrics: d.metrics(),
+        metrics: ctx.metrics(entry.as_deref(), d.metrics()),
     };
     let front = Nbd { listener, tls, iqn };
     service::serve(plan, front, readiness).await
