@@ -321,8 +321,9 @@ pub async fn serve<F: FrontEnd>(
     ));
     live.serve(&mut signals, readiness).await;
     follower.abort();
-    drop((control, metrics));
+    // Still answering while the cache is written back (dirty bytes drain).
     let finished = finish_exports(live.exports()).await;
+    drop((control, metrics));
     if let Err(e) = target.logout().await {
         debug!(error = %e, "logout failed");
     }
