@@ -329,6 +329,21 @@ impl Collector for Scrape {
             MetricType::Counter,
         )?;
         ConstCounter::new(s.data_path.copied_bytes).encode(m.encode_family(&process)?)?;
+        let mut m = e.encode_descriptor(
+            "rlun_cache_copied_bytes",
+            "bytes the page cache copied into or out of its pages",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(s.data_path.cache_copied_bytes).encode(m.encode_family(&process)?)?;
+        let mut m = e.encode_descriptor(
+            "rlun_data_path_registrations",
+            "iSER memory registrations made while sending a command",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(s.data_path.data_path_registrations)
+            .encode(m.encode_family(&process)?)?;
 
         self.per_lun(&mut e, "rlun_reads", "read requests completed", |l| {
             l.read.count
