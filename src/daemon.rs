@@ -231,7 +231,7 @@ fn humanize(d: Duration) -> String {
 pub struct Readiness {
     /// The pipe to the `--daemon` parent, until ready or failed.
     pipe: Option<Arc<PipeState>>,
-    systemd: Option<SdNotify>,
+    systemd: Option<Arc<SdNotify>>,
 }
 
 struct PipeState {
@@ -250,7 +250,7 @@ impl Readiness {
         });
         Readiness {
             pipe,
-            systemd: SdNotify::from_env(),
+            systemd: SdNotify::from_env().map(Arc::new),
         }
     }
 
@@ -300,6 +300,12 @@ impl Readiness {
                 one_line(status)
             ));
         }
+    }
+
+    /// Something that updates systemd's `STATUS=` line while the command
+    /// serves, from another task; `None` without `$NOTIFY_SOCKET`.
+    pub fn status_line(&self) -> Option<StatusLine> {
+        self.systemd.clone().map(StatusLine)
     }
 
     /// The command is stopping (systemd: `STOPPING=1`).
@@ -377,6 +383,17 @@ async fn watch_parent(p: Arc<PipeState>, deadline: Duration) {
             error!("the parent rlun stopped waiting for this background process; exiting");
             std::process::exit(exit::FAILURE);
         }
+    }
+}
+
+/// Updates systemd's `STATUS=` line ([`Readiness::status_line`]).
+#[derive(Clone)]
+pub struct StatusLine(Arc<SdNotify>);
+
+impl StatusLine {
+    /// Say `status` (one line) in `systemctl status`.
+    pub fn set(&self, status: &str) {
+        self.0.send(&format!("STATUS={}", one_line(status)));
     }
 }
 
@@ -992,10 +1009,10 @@ mod tests {
             .unwrap();
         let mut r = Readiness {
             pipe: None,
-            systemd: Some(SdNotify {
+            systemd: Some(Arc::new(SdNotify {
                 socket: UnixDatagram::unbound().unwrap(),
                 addr: notify_addr(&sock_path.to_string_lossy()).unwrap(),
-            }),
+            })),
         };
         let mut buf = [0u8; 512];
 

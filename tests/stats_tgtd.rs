@@ -810,3 +810,56 @@ fn a_config_file_target_serves_metrics_where_its_entry_says() {
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(sample(&body, "rlun_session_up", &[IQN]), 1.0, "{body}");
 }
+
+#[test]
+fn systemd_status_tells_the_dirty_bytes_once_they_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgtd = target(dir.path());
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let mp_s = mp.display().to_string();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
+    let child = common::spawn_rlun(
+        [
+            "mount",
+            "--direct-io",
+            "--cache",
+            "write-back",
+            "--writeback-delay",
+            "60s",
+            &url,
+            &mp_s,
+        ],
+        &[("NOTIFY_SOCKET", &sock_path.to_string_lossy())],
+    );
+    let _unmount = Mount { mp: mp.clone() };
+    let mut buf = [0u8; 4096];
+    let n = sock.recv(&mut buf).expect("READY=1 within 30 s");
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("READY=1"));
+
+    let out = run_with_timeout(
+        Command::new("dd").args([
+            "if=/dev/zero",
+            &format!("of={}", mp.join("lun1").display()),
+            "bs=64k",
+            "count=16",
+            "oflag=direct",
+            "conv=notrunc",
+            "status=none",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "dd: {}", both(&out));
+    let n = sock.recv(&mut buf).expect("a STATUS= update within 30 s");
+    let status = String::from_utf8_lossy(&buf[..n]).into_owned();
+    drop(child);
+
+    assert_eq!(
+        status,
+        format!("STATUS=mounted {mp_s}: 1 LUN, session up, 1.0 MiB dirty, 0 reconnects")
+    );
+}
