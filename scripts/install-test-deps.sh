@@ -28,6 +28,8 @@ set -euo pipefail
 #                    dpkg-shlibdeps) and the .rpm (rpmbuild)
 #   lintian, rpm2cpio, cpio, file, man-db, systemd (systemd-analyze)
 #                    tests/packaging/run.sh: check the .deb/.rpm and the units
+#   tmux             tests/stats_tgtd.rs: `rlun stats --watch` in a real terminal
+#   prometheus       promtool, which checks `--metrics-listen`'s exposition
 PACKAGES=(
     tgt
     libiscsi-bin
@@ -60,6 +62,8 @@ PACKAGES=(
     file
     man-db
     systemd
+    tmux
+    prometheus
 )
 
 as_root() {
@@ -137,7 +141,7 @@ fi
 # Fail here, with a clear message, rather than deep inside a test.
 for tool in tgtd tgtadm iscsi-ls iscsi-inq iscsi-readcapacity16 iscsi-perf \
     qemu-img qemu-io fio setpriv python3 cargo lintian rpm rpm2cpio cpio \
-    systemd-analyze man dpkg-deb dpkg-shlibdeps rpmbuild; do
+    systemd-analyze man dpkg-deb dpkg-shlibdeps rpmbuild tmux promtool; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "install-test-deps: '$tool' is still missing after installing packages" >&2
         exit 1

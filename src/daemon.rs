@@ -231,7 +231,7 @@ fn humanize(d: Duration) -> String {
 pub struct Readiness {
     /// The pipe to the `--daemon` parent, until ready or failed.
     pipe: Option<Arc<PipeState>>,
-    systemd: Option<SdNotify>,
+    systemd: Option<Arc<SdNotify>>,
 }
 
 struct PipeState {
@@ -250,7 +250,7 @@ impl Readiness {
         });
         Readiness {
             pipe,
-            systemd: SdNotify::from_env(),
+            systemd: SdNotify::from_env().map(Arc::new),
         }
     }
 
@@ -300,6 +300,12 @@ impl Readiness {
                 one_line(status)
             ));
         }
+    }
+
+    /// Something that updates systemd's `STATUS=` line while the command
+    /// serves, from another task; `None` without `$NOTIFY_SOCKET`.
+    pub fn status_line(&self) -> Option<StatusLine> {
+        self.systemd.clone().map(StatusLine)
     }
 
     /// The command is stopping (systemd: `STOPPING=1`).
@@ -377,6 +383,17 @@ async fn watch_parent(p: Arc<PipeState>, deadline: Duration) {
             error!("the parent rlun stopped waiting for this background process; exiting");
             std::process::exit(exit::FAILURE);
         }
+    }
+}
+
+/// Updates systemd's `STATUS=` line ([`Readiness::status_line`]).
+#[derive(Clone)]
+pub struct StatusLine(Arc<SdNotify>);
+
+impl StatusLine {
+    /// Say `status` (one line) in `systemctl status`.
+    pub fn set(&self, status: &str) {
+        self.0.send(&format!("STATUS={}", one_line(status)));
     }
 }
 
@@ -676,6 +693,11 @@ impl PidFile {
 }
 
 impl PidFile {
+    /// Where the pid file is.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
     /// Say what this process serves (target, LUNs, URIs), for `rlun list`:
     /// next to the pid file, removed with it.
     pub fn describe(&self, what: &serde_json::Value) {
@@ -781,7 +803,7 @@ pub fn read_exit_status(pid_file: &Path, pid: u32) -> Option<(i32, String)> {
 const EXIT_STATUS_KEPT: Duration = Duration::from_secs(3600);
 
 /// Remove pid files of rlun processes that died without cleaning up
-/// (SIGKILL), `.wait` files of waiters that are gone, and exit statuses
+/// (SIGKILL) and their control sockets and descriptions, `.wait` files of waiters that are gone, and exit statuses
 /// nobody collects: their process is gone and no live waiter wants them,
 /// or they are older than [`EXIT_STATUS_KEPT`].
 pub fn sweep_stale_pid_files(dir: &Path) {
@@ -805,6 +827,10 @@ pub fn sweep_stale_pid_files(dir: &Path) {
                 }
             }
             Some("pid") | Some("wait") | Some("info") if gone(pid_in(&path)) => {
+                let _ = std::fs::remove_file(&path);
+            }
+            // A control socket holds no pid: its process is its pid file's.
+            Some("sock") if gone(pid_in(&path.with_extension("pid"))) => {
                 let _ = std::fs::remove_file(&path);
             }
             _ => {}
@@ -983,10 +1009,10 @@ mod tests {
             .unwrap();
         let mut r = Readiness {
             pipe: None,
-            systemd: Some(SdNotify {
+            systemd: Some(Arc::new(SdNotify {
                 socket: UnixDatagram::unbound().unwrap(),
                 addr: notify_addr(&sock_path.to_string_lossy()).unwrap(),
-            }),
+            })),
         };
         let mut buf = [0u8; 512];
 

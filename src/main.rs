@@ -40,13 +40,21 @@ fn main() {
         // ("Illegal SNI extension"), which is no fault of anyone's: only
         // its errors are shown.
         .unwrap_or_else(|_| EnvFilter::new(format!("rlun={default_level},rustls=error,warn")));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour only on a terminal: not in log files, pipes or the journal.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .init();
+    match cli.log_format {
+        rlun::cli::LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            // Colour only on a terminal: not in log files, pipes or the journal.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_target(false)
+            .init(),
+        rlun::cli::LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_current_span(false)
+            .init(),
+    }
 
     // One thread (the default) runs every session's hot path — driver,
     // writer and the callers it completes — without cross-thread wake-ups;

@@ -37,10 +37,12 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::client::{ClientError, LoggedIn, Lun, Target};
+use crate::control::{self, ControlSocket};
 use crate::daemon::{self, DaemonError, Launched, PidFile, Readiness, Signals};
 use crate::device::{DeviceConfig, DeviceError};
 use crate::exit;
 use crate::export::{open_luns, DataLost, ExportSet, LunBackend, OpenError};
+use crate::metrics::{self, MetricsError};
 use crate::session::SessionConfig;
 use rlun_iscsi::scsi::TargetChange;
 use rlun_iscsi::ErrorKind;
@@ -64,6 +66,9 @@ pub enum ServiceError {
     /// The exports could not be set up with the cache options given.
     #[error("cannot set up the exports")]
     Exports(#[source] DeviceError),
+    /// `--metrics-listen` could not be set up.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
     /// Serving ended, but written data did not reach the target.
     #[error("{stopped}, but written data did not reach the target: {lost}")]
     DataLost {
@@ -80,6 +85,7 @@ impl ServiceError {
             ServiceError::Client(e) => e.kind(),
             ServiceError::Daemon(e) => e.kind(),
             ServiceError::Exports(_) => ErrorKind::Usage,
+            ServiceError::Metrics(e) => e.kind(),
             ServiceError::NothingToServe { .. } | ServiceError::DataLost { .. } => {
                 ErrorKind::Failure
             }
@@ -224,6 +230,8 @@ pub struct Plan {
     pub device: DeviceConfig,
     /// Make every export read-only.
     pub read_only: bool,
+    /// Where to serve Prometheus metrics (`--metrics-listen`).
+    pub metrics: Option<metrics::Listen>,
 }
 
 /// Log in, open the exports, serve them through `front` until stopped,
@@ -235,6 +243,10 @@ pub async fn serve<F: FrontEnd>(
     readiness: &mut Readiness,
 ) -> Result<(), F::Error> {
     let portal = crate::session::portal_string(&plan.session.host, plan.session.port);
+    let metrics_listener = match plan.metrics {
+        Some(listen) => Some(metrics::bind(listen).await.map_err(ServiceError::from)?),
+        None => None,
+    };
     let target = LoggedIn::login(plan.session)
         .await
         .map_err(ServiceError::from)?;
@@ -284,7 +296,23 @@ pub async fn serve<F: FrontEnd>(
     if let Some(r) = &report {
         r.describe(live.exports(), 0, &[], None);
     }
+    let source = Arc::new(control::Source {
+        kind: F::KIND,
+        what: live.state_key().display().to_string(),
+        target: plan.target.clone(),
+        portal: portal.clone(),
+        started: std::time::Instant::now(),
+        session: target.session().clone(),
+        exports: live.exports().clone(),
+    });
+    let control = pid_file
+        .as_ref()
+        .and_then(|p| ControlSocket::open(control::socket_path(p.path()), source.clone()));
+    let metrics = metrics_listener.map(|l| metrics::serve(l, source.clone()));
     live.announce(readiness);
+    let health = readiness
+        .status_line()
+        .map(|line| tokio::spawn(report_health(line, source.clone())));
     let only = match (plan.lun, F::FIXED_LUNS) {
         (Some(n), _) => Some(Only::Lun(n)),
         (None, true) => Some(Only::Started),
@@ -299,7 +327,12 @@ pub async fn serve<F: FrontEnd>(
     ));
     live.serve(&mut signals, readiness).await;
     follower.abort();
+    if let Some(h) = health {
+        h.abort();
+    }
+    // Still answering while the cache is written back (dirty bytes drain).
     let finished = finish_exports(live.exports()).await;
+    drop((control, metrics));
     if let Err(e) = target.logout().await {
         debug!(error = %e, "logout failed");
     }
@@ -314,6 +347,44 @@ pub async fn serve<F: FrontEnd>(
         p.finish(&result);
     }
     result
+}
+
+/// How often systemd's `STATUS=` line is brought up to date.
+const HEALTH_EVERY: Duration = Duration::from_secs(5);
+
+/// Keep systemd's `STATUS=` line telling how the process does ("mounted
+/// /mnt/x: 1 LUN, session up, 12.0 MiB dirty, 0 reconnects"), sent when
+/// it changes: the line the front end said it was ready with stays until
+/// then.
+async fn report_health(line: daemon::StatusLine, source: Arc<control::Source>) {
+    let mut last = health(&source.snapshot());
+    loop {
+        tokio::time::sleep(HEALTH_EVERY).await;
+        let now = health(&source.snapshot());
+        if now != last {
+            line.set(&now);
+            last = now;
+        }
+    }
+}
+
+/// One line of health for `systemctl status`.
+pub fn health(s: &control::Snapshot) -> String {
+    let dirty: u64 = s.luns.iter().map(|l| l.cache.dirty_bytes).sum();
+    let n = s.luns.len();
+    format!(
+        "{} {}: {n} LUN{}, session {}, {} dirty, {} reconnect{}",
+        s.kind,
+        match s.what.strip_prefix("nbd-") {
+            Some(addr) => format!("nbd://{addr}"),
+            None => s.what.clone(),
+        },
+        if n == 1 { "" } else { "s" },
+        if s.session_up { "up" } else { "down" },
+        human_size(dirty),
+        s.reconnects,
+        if s.reconnects == 1 { "" } else { "s" },
+    )
 }
 
 /// The description beside the pid file (`rlun list`, `rlun rescan`),

@@ -37,7 +37,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 static COPIED_BYTES: AtomicU64 = AtomicU64::new(0);
 static CACHE_COPIED_BYTES: AtomicU64 = AtomicU64::new(0);
@@ -45,7 +45,7 @@ static DATA_PATH_REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
 static POOL_REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// A snapshot of the counters (see the module docs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataPathStats {
     pub copied_bytes: u64,
     pub cache_copied_bytes: u64,

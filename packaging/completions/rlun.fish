@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_rlun_global_optspecs
-    string join \n v/verbose q/quiet threads= config= h/help V/version
+    string join \n v/verbose q/quiet log-format= threads= config= h/help V/version
 end
 
 function __fish_rlun_needs_command
@@ -24,6 +24,8 @@ function __fish_rlun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
+complete -c rlun -n "__fish_rlun_needs_command" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_needs_command" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_needs_command" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_needs_command" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
@@ -41,6 +43,7 @@ complete -c rlun -n "__fish_rlun_needs_command" -f -a "serve" -d 'Serve a target
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "attach" -d 'Attach one LUN as a kernel block device /dev/nbdN (needs root and the nbd module)'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "detach" -d 'Detach a device attached by `rlun attach`'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "rescan" -d 'Look at the target again: new, removed and resized LUNs'
+complete -c rlun -n "__fish_rlun_needs_command" -f -a "stats" -d 'Show what serving rlun processes do: I/O, latency, cache, reconnects'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "list" -d 'List what this user\'s rlun processes have mounted, served, attached'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "generate-man" -d 'Write the man pages into a directory'
@@ -61,6 +64,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-interval -d '
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l json -d 'Print JSON instead of text (fields in rlun-discover(8))'
@@ -84,6 +89,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-interval -d 'Ping t
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l json -d 'Print JSON instead of a table (fields in rlun-ls(8))'
@@ -107,6 +114,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-interval -d 'Ping
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l json -d 'Print JSON instead of text'
@@ -133,6 +142,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-interval -d 'Ping t
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l progress -d 'Show progress also when stderr is no terminal (a line a second)'
@@ -175,6 +186,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l readahead -d 'Read a
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l writeback-delay -d 'Longest wait of data in a write-back cache [default: 1s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l stats-interval -d 'Log cache counters at this interval [default: never]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l json -d 'Print one JSON object instead of text'
@@ -190,6 +203,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l fuse-threads -d 'Thr
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-cache -d 'The kernel\'s write-back cache for buffered writes' -r -f -a "on\t''
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l log-file -d 'With --daemon: append log messages to this file' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l metrics-listen -d 'Serve Prometheus metrics at http://ADDR:PORT/metrics' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l initiator-name -d 'Our iSCSI name [default: see --help]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-user -d 'CHAP user name' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l chap-file -d 'File with CHAP credentials (TOML)' -r -F
@@ -214,6 +228,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l readahead -d 'Read a
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-delay -d 'Longest wait of data in a write-back cache [default: 1s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l stats-interval -d 'Log cache counters at this interval [default: never]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l allow-other -d 'Let other users (and root) use the mount'
@@ -221,11 +237,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -s r -l read-only -d 'R
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l direct-io -d 'Bypass the kernel page cache'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l no-auto-unmount -d 'Do not unmount when rlun dies'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed'
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l metrics-allow-remote -d 'Let --metrics-listen use an address other hosts can reach'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l timeout -d 'Longest wait for the rlun process to finish' -r
+complete -c rlun -n "__fish_rlun_using_subcommand umount" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s l -l lazy -d 'Detach even while files are open (lazy unmount); rlun serves them until they are closed, then exits. umount waits for that up to --timeout and fails, saying so, while files are still open'
@@ -239,6 +258,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-cert -d 'TLS cer
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-key -d 'TLS private key (PEM) of --tls-cert' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l tls-ca -d 'Require client certificates signed by these CAs (PEM)' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l log-file -d 'With --daemon: append log messages to this file' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l metrics-listen -d 'Serve Prometheus metrics at http://ADDR:PORT/metrics' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l initiator-name -d 'Our iSCSI name [default: see --help]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-user -d 'CHAP user name' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l chap-file -d 'File with CHAP credentials (TOML)' -r -F
@@ -263,11 +283,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l readahead -d 'Read a
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l writeback-delay -d 'Longest wait of data in a write-back cache [default: 1s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l stats-interval -d 'Log cache counters at this interval [default: never]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s r -l read-only -d 'Refuse writes to every export'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l allow-insecure -d 'Allow --listen on a non-loopback address without TLS'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l metrics-allow-remote -d 'Let --metrics-listen use an address other hosts can reach'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -275,6 +298,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -s V -l version -d 'Pri
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l connections -d 'Sockets between rlun and the kernel' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l io-timeout -d 'How long the kernel waits before it fails I/O with EIO on its own' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l log-file -d 'With --daemon: append log messages to this file' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l metrics-listen -d 'Serve Prometheus metrics at http://ADDR:PORT/metrics' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l initiator-name -d 'Our iSCSI name [default: see --help]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-user -d 'CHAP user name' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l chap-file -d 'File with CHAP credentials (TOML)' -r -F
@@ -299,15 +323,20 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l readahead -d 'Read 
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l writeback-delay -d 'Longest wait of data in a write-back cache [default: 1s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l stats-interval -d 'Log cache counters at this interval [default: never]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s r -l read-only -d 'Attach the device read-only'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l metrics-allow-remote -d 'Let --metrics-listen use an address other hosts can reach'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -l timeout -d 'Longest wait for the rlun process to finish' -r
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
@@ -315,12 +344,26 @@ complete -c rlun -n "__fish_rlun_using_subcommand detach" -s q -l quiet -d 'Only
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -l timeout -d 'Longest wait for each rescan' -r
+complete -c rlun -n "__fish_rlun_using_subcommand rescan" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -s V -l version -d 'Print version'
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -l watch -d 'Sample again every INTERVAL (1s when not given) until Ctrl-C or q' -r
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -l json -d 'Print JSON (one object per sample and line) instead of a table'
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -s q -l quiet -d 'Only print errors'
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -s V -l version -d 'Print version'
+complete -c rlun -n "__fish_rlun_using_subcommand list" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand list" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand list" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand list" -l json -d 'Print JSON instead of a table (fields in rlun-list(8))'
@@ -328,30 +371,35 @@ complete -c rlun -n "__fish_rlun_using_subcommand list" -s v -l verbose -d 'More
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s V -l version -d 'Print version'
+complete -c rlun -n "__fish_rlun_using_subcommand completions" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object per line'"
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "discover" -d 'List the targets a portal offers (SendTargets discovery)'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "ls" -d 'List LUNs with size, block size, vendor and product'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "info" -d 'Show everything about one LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "cp" -d 'Copy a whole LUN to a file, a file to a LUN, or a LUN to a LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "bench" -d 'Measure a LUN: IOPS, MiB/s, latency percentiles and CPU time'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "umount" -d 'Unmount an rlun mount; wait until its rlun has written back'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "serve" -d 'Serve a target\'s LUNs to NBD clients: `lun<N>` for each disk LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "attach" -d 'Attach one LUN as a kernel block device /dev/nbdN (needs root and the nbd module)'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "detach" -d 'Detach a device attached by `rlun attach`'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "rescan" -d 'Look at the target again: new, removed and resized LUNs'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "list" -d 'List what this user\'s rlun processes have mounted, served, attached'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "generate-man" -d 'Write the man pages into a directory'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan list completions generate-man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "discover" -d 'List the targets a portal offers (SendTargets discovery)'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "ls" -d 'List LUNs with size, block size, vendor and product'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "info" -d 'Show everything about one LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "cp" -d 'Copy a whole LUN to a file, a file to a LUN, or a LUN to a LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "bench" -d 'Measure a LUN: IOPS, MiB/s, latency percentiles and CPU time'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "umount" -d 'Unmount an rlun mount; wait until its rlun has written back'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "serve" -d 'Serve a target\'s LUNs to NBD clients: `lun<N>` for each disk LUN'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "attach" -d 'Attach one LUN as a kernel block device /dev/nbdN (needs root and the nbd module)'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "detach" -d 'Detach a device attached by `rlun attach`'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "rescan" -d 'Look at the target again: new, removed and resized LUNs'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "stats" -d 'Show what serving rlun processes do: I/O, latency, cache, reconnects'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "list" -d 'List what this user\'s rlun processes have mounted, served, attached'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "completions" -d 'Print a shell completion script (bash, zsh or fish) to standard output'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "generate-man" -d 'Write the man pages into a directory'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

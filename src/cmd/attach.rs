@@ -128,6 +128,7 @@ pub async fn run(
                     settings.cache.unwrap_or(CacheChoice::WriteThrough).mode(),
                 ),
                 read_only: o.read_only,
+                metrics: ctx.metrics(entry.as_deref(), d.metrics()),
             };
             let front = Kernel {
                 arg,

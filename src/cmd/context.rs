@@ -79,6 +79,24 @@ impl Ctx {
         })
     }
 
+    /// Where to serve metrics: `cli` (`--metrics-listen`), else the
+    /// `metrics_listen` of the `[targets.<name>]` entry named on the
+    /// command line (not one found by URL: a second command serving the
+    /// same target by URL would want the same port).
+    pub fn metrics(
+        &self,
+        entry_name: Option<&str>,
+        cli: Option<crate::metrics::Listen>,
+    ) -> Option<crate::metrics::Listen> {
+        cli.or_else(|| {
+            let e = self.config.target(entry_name?)?;
+            e.metrics_listen.map(|addr| crate::metrics::Listen {
+                addr,
+                allow_remote: e.metrics_allow_remote,
+            })
+        })
+    }
+
     /// The settings in effect for `url`: `cli` (the command line's), then
     /// the URL's `?header_digest=`, then the target's config entry, then
     /// `[defaults]`, then the built-in defaults.

@@ -129,6 +129,10 @@ impl From<ServiceError> for CliError {
             ServiceError::Client(e) => CliError::Client(e),
             ServiceError::Daemon(e) => CliError::Daemon(e),
             ServiceError::Exports(e) => CliError::Usage(rlun_iscsi::error_chain(&e)),
+            ServiceError::Metrics(e) => CliError::Described {
+                kind: e.kind(),
+                message: rlun_iscsi::error_chain(&e),
+            },
             e @ (ServiceError::NothingToServe { .. } | ServiceError::DataLost { .. }) => {
                 CliError::Other(e.to_string())
             }

@@ -30,6 +30,7 @@ mod ls;
 pub mod mount;
 mod rescan;
 pub mod serve;
+mod stats;
 pub mod tips;
 
 pub use context::Ctx;
@@ -302,6 +303,7 @@ async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
         Command::Detach { device, timeout } => attach::detach(&device, timeout).await,
         Command::List { json } => attach::list(json),
         Command::Rescan { what, timeout } => rescan::rescan(what.as_deref(), timeout).await,
+        Command::Stats { what, watch, json } => stats::stats(what.as_deref(), watch, json).await,
         Command::GenerateMan { dir } => docs::generate_man(&dir),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();

@@ -67,7 +67,7 @@ pub async fn run(
         &d.options(),
         ctx.ready_deadline(target, conn),
         async |readiness: &mut Readiness| {
-            mount(ctx, target, mountpoint, o, cache, conn, readiness).await
+            mount(ctx, target, mountpoint, (o, d), cache, conn, readiness).await
         },
     )
     .await
@@ -202,7 +202,7 @@ async fn mount(
     ctx: &Ctx,
     arg: &str,
     mountpoint: &Path,
-    o: &MountOpts,
+    (o, d): (&MountOpts, &DaemonOpts),
     cache: &CacheOpts,
     conn: &ConnectOpts,
     readiness: &mut Readiness,
@@ -230,6 +230,7 @@ async fn mount(
         lun: url.lun,
         device: device_config(&settings, mode.mode()),
         read_only: o.read_only,
+        metrics: ctx.metrics(entry.as_deref(), d.metrics()),
     };
     let fsname = match url.lun {
         Some(n) => format!("rlun:{iqn}/{n}"),

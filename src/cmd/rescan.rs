@@ -18,7 +18,7 @@ use super::error::CliError;
 use crate::daemon;
 
 /// The processes `what` names (all of them when `None`).
-fn select(all: Vec<Held>, what: Option<&str>) -> Vec<Held> {
+pub(super) fn select(all: Vec<Held>, what: Option<&str>) -> Vec<Held> {
     let Some(what) = what else {
         return all;
     };

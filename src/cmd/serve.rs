@@ -47,7 +47,7 @@ pub async fn run(
     service::launch(
         &d.options(),
         ctx.ready_deadline(arg, conn),
-        async |readiness: &mut Readiness| serve(ctx, arg, o, cache, conn, readiness).await,
+        async |readiness: &mut Readiness| serve(ctx, arg, (o, d), cache, conn, readiness).await,
     )
     .await
 }
@@ -58,7 +58,7 @@ pub async fn run(
 async fn serve(
     ctx: &Ctx,
     arg: &str,
-    o: &ServeOpts,
+    (o, d): (&ServeOpts, &DaemonOpts),
     cache: &CacheOpts,
     conn: &ConnectOpts,
     readiness: &mut Readiness,
@@ -86,6 +86,7 @@ async fn serve(
             settings.cache.unwrap_or(CacheChoice::WriteThrough).mode(),
         ),
         read_only: o.read_only,
+        metrics: ctx.metrics(entry.as_deref(), d.metrics()),
     };
     let front = Nbd { listener, tls, iqn };
     service::serve(plan, front, readiness).await

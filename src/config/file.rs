@@ -55,6 +55,11 @@ settings_table! {
         #[serde(default, deserialize_with = "de_opt_secret")]
         pub mutual_secret: Option<Secret>,
         pub mutual_secret_file: Option<PathBuf>,
+        /// `--metrics-listen` when the target is served by this name.
+        pub metrics_listen: Option<std::net::SocketAddr>,
+        /// `--metrics-allow-remote`, as above.
+        #[serde(default)]
+        pub metrics_allow_remote: bool,
     }
 }
 

@@ -169,6 +169,14 @@ SETTINGS
     mutual_user = "store-target"
     mutual_secret = "..."  or  mutual_secret_file = "..."
         Mutual CHAP: the name and secret the target must prove it knows.
+    metrics_listen = "127.0.0.1:9860"
+        Serve Prometheus metrics at http://ADDR:PORT/metrics when this
+        target is served by its name (rlun mount NAME DIR, the
+        rlun-mount@NAME, rlun-serve@NAME and rlun-attach@NAME units), as
+        --metrics-listen does; the command line's goes first.
+    metrics_allow_remote = true
+        Let metrics_listen be an address other hosts can reach (the
+        endpoint has no authentication). Default false: loopback only.
     Any setting of SETTINGS, for this target only.
 
     A file that holds secrets must be readable by its owner only (chmod 600):

@@ -938,3 +938,34 @@ fn the_old_integer_timeout_keys_still_work_with_a_warning() {
          or connect_timeout_secs, not both"
     );
 }
+
+#[test]
+fn a_target_may_name_where_its_metrics_are_served() {
+    let with = entry(
+        r#"
+[targets.store]
+url = "iscsi://10.0.0.5/iqn.2026-11.org.example:store"
+metrics_listen = "127.0.0.1:9860"
+"#,
+    );
+    let without = entry(
+        r#"
+[targets.store]
+url = "iscsi://10.0.0.5/iqn.2026-11.org.example:store"
+"#,
+    );
+    let bad = Config::from_toml_str(
+        r#"
+[targets.store]
+url = "iscsi://10.0.0.5/iqn.2026-11.org.example:store"
+metrics_listen = "localhost"
+"#,
+        Path::new("/etc/rlun/rlun.toml"),
+    );
+
+    assert_eq!(with.metrics_listen, Some("127.0.0.1:9860".parse().unwrap()));
+    assert!(!with.metrics_allow_remote);
+    assert_eq!(without.metrics_listen, None);
+    let err = bad.expect_err("not an address").to_string();
+    assert!(err.contains("metrics_listen"), "{err}");
+}

@@ -82,6 +82,7 @@ use rlun_iscsi::error_chain;
 use rlun_iscsi::scsi::sense::errno;
 
 pub use crate::device::LunBackend;
+use meter::{Meter, Op, Timer};
 
 /// The name of the export of LUN `number`: `lun<N>`.
 pub fn export_name(number: u64) -> String {
@@ -223,6 +224,8 @@ pub struct PendingExportRead<B: LunBackend> {
     started: Option<(Arc<LunDevice<B>>, PendingRead)>,
     offset: u64,
     len: usize,
+    /// In flight until finished or dropped.
+    timer: Timer,
 }
 
 /// One LUN as an export.
@@ -252,6 +255,8 @@ pub struct Export<B: LunBackend> {
     /// are not known to be durable.
     writes: AtomicU64,
     synced: AtomicU64,
+    /// What `rlun stats` reports ([`Meter`]).
+    meter: Arc<Meter>,
 }
 
 impl<B: LunBackend> Export<B> {
@@ -279,6 +284,7 @@ impl<B: LunBackend> Export<B> {
             shut: AtomicBool::new(false),
             writes: AtomicU64::new(0),
             synced: AtomicU64::new(0),
+            meter: Arc::default(),
         })
     }
 
@@ -327,6 +333,11 @@ impl<B: LunBackend> Export<B> {
             let _ = t.await;
         }
         self.lost_in_resize.load(Ordering::Acquire)
+    }
+
+    /// The requests counted so far, their bytes, errors and latencies.
+    pub fn meter(&self) -> &Meter {
+        &self.meter
     }
 
     /// Bytes written into the cache and not yet to the target.
@@ -425,6 +436,13 @@ impl<B: LunBackend> Export<B> {
     /// Read up to `len` bytes at `offset` (fewer at the end of the LUN,
     /// none at or past it).
     pub async fn read(&self, offset: u64, len: usize) -> Result<Bytes, ExportError> {
+        let timer = self.meter.start(Op::Read);
+        let r = self.read_unmetered(offset, len).await;
+        timer.done(r.as_ref().ok().map(|b| b.len() as u64));
+        r
+    }
+
+    async fn read_unmetered(&self, offset: u64, len: usize) -> Result<Bytes, ExportError> {
         self.check_live()?;
         let dev = self.live_device().await;
         let end = dev.size();
@@ -445,29 +463,56 @@ impl<B: LunBackend> Export<B> {
     /// that answer many small requests use it to serve cache hits without
     /// a future or task of their own.
     pub fn read_now(&self, offset: u64, len: usize) -> ExportRead<B> {
+        let timer = self.meter.start(Op::Read);
+        match self.read_now_unmetered(offset, len, timer) {
+            (ExportRead::Done(r), Some(timer)) => {
+                timer.done(r.as_ref().ok().map(|b| b.len() as u64));
+                ExportRead::Done(r)
+            }
+            (read, _) => read,
+        }
+    }
+
+    /// [`Export::read_now`]; the timer comes back unless a pending read
+    /// took it.
+    fn read_now_unmetered(
+        &self,
+        offset: u64,
+        len: usize,
+        timer: Timer,
+    ) -> (ExportRead<B>, Option<Timer>) {
         if let Err(e) = self.check_live() {
-            return ExportRead::Done(Err(e));
+            return (ExportRead::Done(Err(e)), Some(timer));
         }
         let Some(dev) = self.device_now() else {
-            return ExportRead::Wait(PendingExportRead {
+            let pending = PendingExportRead {
                 started: None,
                 offset,
                 len,
-            });
+                timer,
+            };
+            return (ExportRead::Wait(pending), None);
         };
         let end = dev.size();
         if offset >= end {
-            return ExportRead::Done(Ok(Bytes::new()));
+            return (ExportRead::Done(Ok(Bytes::new())), Some(timer));
         }
         let len = (len as u64).min(end - offset) as usize;
         trace!(lun = self.number, offset, len, "read");
         match dev.read_now(offset, len) {
-            ReadNow::Done(r) => ExportRead::Done(r.map_err(|e| self.read_error(offset, len, e))),
-            ReadNow::Wait(w) => ExportRead::Wait(PendingExportRead {
-                started: Some((dev, w)),
-                offset,
-                len,
-            }),
+            ReadNow::Done(r) => (
+                ExportRead::Done(r.map_err(|e| self.read_error(offset, len, e))),
+                Some(timer),
+            ),
+            ReadNow::Wait(w) => {
+                let pending = PendingExportRead {
+                    started: Some((dev, w)),
+                    offset,
+                    len,
+                    timer,
+                };
+                (ExportRead::Wait(pending), None)
+            }
         }
     }
 
@@ -477,14 +522,18 @@ impl<B: LunBackend> Export<B> {
             started,
             offset,
             len,
+            timer,
         } = p;
-        let Some((dev, read)) = started else {
+        let r = match started {
             // Not started: a capacity change was swapping devices.
-            return self.read(offset, len).await;
+            None => self.read_unmetered(offset, len).await,
+            Some((dev, read)) => dev
+                .read_wait(read)
+                .await
+                .map_err(|e| self.read_error(offset, len, e)),
         };
-        dev.read_wait(read)
-            .await
-            .map_err(|e| self.read_error(offset, len, e))
+        timer.done(r.as_ref().ok().map(|b| b.len() as u64));
+        r
     }
 
     fn read_error(&self, offset: u64, len: usize, e: DeviceError) -> ExportError {
@@ -496,7 +545,19 @@ impl<B: LunBackend> Export<B> {
     /// fewer when the write crosses the end of the LUN;
     /// [`ExportError::NoSpace`] when it starts at or past the end. `fua`
     /// makes the data durable on the target before this returns.
-    pub async fn write(&self, offset: u64, mut data: Bytes, fua: bool) -> Result<u32, ExportError> {
+    pub async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<u32, ExportError> {
+        let timer = self.meter.start(Op::Write);
+        let r = self.write_unmetered(offset, data, fua).await;
+        timer.done(r.as_ref().ok().map(|n| u64::from(*n)));
+        r
+    }
+
+    async fn write_unmetered(
+        &self,
+        offset: u64,
+        mut data: Bytes,
+        fua: bool,
+    ) -> Result<u32, ExportError> {
         self.check_live()?;
         self.check_writable()?;
         let dev = self.live_device().await;
@@ -536,8 +597,13 @@ impl<B: LunBackend> Export<B> {
 
     /// Write back dirty data, then SYNCHRONIZE CACHE.
     pub async fn flush(&self) -> Result<(), ExportError> {
-        self.check_live()?;
-        self.flush_now().await
+        let timer = self.meter.start(Op::Other);
+        let r = match self.check_live() {
+            Ok(()) => self.flush_now().await,
+            Err(e) => Err(e),
+        };
+        timer.done(r.as_ref().ok().map(|()| 0));
+        r
     }
 
     /// [`Export::flush`] without the shut-down check (for stopping).
@@ -594,6 +660,18 @@ impl<B: LunBackend> Export<B> {
         len: u64,
         mode: ZeroMode,
     ) -> Result<(), ExportError> {
+        let timer = self.meter.start(Op::Other);
+        let r = self.write_zeroes_unmetered(offset, len, mode).await;
+        timer.done(r.as_ref().ok().map(|()| 0));
+        r
+    }
+
+    async fn write_zeroes_unmetered(
+        &self,
+        offset: u64,
+        len: u64,
+        mode: ZeroMode,
+    ) -> Result<(), ExportError> {
         self.check_live()?;
         self.check_writable()?;
         let dev = self.live_device().await;
@@ -619,6 +697,13 @@ impl<B: LunBackend> Export<B> {
     /// otherwise nothing. What the range reads afterwards is up to the
     /// target (zeros on an LBPRZ LUN).
     pub async fn trim(&self, offset: u64, len: u64) -> Result<(), ExportError> {
+        let timer = self.meter.start(Op::Other);
+        let r = self.trim_unmetered(offset, len).await;
+        timer.done(r.as_ref().ok().map(|()| 0));
+        r
+    }
+
+    async fn trim_unmetered(&self, offset: u64, len: u64) -> Result<(), ExportError> {
         self.check_live()?;
         self.check_writable()?;
         let dev = self.live_device().await;
@@ -899,6 +984,7 @@ async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>, lun: u64, lost: Arc<A
     }
 }
 
+pub mod meter;
 mod set;
 pub use set::{
     open_luns, DataLost, ExportSet, LostData, OpenError, ShutdownReport, FINAL_FLUSH_PAUSE,

@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,9 @@ use crate::transport::{
 pub(super) struct Shared {
     pub(super) info: std::sync::RwLock<SessionInfo>,
     pub(super) reconnects: AtomicU64,
+    /// A connection is in the full feature phase (false from a loss until
+    /// the session is re-established).
+    pub(super) up: AtomicBool,
     pub(super) capacity_changes: AtomicU64,
     pub(super) lun_changes: AtomicU64,
     /// Bumped after either count moved, for whoever follows the target.
@@ -75,6 +78,7 @@ pub(super) fn start_driver<T: Transport>(
     let shared = Arc::new(Shared {
         info: std::sync::RwLock::new(ffp.info),
         reconnects: AtomicU64::new(0),
+        up: AtomicBool::new(true),
         capacity_changes: AtomicU64::new(0),
         lun_changes: AtomicU64::new(0),
         changes: tokio::sync::watch::Sender::new(0),
@@ -501,6 +505,7 @@ impl<T: Transport> Driver<T> {
                 } => {
                     // The transport goes first, then the core (see `Live`).
                     self.live = None;
+                    self.shared.up.store(false, Ordering::Relaxed);
                     drop(self.machine.take_retired());
                     if let Some(e) = loss_error(&cause) {
                         self.last = Arc::new(e);
@@ -529,6 +534,7 @@ impl<T: Transport> Driver<T> {
                 }
                 Output::Reconnected { after, reissued } => {
                     self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
+                    self.shared.up.store(true, Ordering::Relaxed);
                     info!(?after, "session re-established");
                     if reissued > 0 {
                         info!(commands = reissued, "re-issuing commands after reconnect");

@@ -146,6 +146,12 @@ impl SessionHandle {
             .clone()
     }
 
+    /// Whether the session has a logged-in connection now (false from a
+    /// connection loss until it is re-established).
+    pub fn is_up(&self) -> bool {
+        self.shared.up.load(Ordering::Relaxed)
+    }
+
     /// How many times the session has been re-established.
     pub fn reconnects(&self) -> u64 {
         self.shared.reconnects.load(Ordering::Relaxed)

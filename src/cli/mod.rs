@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+mod help;
+use help::{ATTACH_AFTER_HELP, MOUNT_AFTER_HELP, SERVE_AFTER_HELP, STATS_AFTER_HELP};
 use rlun_iscsi::proto::digest::DigestPref;
 
 use crate::config::settings::Settings;
@@ -90,6 +93,23 @@ pub struct Cli {
         help_heading = "Global options"
     )]
     pub quiet: bool,
+
+    /// How log lines are written: text for people, json for machines.
+    ///
+    /// json: one object per line with timestamp, level, fields (message
+    /// and the event's own fields, such as lun and error) and target, for
+    /// log collectors. Also RLUN_LOG_FORMAT.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text,
+        env = "RLUN_LOG_FORMAT",
+        hide_env = true,
+        help_heading = "Global options"
+    )]
+    pub log_format: LogFormat,
 
     /// Worker threads of the async runtime [default: 1].
     ///
@@ -425,6 +445,30 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
         timeout: Duration,
     },
+    /// Show what serving rlun processes do: I/O, latency, cache, reconnects.
+    ///
+    /// Asks the rlun that serves WHAT (a mount point, /dev/nbdN, an NBD
+    /// socket, nbd://ADDR, or a control socket; every one of this user's
+    /// when left out) over its control socket and prints one line per LUN,
+    /// like `iostat -x`: reads and writes per second, MiB/s, latency
+    /// percentiles (p50, p99, p99.9, in ms), requests in flight, cache hit
+    /// ratio, dirty bytes, reconnects and failed requests. Without --watch
+    /// the rates are since the process started serving; with --watch they
+    /// are over each interval.
+    #[command(after_long_help = STATS_AFTER_HELP)]
+    Stats {
+        /// Mount point, /dev/nbdN, NBD socket, nbd://ADDR or control socket.
+        what: Option<String>,
+        /// Sample again every INTERVAL (1s when not given) until Ctrl-C or q.
+        ///
+        /// In a terminal the table is redrawn in place; otherwise (and with
+        /// --json) each sample is written after the last.
+        #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1s", value_parser = parse_duration)]
+        watch: Option<Duration>,
+        /// Print JSON (one object per sample and line) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// List what this user's rlun processes have mounted, served, attached.
     ///
     /// One line each with kind (mounted, served, attached), where (mount
@@ -555,8 +599,18 @@ impl CacheOpts {
     }
 }
 
-/// Foreground or background, for every command that serves until stopped
-/// (`mount`, `serve`, `attach`).
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Foreground or background, and what the process shows of itself
+/// (metrics), for every command that serves until stopped (`mount`,
+/// `serve`, `attach`).
 #[derive(Debug, Clone, Args)]
 pub struct DaemonOpts {
     /// Detach once ready (exit 0), or report why it failed.
@@ -570,6 +624,20 @@ pub struct DaemonOpts {
     /// Without it they are discarded.
     #[arg(long, value_name = "PATH", requires = "daemon")]
     pub log_file: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
+    ///
+    /// OpenMetrics text: per LUN requests, bytes, errors, the
+    /// rlun_command_duration_seconds histogram, cache bytes and hits; per
+    /// process rlun_session_up and rlun_reconnects_total (names in README,
+    /// "Watching rlun"). A loopback address unless --metrics-allow-remote.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Let --metrics-listen use an address other hosts can reach.
+    ///
+    /// The endpoint has no authentication; it tells anyone who can reach
+    /// it the target, the LUNs and their load.
+    #[arg(long, requires = "metrics_listen", hide_short_help = true)]
+    pub metrics_allow_remote: bool,
 }
 
 impl DaemonOpts {
@@ -580,34 +648,15 @@ impl DaemonOpts {
             log_file: self.log_file.clone(),
         }
     }
+
+    /// Where to serve metrics ([`crate::metrics`]).
+    pub fn metrics(&self) -> Option<crate::metrics::Listen> {
+        self.metrics_listen.map(|addr| crate::metrics::Listen {
+            addr,
+            allow_remote: self.metrics_allow_remote,
+        })
+    }
 }
-
-const MOUNT_AFTER_HELP: &str = "\
-Caching: by default the kernel page cache holds file data (repeated reads
-are served without asking rlun, mmap works); it stays coherent because every
-write goes through this mount, which assumes it is the LUN's only writer.
---direct-io sends every read and write to rlun at the caller's size instead:
-use it, with --cache none, when other initiators write to the LUN too.
---cache picks rlun's own cache: none by default with the kernel page cache
-(a second copy would only cost memory and CPU), write-through by default
-with --direct-io (reads cached, writes complete when the target has them);
-write-back makes writes complete in memory: they reach the target within
---writeback-delay, on fsync, or when the mount ends, and are lost if rlun is
-killed before.
-
---writeback-cache on lets the kernel cache buffered writes too: write(2)
-completes in the page cache and the kernel writes back 1 MiB requests, many
-at once (much faster sequential writes). fsync still reaches the target
-(SYNCHRONIZE CACHE), and close and unmount write the data back before they
-return; but data not yet written back is lost if rlun is killed, a write
-past the end of the LUN fails at fsync/close rather than at write(2), and a
-capacity change shows only after a remount. Off by default.
-
-Examples:
-  rlun mount iscsi://10.0.0.5/iqn.2026-11.org.example:store /mnt/store
-  rlun mount --daemon --uid 1000 --mode 0640 store /mnt/store    # config name
-  losetup -f --show /mnt/store/lun1 && mount /dev/loop0 /data
-  rlun umount /mnt/store";
 
 /// Options of `rlun mount`.
 #[derive(Debug, Clone, Args)]
@@ -662,46 +711,6 @@ pub struct MountOpts {
     )]
     pub writeback_cache: OnOff,
 }
-
-const SERVE_AFTER_HELP: &str = "\
-Exports: lun<N> for LUN N (the default export is the first). Transmission
-flags: flush, FUA, write-zeroes, cache, multi-conn, and trim and fast-zero
-when the LUN can unmap (LBPU and LBPRZ); read-only for write-protected LUNs
-or --read-only. Block sizes: minimum = the LUN's block size (clients that
-ask for it must align; others may send any offset and length, served by
-read-modify-write), preferred = the cache page (4 KiB or more), maximum
-payload 0xffffffff (no fixed limit: READs and WRITEs over 32 MiB are
-streamed in 4 MiB pieces; a READ with DF over 32 MiB gets EOVERFLOW).
-base:allocation: GET LBA STATUS on thin LUNs (holes, and
-zeros with LBPRZ); everything else is reported as allocated data.
-
-Security: NBD has no authentication of its own. --socket is protected by
-the file's permissions (created 0600). --listen on anything but a loopback
-address needs TLS (--tls-cert/--tls-key, and --tls-ca to require client
-certificates) or an explicit --allow-insecure: otherwise anyone who can
-reach the port reads and writes the LUN.
-
-Examples:
-  rlun serve iscsi://10.0.0.5/iqn.2026-11.org.example:store --socket /run/rlun/store.sock
-  qemu-img info 'nbd+unix:///lun1?socket=/run/rlun/store.sock'
-  rlun serve store --listen 0.0.0.0:10809 --tls-cert srv.pem --tls-key srv.key
-  nbdinfo --list nbds://server.example/";
-
-const ATTACH_AFTER_HELP: &str = "\
-Before it disconnects the device, rlun fsyncs /dev/nbdN, so data a program
-that holds the device open has written but the kernel still buffers reaches
-the target (the kernel would drop it at the disconnect). A mounted or
-held-open device is still detached. Unmount file systems on the device
-before detaching: a file system's own dirty data is written back by
-umount/sync, not by the device's fsync.
-The kernel is driven over the nbd netlink interface, or over the ioctls on
-kernels without it; RLUN_NBD_INTERFACE=ioctl (or netlink) forces one.
-
-Examples:
-  modprobe nbd
-  rlun attach iscsi://10.0.0.5/iqn.2026-11.org.example:store/1 --daemon
-  rlun attach store /dev/nbd2 --connections 4
-  rlun detach /dev/nbd0";
 
 /// Options of `rlun attach`.
 #[derive(Debug, Clone, Args)]
