@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Deterministic side-by-side benchmark: what the initiator itself costs per
+# I/O, counted rather than timed. `rlun bench` and libiscsi's iscsi-perf (the
+# reference initiator) read the same null LUN of one private tgtd on
+# loopback, in the same run.
+#
+# Cases (queue depth 32, tgtd's 1 TiB null LUN: no data behind it):
+#   randread 4k    4 KiB random reads
+#   read 128k      128 KiB sequential reads
+#
+# Per case and initiator:
+#   instr/IO    user-space instructions per I/O, from callgrind: two runs of
+#               different lengths, (instr(long) - instr(short)) /
+#               (I/Os(long) - I/Os(short)), so start-up, login and exit cancel
+#   sys/IO      system calls per I/O, from `strace -f -c` of one long run
+#               (start-up included: a few hundred calls against tens of
+#               thousands; a slope of two strace runs proved noisier, as the
+#               runs' pace under strace varies)
+#   cs/IO       context switches (voluntary + involuntary, all threads) per
+#               I/O, from getrusage (/usr/bin/time) of one plain long run:
+#               the one figure that depends on the run's pace
+# and the ratios rlun / iscsi-perf (lower is better for rlun).
+#
+# I/O counts: rlun's from its --json output ("ios"); iscsi-perf's from its
+# own output: it runs for -t N seconds and prints its average IOPS over them,
+# so it did IOPS x N I/Os (plus the 32 still in flight at the end, the same in
+# both runs, so they cancel in the slope).
+#
+# What bounds the figures: callgrind and strace slow the initiator down (about
+# 50x and 2-10x) while tgtd keeps its pace, so more completions arrive per
+# wake-up than in a plain run; the counts are exact for the run they count,
+# and both initiators are counted the same way, but a plain run batches less
+# (compare sys/IO with the plain runs' cs/IO). Kernel instructions are not
+# counted (callgrind sees user space only): compare.sh's CPU seconds per GiB
+# covers them, noisily.
+#
+# Environment:
+#   INSTR_SHORT=2 INSTR_LONG=6  seconds of the short and the long run
+#   RLUN=target/release/rlun    rlun binary (built with cargo build --release
+#                               when it is the default and missing)
+#   INSTR_QUICK=1               (or --quick) 1 s and 2 s runs: checks that the
+#                               script works and its table is well formed, as
+#                               scripts/test.sh runs it; the figures are rough
+#
+# Needs root (tgtd), tgt, libiscsi-bin (iscsi-perf), valgrind, strace, time.
+set -euo pipefail
+if [[ "${RLUN:-}" == */* ]]; then RLUN=$(realpath -m -- "$RLUN"); fi
+cd "$(dirname "$0")/.."
+
+QUICK=${INSTR_QUICK:-0}
+[ "${1:-}" = --quick ] && QUICK=1
+if [ "$QUICK" = 1 ]; then
+    SHORT=${INSTR_SHORT:-1} LONG=${INSTR_LONG:-2}
+else
+    SHORT=${INSTR_SHORT:-2} LONG=${INSTR_LONG:-6}
+fi
+QD=32
+RLUN_DEFAULT=target/release/rlun
+RLUN=${RLUN:-$RLUN_DEFAULT}
+IQN=iqn.2026-11.org.example:instr
+
+die() {
+    echo "instructions.sh: $*" >&2
+    exit 1
+}
+
+[ "$LONG" -gt "$SHORT" ] || die "INSTR_LONG ($LONG) must exceed INSTR_SHORT ($SHORT)"
+for tool in tgtd tgtadm iscsi-perf valgrind strace /usr/bin/time timeout setpriv python3 ss; do
+    command -v "$tool" >/dev/null || die "'$tool' not found: run scripts/install-test-deps.sh"
+done
+[ "$(id -u)" = 0 ] || die "run as root (tgtd)"
+
+source benches/lib.sh
+bench_build_rlun
+
+work=$(mktemp -d /tmp/rlun-instr.XXXXXX)
+tgtd_pid=
+cleanup() {
+    if [ -n "$tgtd_pid" ]; then
+        kill -9 "$tgtd_pid" 2>/dev/null || true
+        wait "$tgtd_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+bench_start_tgtd "$work"
+tgtadm_ --op new --mode target --tid 1 -T "$IQN"
+tgtadm_ --op new --mode logicalunit --tid 1 --lun 1 --bstype null -b /dev/null
+tgtadm_ --op bind --mode target --tid 1 -I ALL
+url="iscsi://127.0.0.1:$port/$IQN/1"
+
+# --- one run of one initiator under a counter -------------------------------
+# run TOOL PATTERN BS SECONDS WRAPPER... : runs the initiator under WRAPPER
+# (a command prefix) and prints its I/O count.
+run() {
+    local tool=$1 pattern=$2 bs=$3 secs=$4 rc=0
+    shift 4
+    case $tool in
+    rlun)
+        timeout -k 5 $((secs * 100 + 120)) "$@" "$RLUN" bench "$url" --pattern "$pattern" \
+            --bs "$bs" --qd "$QD" --duration "${secs}s" --json >"$work/out" 2>"$work/err" || rc=$?
+        [ "$rc" = 0 ] || die "rlun bench ($*) exited $rc: $(tail -5 "$work/err")"
+        python3 -c '
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.lstrip().startswith("{")]
+if not lines:
+    sys.exit("instructions.sh: no JSON from rlun bench")
+print(json.loads(lines[-1])["ios"])' "$work/out"
+        ;;
+    iscsi-perf)
+        local args=(-m "$QD" -b $(($(numfmt --from=iec "${bs^^}") / 512)) -t "$secs")
+        [ "$pattern" = randread ] && args+=(-r)
+        timeout -k 5 $((secs * 100 + 120)) "$@" iscsi-perf "${args[@]}" "$url" \
+            >"$work/out" 2>"$work/err" || rc=$?
+        [ "$rc" = 0 ] || die "iscsi-perf ($*) exited $rc: $(tr '\r' '\n' <"$work/out" | tail -3; tail -3 "$work/err")"
+        python3 -c '
+import re, sys
+out = open(sys.argv[1], errors="replace").read()
+avgs = re.findall(r"iops average (\d+)", out)
+if not avgs:
+    sys.exit("instructions.sh: no iops average from iscsi-perf")
+print(int(avgs[-1]) * int(sys.argv[2]))' "$work/out" "$secs"
+        ;;
+    esac
+}
+
+# User-space instructions of a callgrind run (every thread).
+cg_instr() { # outfile-prefix
+    python3 -c '
+import glob, sys
+total = 0
+for f in glob.glob(sys.argv[1] + "*"):
+    for line in open(f, errors="replace"):
+        if line.startswith(("summary:", "totals:")):
+            total += int(line.split()[1])
+            break
+print(total)' "$1"
+}
+# System calls of an strace -c summary (its "total" line's calls column).
+strace_calls() { # file
+    awk '$NF == "total" {print $4; exit}' "$1"
+}
+
+# measure TOOL PATTERN BS: prints "instr/IO sys/IO cs/IO".
+measure() {
+    local tool=$1 pattern=$2 bs=$3 secs io_s io_l in_s in_l io_st n_st io_cs n_cs
+    for secs in "$SHORT" "$LONG"; do
+        rm -f "$work"/cg.*
+        io_l=$(run "$tool" "$pattern" "$bs" "$secs" \
+            valgrind --tool=callgrind "--callgrind-out-file=$work/cg.%p" -q)
+        in_l=$(cg_instr "$work/cg.")
+        if [ "$secs" = "$SHORT" ]; then io_s=$io_l in_s=$in_l; fi
+    done
+    io_st=$(run "$tool" "$pattern" "$bs" "$LONG" strace -f -c -o "$work/strace")
+    n_st=$(strace_calls "$work/strace")
+    io_cs=$(run "$tool" "$pattern" "$bs" "$LONG" /usr/bin/time -f '%c %w' -o "$work/time")
+    n_cs=$(tail -1 "$work/time" | awk '{print $1 + $2}')
+    python3 -c '
+import sys
+io_s, in_s, io_l, in_l, io_st, n_st, io_cs, n_cs = map(int, sys.argv[1:])
+if io_l <= io_s:
+    sys.exit(f"instructions.sh: the long run did no more I/Os ({io_l}) than the short one ({io_s})")
+if min(io_st, io_cs) <= 0:
+    sys.exit("instructions.sh: a counted run did no I/O")
+print(f"{(in_l - in_s) / (io_l - io_s):.0f} {n_st / io_st:.2f} {n_cs / io_cs:.3f}")' \
+        "$io_s" "$in_s" "$io_l" "$in_l" "$io_st" "$n_st" "$io_cs" "$n_cs"
+}
+
+ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b > 0 else 'n/a')" "$1" "$2"; }
+
+rows=()
+for spec in "randread 4k" "read 128k"; do
+    read -r pattern bs <<<"$spec"
+    echo "measuring $pattern $bs: iscsi-perf ..." >&2
+    res=$(measure iscsi-perf "$pattern" "$bs")
+    read -r p_in p_sys p_cs <<<"$res"
+    echo "measuring $pattern $bs: rlun bench ..." >&2
+    res=$(measure rlun "$pattern" "$bs")
+    read -r r_in r_sys r_cs <<<"$res"
+    rows+=("$(printf '%-14s | %-10s | %10s %9s %8s' "$pattern $bs" "iscsi-perf" "$p_in" "$p_sys" "$p_cs")")
+    rows+=("$(printf '%-14s | %-10s | %10s %9s %8s | %8s %8s %8s' "$pattern $bs" "rlun bench" "$r_in" "$r_sys" "$r_cs" \
+        "$(ratio "$r_in" "$p_in")" "$(ratio "$r_sys" "$p_sys")" "$(ratio "$r_cs" "$p_cs")")")
+done
+
+printf '\ntgtd %s null LUN on 127.0.0.1:%s, QD %s, callgrind slope of a %ss and a %ss run\n\n' \
+    "$(tgtd -V 2>/dev/null || echo '?')" "$port" "$QD" "$SHORT" "$LONG"
+header=$(printf '%-14s | %-10s | %10s %9s %8s | %8s %8s %8s' case tool "instr/IO" "sys/IO" "cs/IO" "instr x" "sys x" "cs x")
+echo "$header"
+printf '%s\n' "${header//?/-}"
+printf '%s\n' "${rows[@]}"
+echo
+echo "instr/IO = user-space instructions per I/O (callgrind, slope between the short and the"
+echo "long run), sys/IO = system calls per I/O (strace -f -c of the long run), cs/IO = context"
+echo "switches per I/O (getrusage of a plain long run). x = rlun / iscsi-perf (lower is better)."
