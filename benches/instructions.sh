@@ -4,9 +4,14 @@
 # reference initiator) read the same null LUN of one private tgtd on
 # loopback, in the same run.
 #
-# Cases (queue depth 32, tgtd's 1 TiB null LUN: no data behind it):
-#   randread 4k    4 KiB random reads
-#   read 128k      128 KiB sequential reads
+# Cases:
+#   randread 4k    4 KiB random reads, queue depth 32, of tgtd's null LUN
+#                  (1 TiB, no data behind it): rlun bench vs iscsi-perf
+#   read 128k      128 KiB sequential reads, the same
+#   cp 1M          a whole LUN (a tmpfs file of random bytes) copied to nowhere:
+#                  `rlun cp --bs 1M LUN /dev/null` vs `qemu-img convert` into
+#                  qemu's null-co driver (libiscsi underneath); an I/O is one
+#                  MiB copied, whatever each tool's transfer size
 #
 # Per case and initiator:
 #   instr/IO    user-space instructions per I/O, from callgrind: two runs of
@@ -36,13 +41,16 @@
 #
 # Environment:
 #   INSTR_SHORT=2 INSTR_LONG=6  seconds of the short and the long run
+#   INSTR_CP_SHORT_MIB=128 INSTR_CP_LONG_MIB=512   sizes of the two copies
+#   INSTR_CASES="randread-4k read-128k cp-1M"   the cases to run
 #   RLUN=target/release/rlun    rlun binary (built with cargo build --release
 #                               when it is the default and missing)
-#   INSTR_QUICK=1               (or --quick) 1 s and 2 s runs: checks that the
+#   INSTR_QUICK=1               (or --quick) 1 s and 2 s runs, 16 and 48 MiB: checks that the
 #                               script works and its table is well formed, as
 #                               scripts/test.sh runs it; the figures are rough
 #
-# Needs root (tgtd), tgt, libiscsi-bin (iscsi-perf), valgrind, strace, time.
+# Needs root (tgtd), tgt, libiscsi-bin (iscsi-perf), qemu-utils +
+# qemu-block-extra (qemu-img with iscsi://), valgrind, strace, time.
 set -euo pipefail
 if [[ "${RLUN:-}" == */* ]]; then RLUN=$(realpath -m -- "$RLUN"); fi
 cd "$(dirname "$0")/.."
@@ -51,9 +59,12 @@ QUICK=${INSTR_QUICK:-0}
 [ "${1:-}" = --quick ] && QUICK=1
 if [ "$QUICK" = 1 ]; then
     SHORT=${INSTR_SHORT:-1} LONG=${INSTR_LONG:-2}
+    CP_SHORT=${INSTR_CP_SHORT_MIB:-16} CP_LONG=${INSTR_CP_LONG_MIB:-48}
 else
     SHORT=${INSTR_SHORT:-2} LONG=${INSTR_LONG:-6}
+    CP_SHORT=${INSTR_CP_SHORT_MIB:-128} CP_LONG=${INSTR_CP_LONG_MIB:-512}
 fi
+CASES=${INSTR_CASES:-randread-4k read-128k cp-1M}
 QD=32
 RLUN_DEFAULT=target/release/rlun
 RLUN=${RLUN:-$RLUN_DEFAULT}
@@ -65,7 +76,8 @@ die() {
 }
 
 [ "$LONG" -gt "$SHORT" ] || die "INSTR_LONG ($LONG) must exceed INSTR_SHORT ($SHORT)"
-for tool in tgtd tgtadm iscsi-perf valgrind strace /usr/bin/time timeout setpriv python3 ss; do
+[ "$CP_LONG" -gt "$CP_SHORT" ] || die "INSTR_CP_LONG_MIB ($CP_LONG) must exceed INSTR_CP_SHORT_MIB ($CP_SHORT)"
+for tool in tgtd tgtadm iscsi-perf qemu-img valgrind strace /usr/bin/time timeout setpriv python3 ss; do
     command -v "$tool" >/dev/null || die "'$tool' not found: run scripts/install-test-deps.sh"
 done
 [ "$(id -u)" = 0 ] || die "run as root (tgtd)"
@@ -81,18 +93,37 @@ cleanup() {
         wait "$tgtd_pid" 2>/dev/null || true
     fi
     rm -rf "$work"
+    rm -f "${cp_files[@]}"
 }
+cp_files=()
 trap cleanup EXIT
 
 bench_start_tgtd "$work"
 tgtadm_ --op new --mode target --tid 1 -T "$IQN"
 tgtadm_ --op new --mode logicalunit --tid 1 --lun 1 --bstype null -b /dev/null
+# The copies' two LUNs: files of CP_SHORT and CP_LONG MiB of random bytes
+# (so that no zero detection shortcuts a copy), on tmpfs when it has room.
+cp_dir=/dev/shm
+shm_free_mib=$(df -Pm /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')
+[ -n "$shm_free_mib" ] && [ "$shm_free_mib" -gt $((CP_SHORT + CP_LONG + 512)) ] || cp_dir=/var/tmp
+for mib in "$CP_SHORT" "$CP_LONG"; do
+    f=$(mktemp "$cp_dir/rlun-instr-lun.XXXXXX")
+    cp_files+=("$f")
+    dd if=/dev/urandom of="$f" bs=1M count="$mib" status=none
+done
+tgtadm_ --op new --mode logicalunit --tid 1 --lun 2 -b "${cp_files[0]}"
+tgtadm_ --op new --mode logicalunit --tid 1 --lun 3 -b "${cp_files[1]}"
 tgtadm_ --op bind --mode target --tid 1 -I ALL
 url="iscsi://127.0.0.1:$port/$IQN/1"
+cp_url() { # MiB
+    echo "iscsi://127.0.0.1:$port/$IQN/$([ "$1" = "$CP_SHORT" ] && echo 2 || echo 3)"
+}
 
 # --- one run of one initiator under a counter -------------------------------
-# run TOOL PATTERN BS SECONDS WRAPPER... : runs the initiator under WRAPPER
-# (a command prefix) and prints its I/O count.
+# run TOOL PATTERN BS LEN WRAPPER... : runs the initiator under WRAPPER
+# (a command prefix) and prints its I/O count. LEN is seconds, or for the
+# copies (rlun-cp, qemu-img) the size in MiB of the LUN they copy, whose
+# I/Os are counted as MiB (rlun cp --bs 1M).
 run() {
     local tool=$1 pattern=$2 bs=$3 secs=$4 rc=0
     shift 4
@@ -122,6 +153,18 @@ if not avgs:
     sys.exit("instructions.sh: no iops average from iscsi-perf")
 print(int(avgs[-1]) * int(sys.argv[2]))' "$work/out" "$secs"
         ;;
+    rlun-cp)
+        timeout -k 5 $((secs * 10 + 120)) "$@" "$RLUN" cp -q --bs 1M "$(cp_url "$secs")" /dev/null \
+            >"$work/out" 2>"$work/err" || rc=$?
+        [ "$rc" = 0 ] || die "rlun cp ($*) exited $rc: $(tail -5 "$work/err")"
+        echo "$secs"
+        ;;
+    qemu-img)
+        timeout -k 5 $((secs * 10 + 120)) "$@" qemu-img convert -n -f raw "$(cp_url "$secs")" \
+            --target-image-opts "driver=null-co,size=$((secs << 20))" >"$work/out" 2>"$work/err" || rc=$?
+        [ "$rc" = 0 ] || die "qemu-img convert ($*) exited $rc: $(tail -5 "$work/err")"
+        echo "$secs"
+        ;;
     esac
 }
 
@@ -142,9 +185,9 @@ strace_calls() { # file
     awk '$NF == "total" {print $4; exit}' "$1"
 }
 
-# measure TOOL PATTERN BS: prints "instr/IO sys/IO cs/IO".
+# measure TOOL PATTERN BS SHORT LONG: prints "instr/IO sys/IO cs/IO".
 measure() {
-    local tool=$1 pattern=$2 bs=$3 secs io_s io_l in_s in_l io_st n_st io_cs n_cs
+    local tool=$1 pattern=$2 bs=$3 SHORT=$4 LONG=$5 secs io_s io_l in_s in_l io_st n_st io_cs n_cs
     for secs in "$SHORT" "$LONG"; do
         rm -f "$work"/cg.*
         io_l=$(run "$tool" "$pattern" "$bs" "$secs" \
@@ -170,21 +213,29 @@ print(f"{(in_l - in_s) / (io_l - io_s):.0f} {n_st / io_st:.2f} {n_cs / io_cs:.3f
 ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b > 0 else 'n/a')" "$1" "$2"; }
 
 rows=()
-for spec in "randread 4k" "read 128k"; do
-    read -r pattern bs <<<"$spec"
-    echo "measuring $pattern $bs: iscsi-perf ..." >&2
-    res=$(measure iscsi-perf "$pattern" "$bs")
+# case | peer tool | its label | rlun tool | its label | pattern bs | lengths
+for spec in "randread-4k|iscsi-perf|iscsi-perf|rlun|rlun bench|randread 4k|$SHORT $LONG" \
+    "read-128k|iscsi-perf|iscsi-perf|rlun|rlun bench|read 128k|$SHORT $LONG" \
+    "cp-1M|qemu-img|qemu-img|rlun-cp|rlun cp|cp 1M|$CP_SHORT $CP_LONG"; do
+    IFS='|' read -r name peer peer_label mine mine_label pb lens <<<"$spec"
+    [[ " $CASES " == *" $name "* ]] || continue
+    read -r pattern bs <<<"$pb"
+    read -r short long <<<"$lens"
+    echo "measuring $name: $peer_label ..." >&2
+    res=$(measure "$peer" "$pattern" "$bs" "$short" "$long")
     read -r p_in p_sys p_cs <<<"$res"
-    echo "measuring $pattern $bs: rlun bench ..." >&2
-    res=$(measure rlun "$pattern" "$bs")
+    echo "measuring $name: $mine_label ..." >&2
+    res=$(measure "$mine" "$pattern" "$bs" "$short" "$long")
     read -r r_in r_sys r_cs <<<"$res"
-    rows+=("$(printf '%-14s | %-10s | %10s %9s %8s' "$pattern $bs" "iscsi-perf" "$p_in" "$p_sys" "$p_cs")")
-    rows+=("$(printf '%-14s | %-10s | %10s %9s %8s | %8s %8s %8s' "$pattern $bs" "rlun bench" "$r_in" "$r_sys" "$r_cs" \
+    rows+=("$(printf '%-14s | %-10s | %10s %9s %8s' "$pb" "$peer_label" "$p_in" "$p_sys" "$p_cs")")
+    rows+=("$(printf '%-14s | %-10s | %10s %9s %8s | %8s %8s %8s' "$pb" "$mine_label" "$r_in" "$r_sys" "$r_cs" \
         "$(ratio "$r_in" "$p_in")" "$(ratio "$r_sys" "$p_sys")" "$(ratio "$r_cs" "$p_cs")")")
 done
 
-printf '\ntgtd %s null LUN on 127.0.0.1:%s, QD %s, callgrind slope of a %ss and a %ss run\n\n' \
+printf '\ntgtd %s on 127.0.0.1:%s, QD %s; callgrind slope of a %ss and a %ss run (reads of the null\n' \
     "$(tgtd -V 2>/dev/null || echo '?')" "$port" "$QD" "$SHORT" "$LONG"
+printf 'LUN), of a %s MiB and a %s MiB copy (cp: an I/O is 1 MiB copied, whatever the tool'"'"'s transfers)\n\n' \
+    "$CP_SHORT" "$CP_LONG"
 header=$(printf '%-14s | %-10s | %10s %9s %8s | %8s %8s %8s' case tool "instr/IO" "sys/IO" "cs/IO" "instr x" "sys x" "cs x")
 echo "$header"
 printf '%s\n' "${header//?/-}"
@@ -192,4 +243,4 @@ printf '%s\n' "${rows[@]}"
 echo
 echo "instr/IO = user-space instructions per I/O (callgrind, slope between the short and the"
 echo "long run), sys/IO = system calls per I/O (strace -f -c of the long run), cs/IO = context"
-echo "switches per I/O (getrusage of a plain long run). x = rlun / iscsi-perf (lower is better)."
+echo "switches per I/O (getrusage of a plain long run). x = rlun / its peer (lower is better)."
