@@ -8,6 +8,11 @@
 #   randread 4k    4 KiB random reads, queue depth 32, of tgtd's null LUN
 #                  (1 TiB, no data behind it): rlun bench vs iscsi-perf
 #   read 128k      128 KiB sequential reads, the same
+#   serve 4k       4 KiB random reads at QD 32 by fio's nbd engine through
+#                  `rlun serve` (its default cache, all misses over the 1 TiB
+#                  null LUN) vs `qemu-nbd iscsi://` (libiscsi), the server
+#                  counted, not fio (callgrind_control zeroes and dumps the
+#                  server's counters around each fio run)
 #   cp 1M          a whole LUN (a tmpfs file of random bytes) copied to nowhere:
 #                  `rlun cp --bs 1M LUN /dev/null` vs `qemu-img convert` into
 #                  qemu's null-co driver (libiscsi underneath); an I/O is one
@@ -42,7 +47,7 @@
 # Environment:
 #   INSTR_SHORT=2 INSTR_LONG=6  seconds of the short and the long run
 #   INSTR_CP_SHORT_MIB=128 INSTR_CP_LONG_MIB=512   sizes of the two copies
-#   INSTR_CASES="randread-4k read-128k cp-1M"   the cases to run
+#   INSTR_CASES="randread-4k read-128k cp-1M nbd-4k"   the cases to run
 #   RLUN=target/release/rlun    rlun binary (built with cargo build --release
 #                               when it is the default and missing)
 #   INSTR_QUICK=1               (or --quick) 1 s and 2 s runs, 16 and 48 MiB: checks that the
@@ -64,7 +69,7 @@ else
     SHORT=${INSTR_SHORT:-2} LONG=${INSTR_LONG:-6}
     CP_SHORT=${INSTR_CP_SHORT_MIB:-128} CP_LONG=${INSTR_CP_LONG_MIB:-512}
 fi
-CASES=${INSTR_CASES:-randread-4k read-128k cp-1M}
+CASES=${INSTR_CASES:-randread-4k read-128k cp-1M nbd-4k}
 QD=32
 RLUN_DEFAULT=target/release/rlun
 RLUN=${RLUN:-$RLUN_DEFAULT}
@@ -77,7 +82,7 @@ die() {
 
 [ "$LONG" -gt "$SHORT" ] || die "INSTR_LONG ($LONG) must exceed INSTR_SHORT ($SHORT)"
 [ "$CP_LONG" -gt "$CP_SHORT" ] || die "INSTR_CP_LONG_MIB ($CP_LONG) must exceed INSTR_CP_SHORT_MIB ($CP_SHORT)"
-for tool in tgtd tgtadm iscsi-perf qemu-img valgrind strace /usr/bin/time timeout setpriv python3 ss; do
+for tool in tgtd tgtadm iscsi-perf qemu-img qemu-nbd fio callgrind_control valgrind strace /usr/bin/time timeout setpriv python3 ss; do
     command -v "$tool" >/dev/null || die "'$tool' not found: run scripts/install-test-deps.sh"
 done
 [ "$(id -u)" = 0 ] || die "run as root (tgtd)"
@@ -86,8 +91,12 @@ source benches/lib.sh
 bench_build_rlun
 
 work=$(mktemp -d /tmp/rlun-instr.XXXXXX)
-tgtd_pid=
+tgtd_pid= server_pid=
 cleanup() {
+    if [ -n "$server_pid" ]; then
+        kill -9 "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
     if [ -n "$tgtd_pid" ]; then
         kill -9 "$tgtd_pid" 2>/dev/null || true
         wait "$tgtd_pid" 2>/dev/null || true
@@ -210,22 +219,115 @@ print(f"{(in_l - in_s) / (io_l - io_s):.0f} {n_st / io_st:.2f} {n_cs / io_cs:.3f
         "$io_s" "$in_s" "$io_l" "$in_l" "$io_st" "$n_st" "$io_cs" "$n_cs"
 }
 
+# --- the NBD servers: fio's nbd engine reads through them ---------------------
+# fio_ios URI SECONDS: 4 KiB random reads at QD 32 over the null LUN through
+# the server; prints fio's I/O count.
+fio_ios() {
+    timeout $(($2 * 10 + 120)) fio --name=randread --ioengine=nbd --uri="$1" --rw=randread --bs=4k \
+        --iodepth="$QD" --runtime="$2" --time_based --size=64g --norandommap \
+        --output-format=json --output="$work/fio.json" >"$work/fio.log" 2>&1 ||
+        die "fio on $1 failed: $(tail -5 "$work/fio.log")"
+    python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['jobs'][0]['read']['total_ios'])" "$work/fio.json"
+}
+# start_server KIND WRAPPER...: starts rlun serve or qemu-nbd on the null LUN
+# under WRAPPER, sets $server_pid and $server_uri.
+start_server() {
+    local kind=$1
+    shift
+    rm -f "$work/nbd.sock"
+    case $kind in
+    rlun-serve)
+        setpriv --pdeathsig KILL "$@" "$RLUN" serve "$url" --socket "$work/nbd.sock" \
+            >"$work/server.log" 2>&1 </dev/null &
+        server_uri="nbd+unix:///lun1?socket=$work/nbd.sock"
+        ;;
+    qemu-nbd)
+        setpriv --pdeathsig KILL "$@" qemu-nbd -t -k "$work/nbd.sock" -f raw --cache=none "$url" \
+            >"$work/server.log" 2>&1 </dev/null &
+        server_uri="nbd+unix:///?socket=$work/nbd.sock"
+        ;;
+    esac
+    server_pid=$!
+    for _ in $(seq 600); do
+        [ -S "$work/nbd.sock" ] && return 0
+        kill -0 "$server_pid" 2>/dev/null || die "$kind exited: $(tail -5 "$work/server.log")"
+        sleep 0.1
+    done
+    die "$kind did not listen: $(tail -5 "$work/server.log")"
+}
+stop_server() {
+    kill -9 "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=
+}
+# Context switches of a process so far, summed over its threads.
+proc_cs() {
+    cat /proc/"$1"/task/*/status 2>/dev/null |
+        awk '/^(non)?voluntary_ctxt_switches:/ {n += $2} END {print n + 0}'
+}
+# measure_server KIND SHORT LONG: the server's "instr/IO sys/IO cs/IO". The
+# server runs under callgrind, its counters zeroed once it listens and dumped
+# after a short and after a long fio run (callgrind_control), so start-up and
+# each fio connection cancel in the slope; then plainly, with strace attached
+# for one long run (system calls) and /proc read around another (switches).
+measure_server() {
+    local kind=$1 short=$2 long=$3 io_s io_l in_s in_l io_st n_st io_cs cs0 cs1 strace_pid
+    start_server "$kind" valgrind --tool=callgrind "--callgrind-out-file=$work/sv" -q
+    callgrind_control -z "$server_pid" >/dev/null
+    io_s=$(fio_ios "$server_uri" "$short")
+    callgrind_control -d "$server_pid" >/dev/null
+    in_s=$(cg_instr "$(ls -t "$work"/sv.* | head -1)")
+    io_l=$(fio_ios "$server_uri" "$long")
+    callgrind_control -d "$server_pid" >/dev/null
+    in_l=$(cg_instr "$(ls -t "$work"/sv.* | head -1)")
+    stop_server
+    rm -f "$work"/sv*
+    start_server "$kind"
+    strace -f -c -o "$work/strace" -p "$server_pid" 2>/dev/null &
+    strace_pid=$!
+    sleep 1
+    io_st=$(fio_ios "$server_uri" "$long")
+    kill -INT "$strace_pid"
+    wait "$strace_pid" || true
+    n_st=$(strace_calls "$work/strace")
+    cs0=$(proc_cs "$server_pid")
+    io_cs=$(fio_ios "$server_uri" "$long")
+    cs1=$(proc_cs "$server_pid")
+    stop_server
+    python3 -c '
+import sys
+io_s, in_s, io_l, in_l, io_st, n_st, io_cs, cs0, cs1 = map(int, sys.argv[1:])
+if io_l <= io_s:
+    sys.exit(f"instructions.sh: the long run did no more I/Os ({io_l}) than the short one ({io_s})")
+print(f"{(in_l - in_s) / (io_l - io_s):.0f} {n_st / io_st:.2f} {(cs1 - cs0) / io_cs:.3f}")' \
+        "$io_s" "$in_s" "$io_l" "$in_l" "$io_st" "$n_st" "$io_cs" "$cs0" "$cs1"
+}
+
 ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b > 0 else 'n/a')" "$1" "$2"; }
 
 rows=()
 # case | peer tool | its label | rlun tool | its label | pattern bs | lengths
 for spec in "randread-4k|iscsi-perf|iscsi-perf|rlun|rlun bench|randread 4k|$SHORT $LONG" \
     "read-128k|iscsi-perf|iscsi-perf|rlun|rlun bench|read 128k|$SHORT $LONG" \
-    "cp-1M|qemu-img|qemu-img|rlun-cp|rlun cp|cp 1M|$CP_SHORT $CP_LONG"; do
+    "cp-1M|qemu-img|qemu-img|rlun-cp|rlun cp|cp 1M|$CP_SHORT $CP_LONG" \
+    "nbd-4k|qemu-nbd|qemu-nbd|rlun-serve|rlun serve|serve 4k|$SHORT $LONG"; do
     IFS='|' read -r name peer peer_label mine mine_label pb lens <<<"$spec"
     [[ " $CASES " == *" $name "* ]] || continue
     read -r pattern bs <<<"$pb"
     read -r short long <<<"$lens"
     echo "measuring $name: $peer_label ..." >&2
-    res=$(measure "$peer" "$pattern" "$bs" "$short" "$long")
+    if [ "$pattern" = serve ]; then
+        res=$(measure_server "$peer" "$short" "$long")
+    else
+        res=$(measure "$peer" "$pattern" "$bs" "$short" "$long")
+    fi
     read -r p_in p_sys p_cs <<<"$res"
     echo "measuring $name: $mine_label ..." >&2
-    res=$(measure "$mine" "$pattern" "$bs" "$short" "$long")
+    if [ "$pattern" = serve ]; then
+        res=$(measure_server "$mine" "$short" "$long")
+    else
+        res=$(measure "$mine" "$pattern" "$bs" "$short" "$long")
+    fi
     read -r r_in r_sys r_cs <<<"$res"
     rows+=("$(printf '%-14s | %-10s | %10s %9s %8s' "$pb" "$peer_label" "$p_in" "$p_sys" "$p_cs")")
     rows+=("$(printf '%-14s | %-10s | %10s %9s %8s | %8s %8s %8s' "$pb" "$mine_label" "$r_in" "$r_sys" "$r_cs" \
@@ -243,4 +345,5 @@ printf '%s\n' "${rows[@]}"
 echo
 echo "instr/IO = user-space instructions per I/O (callgrind, slope between the short and the"
 echo "long run), sys/IO = system calls per I/O (strace -f -c of the long run), cs/IO = context"
-echo "switches per I/O (getrusage of a plain long run). x = rlun / its peer (lower is better)."
+echo "switches per I/O (getrusage of a plain long run; for the servers /proc around one)."
+echo "x = rlun / its peer (lower is better for rlun). serve: the server's figures only (not fio's)."
