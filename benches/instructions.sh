@@ -9,10 +9,14 @@
 #                  (1 TiB, no data behind it): rlun bench vs iscsi-perf
 #   read 128k      128 KiB sequential reads, the same
 #   serve 4k       4 KiB random reads at QD 32 by fio's nbd engine through
-#                  `rlun serve` (its default cache, all misses over the 1 TiB
-#                  null LUN) vs `qemu-nbd iscsi://` (libiscsi), the server
-#                  counted, not fio (callgrind_control zeroes and dumps the
-#                  server's counters around each fio run)
+#                  `rlun serve --cache none` vs `qemu-nbd --cache=none
+#                  iscsi://` (libiscsi): both straight through to the LUN.
+#                  (With rlun's default cache every read of the 1 TiB LUN
+#                  misses, and the cost per miss changes once the cache is
+#                  full and each miss evicts, so a slope would depend on
+#                  where the runs fall; the cache is not measured here.) The
+#                  server is counted, not fio (callgrind_control zeroes and
+#                  dumps the server's counters around each fio run)
 #   cp 1M          a whole LUN (a tmpfs file of random bytes) copied to nowhere:
 #                  `rlun cp --bs 1M LUN /dev/null` vs `qemu-img convert` into
 #                  qemu's null-co driver (libiscsi underneath); an I/O is one
@@ -237,7 +241,7 @@ start_server() {
     rm -f "$work/nbd.sock"
     case $kind in
     rlun-serve)
-        setpriv --pdeathsig KILL "$@" "$RLUN" serve "$url" --socket "$work/nbd.sock" \
+        setpriv --pdeathsig KILL "$@" "$RLUN" serve "$url" --socket "$work/nbd.sock" --cache none \
             >"$work/server.log" 2>&1 </dev/null &
         server_uri="nbd+unix:///lun1?socket=$work/nbd.sock"
         ;;
@@ -265,6 +269,10 @@ proc_cs() {
     cat /proc/"$1"/task/*/status 2>/dev/null |
         awk '/^(non)?voluntary_ctxt_switches:/ {n += $2} END {print n + 0}'
 }
+cg_control() { # -z|-d pid: zero or dump a callgrind run's counters
+    callgrind_control "$1" "$2" >"$work/cg_control.log" 2>&1 ||
+        die "callgrind_control $1 $2 failed: $(cat "$work/cg_control.log")"
+}
 # measure_server KIND SHORT LONG: the server's "instr/IO sys/IO cs/IO". The
 # server runs under callgrind, its counters zeroed once it listens and dumped
 # after a short and after a long fio run (callgrind_control), so start-up and
@@ -273,12 +281,13 @@ proc_cs() {
 measure_server() {
     local kind=$1 short=$2 long=$3 io_s io_l in_s in_l io_st n_st io_cs cs0 cs1 strace_pid
     start_server "$kind" valgrind --tool=callgrind "--callgrind-out-file=$work/sv" -q
-    callgrind_control -z "$server_pid" >/dev/null
+    fio_ios "$server_uri" 1 >/dev/null # the first connection's one-time costs, before the counting
+    cg_control -z "$server_pid"
     io_s=$(fio_ios "$server_uri" "$short")
-    callgrind_control -d "$server_pid" >/dev/null
+    cg_control -d "$server_pid"
     in_s=$(cg_instr "$(ls -t "$work"/sv.* | head -1)")
     io_l=$(fio_ios "$server_uri" "$long")
-    callgrind_control -d "$server_pid" >/dev/null
+    cg_control -d "$server_pid"
     in_l=$(cg_instr "$(ls -t "$work"/sv.* | head -1)")
     stop_server
     rm -f "$work"/sv*
