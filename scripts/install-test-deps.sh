@@ -15,6 +15,8 @@ set -euo pipefail
 #   python3-libnbd   nbdsh, the scriptable libnbd client of tests/nbd_serve.rs
 #   openssl          throwaway TLS certificates for the `rlun serve` TLS tests
 #   iproute2, procps, util-linux (setpriv), time (/usr/bin/time), python3
+#   valgrind, strace benches/instructions.sh (callgrind: instructions per I/O;
+#                    strace -c: system calls per I/O), smoke-run by scripts/test.sh
 #   pkg-config       for -sys crates that look up system libraries
 #   libibverbs1 librdmacm1 ibverbs-providers   rdma-core at run time: rlun
 #                    dlopens them for iser:// (no RDMA headers needed to build)
@@ -46,6 +48,8 @@ PACKAGES=(
     util-linux
     time
     python3
+    valgrind
+    strace
     pkg-config
     libibverbs1
     librdmacm1
@@ -140,7 +144,7 @@ fi
 
 # Fail here, with a clear message, rather than deep inside a test.
 for tool in tgtd tgtadm iscsi-ls iscsi-inq iscsi-readcapacity16 iscsi-perf \
-    qemu-img qemu-io fio setpriv python3 cargo lintian rpm rpm2cpio cpio \
+    qemu-img qemu-io qemu-nbd fio valgrind strace setpriv python3 cargo lintian rpm rpm2cpio cpio \
     systemd-analyze man dpkg-deb dpkg-shlibdeps rpmbuild tmux promtool; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "install-test-deps: '$tool' is still missing after installing packages" >&2

@@ -47,6 +47,38 @@ step "cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 
+# The deterministic benchmark (benches/instructions.sh) in its short form:
+# each case once, briefly, against a private tgtd, with the binary cargo test
+# built. It checks that the script works and prints a well-formed table of
+# positive figures, not what the figures are (they are only meaningful from a
+# release build and the full run lengths). Needs root (tgtd).
+if [ "$(id -u)" != 0 ]; then
+    step "benches/instructions.sh --quick: skipped (needs root)"
+else
+    step "benches/instructions.sh --quick"
+    instr_bin=target/debug/rlun
+    [ "${CI:-}" = "true" ] && instr_bin=target/release/rlun
+    instr_out=$(RLUN=$instr_bin benches/instructions.sh --quick)
+    printf '%s\n' "$instr_out"
+    python3 - "$instr_out" <<'PY'
+import sys
+rows = [l.split("|") for l in sys.argv[1].splitlines() if l.count("|") >= 2 and not l.startswith("case ")]
+cases = {}
+for r in rows:
+    figures = r[2].split() + (r[3].split() if len(r) > 3 else [])
+    try:
+        ok = len(figures) in (3, 6) and all(float(f) > 0 for f in figures)
+    except ValueError:
+        ok = False
+    if not ok:
+        sys.exit(f"instructions.sh: bad row {'|'.join(r)!r}")
+    cases.setdefault(r[0].strip(), []).append(len(figures))
+# Each case: its peer's row (3 figures), then rlun's with the 3 ratios.
+if len(cases) < 3 or any(v != [3, 6] for v in cases.values()):
+    sys.exit(f"instructions.sh: expected a peer row and an rlun row per case, got {cases}")
+PY
+fi
+
 # Coverage-guided fuzzing (fuzz/, scripts/fuzz.sh): every parser that takes
 # network or user input runs under libFuzzer for a short fixed time, all
 # targets side by side on the machine's cores. Needs a nightly toolchain:
