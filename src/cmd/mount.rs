@@ -276,6 +276,21 @@ impl FrontEnd for Fuse<'_> {
             self.cleanup.fusermount_helper,
             fs.all_read_only(),
         );
+        // The watcher first: a kill between the mount and its start would
+        // leave a dead mount. Started before there is a mount, it finds
+        // none when rlun dies early and simply ends.
+        let watcher = if self.cleanup.watcher {
+            let unmounter = find_program(&["fusermount3", "fusermount"]);
+            match spawn_watcher(&self.mp, &self.fsname, unmounter.as_deref()) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    warn!(error = %e, "cannot start the unmount watcher; a killed rlun may leave a dead mount (fusermount3 -u -z cleans it)");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let adapter = FuseFs::new(fs.clone(), tokio::runtime::Handle::current());
         let fuse_stats = adapter.stats();
         let mp = self.mp.clone();
@@ -295,18 +310,6 @@ impl FrontEnd for Fuse<'_> {
         if let Some(m) = find_mount(&mountinfo(), &self.mp.to_string_lossy()) {
             set_kernel_readahead(&m, self.kernel_readahead);
         }
-        let watcher = if self.cleanup.watcher {
-            let unmounter = find_program(&["fusermount3", "fusermount"]);
-            match spawn_watcher(&self.mp, &self.fsname, unmounter.as_deref()) {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    warn!(error = %e, "cannot start the unmount watcher; a killed rlun may leave a dead mount (fusermount3 -u -z cleans it)");
-                    None
-                }
-            }
-        } else {
-            None
-        };
         let notifier = session.notifier();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let thread = std::thread::Builder::new()

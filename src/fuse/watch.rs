@@ -1,5 +1,5 @@
-//! The unmount watcher: a small process `rlun mount` starts once it is
-//! mounted, which removes the mount when rlun dies without unmounting
+//! The unmount watcher: a small process `rlun mount` starts just before it
+//! mounts, which removes the mount when rlun dies without unmounting
 //! (SIGKILL, the OOM killer, a crash), so that no dead mount ("Transport
 //! endpoint is not connected") stays behind.
 //!
