@@ -30,23 +30,17 @@ struct Mount {
 }
 
 impl Mount {
-    fn start(tgtd: &Tgtd, dir: &Path) -> Mount {
+    /// `rlun -v mount --daemon --log-file DIR/rlun.log ARGS… URL DIR/mnt`.
+    fn start(tgtd: &Tgtd, dir: &Path, args: &[&str]) -> Mount {
         let mp = dir.join("mnt");
         fs::create_dir(&mp).unwrap();
         let log = dir.join("rlun.log");
         let url = format!("iscsi://{}/{IQN}", tgtd.portal());
-        let out = run_rlun(
-            [
-                "-v",
-                "mount",
-                "--daemon",
-                "--log-file",
-                &log.display().to_string(),
-                &url,
-                &mp.display().to_string(),
-            ],
-            &[],
-        );
+        let (log_s, mp_s) = (log.display().to_string(), mp.display().to_string());
+        let mut argv = vec!["-v", "mount", "--daemon", "--log-file", &log_s];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&[&url, &mp_s]);
+        let out = run_rlun(&argv, &[]);
         assert_success(&out, "rlun mount --daemon");
         Mount { mp, log }
     }
@@ -89,6 +83,32 @@ impl Drop for Mount {
             .arg(&self.mp)
             .output();
     }
+}
+
+/// tgtd with the target, LUNs `1..=luns` backed by pattern files (seed =
+/// LUN number), and the backing files.
+fn target_with(dir: &Path, luns: u32) -> (Tgtd, Vec<PathBuf>) {
+    let files: Vec<PathBuf> = (1..=luns)
+        .map(|n| {
+            let d = dir.join(format!("lun{n}"));
+            fs::create_dir(&d).unwrap();
+            make_backing_file(&d, LUN_SIZE, n as u64)
+        })
+        .collect();
+    let mut tgtd = Tgtd::start().expect("tgtd");
+    let mut t = tgtd.add_target(IQN);
+    for (n, f) in files.iter().enumerate() {
+        t = t.lun_file(n as u32 + 1, f, 512);
+    }
+    t.create().expect("target");
+    (tgtd, files)
+}
+
+/// A backing file for a LUN added later (pattern seed `seed`).
+fn spare_file(dir: &Path, seed: u64) -> PathBuf {
+    let d = dir.join(format!("spare{seed}"));
+    fs::create_dir(&d).unwrap();
+    make_backing_file(&d, LUN_SIZE, seed)
 }
 
 fn tid(tgtd: &Tgtd) -> String {
@@ -157,16 +177,9 @@ fn touch_target(file: &Path) {
 #[test]
 fn a_mount_follows_luns_the_target_adds_removes_and_replaces() {
     let dir = tempfile::tempdir().unwrap();
-    let one = make_backing_file(dir.path(), LUN_SIZE, 1);
-    let two_dir = dir.path().join("two");
-    fs::create_dir(&two_dir).unwrap();
-    let two = make_backing_file(&two_dir, LUN_SIZE, 2);
-    let mut tgtd = Tgtd::start().expect("tgtd");
-    tgtd.add_target(IQN)
-        .lun_file(1, &one, 512)
-        .create()
-        .expect("target");
-    let m = Mount::start(&tgtd, dir.path());
+    let (tgtd, _) = target_with(dir.path(), 1);
+    let two = spare_file(dir.path(), 2);
+    let m = Mount::start(&tgtd, dir.path(), &[]);
     assert_eq!(m.names(), ["lun1"]);
 
     // Added: the UNIT ATTENTION on the next command is enough.
@@ -235,31 +248,8 @@ fn a_mount_follows_luns_the_target_adds_removes_and_replaces() {
 #[test]
 fn a_rescan_the_target_cannot_answer_fails_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
-    let one = make_backing_file(dir.path(), LUN_SIZE, 1);
-    let mut tgtd = Tgtd::start().expect("tgtd");
-    tgtd.add_target(IQN)
-        .lun_file(1, &one, 512)
-        .create()
-        .expect("target");
-    let mp = dir.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
-    let out = run_rlun(
-        [
-            "mount",
-            "--daemon",
-            "--replacement-timeout",
-            "1s",
-            &url,
-            &mp.display().to_string(),
-        ],
-        &[],
-    );
-    assert_success(&out, "rlun mount --daemon");
-    let m = Mount {
-        mp,
-        log: dir.path().join("none.log"),
-    };
+    let (mut tgtd, _) = target_with(dir.path(), 1);
+    let m = Mount::start(&tgtd, dir.path(), &["--replacement-timeout", "1s"]);
 
     tgtd.kill();
     std::thread::sleep(Duration::from_secs(3));
@@ -280,37 +270,12 @@ fn a_rescan_the_target_cannot_answer_fails_and_says_why() {
 #[test]
 fn cached_data_of_a_removed_lun_is_reported_lost_at_umount() {
     let dir = tempfile::tempdir().unwrap();
-    let one = make_backing_file(dir.path(), LUN_SIZE, 1);
-    let two_dir = dir.path().join("two");
-    fs::create_dir(&two_dir).unwrap();
-    let two = make_backing_file(&two_dir, LUN_SIZE, 2);
-    let mut tgtd = Tgtd::start().expect("tgtd");
-    tgtd.add_target(IQN)
-        .lun_file(1, &one, 512)
-        .lun_file(2, &two, 512)
-        .create()
-        .expect("target");
-    let mp = dir.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    let url = format!("iscsi://{}/{IQN}", tgtd.portal());
-    let out = run_rlun(
-        [
-            "mount",
-            "--daemon",
-            "--cache",
-            "write-back",
-            "--writeback-delay",
-            "1h",
-            &url,
-            &mp.display().to_string(),
-        ],
-        &[],
+    let (tgtd, _) = target_with(dir.path(), 2);
+    let m = Mount::start(
+        &tgtd,
+        dir.path(),
+        &["--cache", "write-back", "--writeback-delay", "1h"],
     );
-    assert_success(&out, "rlun mount --daemon --cache write-back");
-    let m = Mount {
-        mp,
-        log: dir.path().join("none.log"),
-    };
     let f = fs::OpenOptions::new()
         .write(true)
         .open(m.mp.join("lun2"))
@@ -351,15 +316,8 @@ fn rescan_of_nothing_served_says_so() {
 #[test]
 fn serve_offers_the_luns_the_target_has_now() {
     let dir = tempfile::tempdir().unwrap();
-    let one = make_backing_file(dir.path(), LUN_SIZE, 1);
-    let two_dir = dir.path().join("two");
-    fs::create_dir(&two_dir).unwrap();
-    let two = make_backing_file(&two_dir, LUN_SIZE, 2);
-    let mut tgtd = Tgtd::start().expect("tgtd");
-    tgtd.add_target(IQN)
-        .lun_file(1, &one, 512)
-        .create()
-        .expect("target");
+    let (tgtd, _) = target_with(dir.path(), 1);
+    let two = spare_file(dir.path(), 2);
     let sock = dir.path().join("nbd.sock");
     let url = format!("iscsi://{}/{IQN}", tgtd.portal());
     let out = run_rlun(
