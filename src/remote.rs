@@ -45,7 +45,8 @@ impl From<ClientError> for BackendError {
         let errno = client_errno(&e);
         // ILLEGAL REQUEST, invalid operation code or invalid field in CDB.
         let unsupported = e.scsi().is_some_and(|s| s.is_unsupported_command());
-        BackendError::Command(CommandFailure::new(e, errno, unsupported))
+        let unreachable = e.kind() == rlun_iscsi::ErrorKind::Unreachable;
+        BackendError::Command(CommandFailure::new(e, errno, unsupported).unreachable(unreachable))
     }
 }
 
@@ -200,6 +201,11 @@ mod tests {
     fn lost_connection_maps_to_eio_and_read_only_to_erofs() {
         let lost = BackendError::from(ClientError::Session(crate::session::SessionError::Closed));
         assert_eq!(lost.to_errno(), errno::EIO);
+        // Counted apart from the target's refusals in `rlun stats`.
+        assert!(matches!(&lost, BackendError::Command(f) if f.is_unreachable()));
+        assert!(
+            matches!(scsi_error(SenseKey::MediumError, 0x11), BackendError::Command(f) if !f.is_unreachable())
+        );
         assert_eq!(
             BackendError::ReadOnly { op: "WRITE" }.to_errno(),
             errno::EROFS

@@ -83,6 +83,7 @@ impl BackendError {
 pub struct CommandFailure {
     errno: i32,
     unsupported: bool,
+    unreachable: bool,
     error: Box<dyn StdError + Send + Sync>,
 }
 
@@ -99,8 +100,22 @@ impl CommandFailure {
         CommandFailure {
             errno,
             unsupported,
+            unreachable: false,
             error: error.into(),
         }
+    }
+
+    /// Mark the failure as the device being out of reach (for a remote
+    /// LUN: the session lost and not back in time), not the device
+    /// refusing the command; `rlun stats` counts the two apart.
+    pub fn unreachable(mut self, unreachable: bool) -> CommandFailure {
+        self.unreachable = unreachable;
+        self
+    }
+
+    /// The device was out of reach ([`CommandFailure::unreachable`]).
+    pub fn is_unreachable(&self) -> bool {
+        self.unreachable
     }
 
     /// The Linux errno for this failure.

@@ -9,9 +9,10 @@
 //! log-linear buckets of atomic counters ([`Buckets`]: 16 per power of
 //! two, so a bucket is at most 6.25% wide), which a reader copies out and
 //! turns into percentiles later (with HDR histograms, in `rlun stats`).
-//! Memory per export is fixed: three [`OpMeter`]s of [`BUCKETS`] counters,
-//! about 14 KiB.
+//! Memory per export is fixed: three [`OpMeter`]s of [`BUCKETS`] counters
+//! and a counter per [`ErrorClass`], about 14 KiB.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
@@ -72,6 +73,58 @@ pub enum Op {
     Other,
 }
 
+/// Why a request failed, as `rlun stats` and the metrics count errors
+/// ([`super::ExportError::class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The target could not be reached (connection lost past the
+    /// replacement timeout, session closed).
+    Unreachable,
+    /// The target refused or failed the command (a SCSI error: medium
+    /// error, hardware error, a short transfer…).
+    Target,
+    /// A write to a read-only LUN or export.
+    ReadOnly,
+    /// No space: a thin pool out of space, a write past the end.
+    NoSpace,
+    /// A range past the end of the LUN.
+    OutOfRange,
+    /// The LUN was removed, or resized under cached data that was lost.
+    Removed,
+    /// Anything else (shutting down…).
+    Other,
+}
+
+impl ErrorClass {
+    /// Every class, in the order of [`ErrorClass::index`].
+    pub const ALL: [ErrorClass; 7] = [
+        ErrorClass::Unreachable,
+        ErrorClass::Target,
+        ErrorClass::ReadOnly,
+        ErrorClass::NoSpace,
+        ErrorClass::OutOfRange,
+        ErrorClass::Removed,
+        ErrorClass::Other,
+    ];
+
+    /// The name in `rlun stats --json` and the `kind` label of the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorClass::Unreachable => "unreachable",
+            ErrorClass::Target => "target",
+            ErrorClass::ReadOnly => "read_only",
+            ErrorClass::NoSpace => "no_space",
+            ErrorClass::OutOfRange => "out_of_range",
+            ErrorClass::Removed => "removed",
+            ErrorClass::Other => "other",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// The counters of one kind of request.
 #[derive(Debug, Default)]
 pub struct OpMeter {
@@ -130,6 +183,8 @@ pub struct Meter {
     pub read: OpMeter,
     pub write: OpMeter,
     pub other: OpMeter,
+    /// Failed requests of every kind by [`ErrorClass`].
+    errors: [AtomicU64; ErrorClass::ALL.len()],
 }
 
 impl Meter {
@@ -139,6 +194,18 @@ impl Meter {
             Op::Write => &self.write,
             Op::Other => &self.other,
         }
+    }
+
+    /// Failed requests by class name ([`ErrorClass::name`]), the classes
+    /// with a count only.
+    pub fn errors(&self) -> BTreeMap<String, u64> {
+        ErrorClass::ALL
+            .iter()
+            .filter_map(|c| {
+                let n = self.errors[c.index()].load(Relaxed);
+                (n > 0).then(|| (c.name().to_string(), n))
+            })
+            .collect()
     }
 
     /// A request of kind `op` starts: it is in flight until the returned
@@ -164,16 +231,19 @@ pub struct Timer {
 }
 
 impl Timer {
-    /// The request ended: `Some(bytes)` when it succeeded, `None` when it
-    /// failed.
+    /// The request ended: `Ok(bytes)` when it succeeded, the class of
+    /// its error when it failed.
     #[inline]
-    pub fn done(self, bytes: Option<u64>) {
+    pub fn done(self, result: Result<u64, ErrorClass>) {
         let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let m = self.meter.op(self.op);
         m.count.fetch_add(1, Relaxed);
-        match bytes {
-            Some(b) => m.bytes.fetch_add(b, Relaxed),
-            None => m.errors.fetch_add(1, Relaxed),
+        match result {
+            Ok(b) => m.bytes.fetch_add(b, Relaxed),
+            Err(class) => {
+                self.meter.errors[class.index()].fetch_add(1, Relaxed);
+                m.errors.fetch_add(1, Relaxed)
+            }
         };
         m.latency.0[bucket_of(ns)].fetch_add(1, Relaxed);
         m.latency_sum.fetch_add(ns, Relaxed);
@@ -221,8 +291,8 @@ mod tests {
         let dropped = m.start(Op::Write);
 
         assert_eq!(m.read.counts().in_flight, 1);
-        t.done(Some(4096));
-        failed.done(None);
+        t.done(Ok(4096));
+        failed.done(Err(ErrorClass::ReadOnly));
         drop(dropped);
 
         let r = m.read.counts();
@@ -230,5 +300,9 @@ mod tests {
         assert_eq!((r.count, r.bytes, r.errors, r.in_flight), (1, 4096, 0, 0));
         assert_eq!(r.latency.iter().map(|(_, c)| c).sum::<u64>(), 1);
         assert_eq!((w.count, w.bytes, w.errors, w.in_flight), (1, 0, 1, 0));
+        assert_eq!(
+            m.errors().into_iter().collect::<Vec<_>>(),
+            vec![("read_only".to_string(), 1)]
+        );
     }
 }

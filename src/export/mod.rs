@@ -74,12 +74,10 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use thiserror::Error;
 use tracing::{debug, error, info, trace, warn};
 
 use crate::device::{DeviceConfig, DeviceError, LunDevice, PendingRead, ReadNow};
 use rlun_iscsi::error_chain;
-use rlun_iscsi::scsi::sense::errno;
 
 pub use crate::device::LunBackend;
 use meter::{Meter, Op, Timer};
@@ -87,76 +85,6 @@ use meter::{Meter, Op, Timer};
 /// The name of the export of LUN `number`: `lun<N>`.
 pub fn export_name(number: u64) -> String {
     format!("lun{number}")
-}
-
-/// Why an export request failed.
-#[derive(Debug, Error)]
-pub enum ExportError {
-    /// The export is shutting down; nothing more is accepted.
-    #[error("{export}: the export is shutting down")]
-    ShutDown { export: String },
-    /// A write, zeroing or trim of a read-only export (write-protected LUN
-    /// or read-only by option).
-    #[error("{export} is read-only")]
-    ReadOnly { export: String },
-    /// A write that starts at or past the end of the export (or, through
-    /// [`Export::check_range`], reaches past it).
-    #[error("{export}: no space at offset {offset} ({size} bytes)")]
-    NoSpace {
-        export: String,
-        offset: u64,
-        size: u64,
-    },
-    /// A read or trim reaching past the end ([`Export::check_range`]), or a
-    /// range whose end overflows.
-    #[error("{export}: {len} bytes at offset {offset} reach past the end ({size} bytes)")]
-    OutOfRange {
-        export: String,
-        offset: u64,
-        len: u64,
-        size: u64,
-    },
-    /// Cached data of the LUN's size before a capacity change could not be
-    /// written (the LUN shrank under it, or the target was unreachable).
-    #[error("{export}: cached data could not be written before the LUN's capacity changed")]
-    LostInResize { export: String },
-    /// The target no longer reports this LUN (REPORT LUNS after a
-    /// REPORTED LUNS DATA HAS CHANGED, or a rescan).
-    #[error("{export}: the LUN was removed from the target")]
-    Gone { export: String },
-    /// The device (cache, or the LUN under it) failed.
-    #[error("{export}")]
-    Device {
-        export: String,
-        #[source]
-        source: DeviceError,
-    },
-}
-
-impl ExportError {
-    /// The Linux errno for this error, the one mapping front ends start
-    /// from: `EIO` when shut down, `ENODEV` for a removed LUN, `EROFS`, `ENOSPC`, `EINVAL`, or the
-    /// device's own mapping ([`DeviceError::to_errno`]: SCSI sense → errno,
-    /// a lost session → `EIO`).
-    pub fn to_errno(&self) -> i32 {
-        match self {
-            ExportError::ShutDown { .. } => errno::EIO,
-            ExportError::Gone { .. } => errno::ENODEV,
-            ExportError::LostInResize { .. } => errno::EIO,
-            ExportError::ReadOnly { .. } => errno::EROFS,
-            ExportError::NoSpace { .. } => errno::ENOSPC,
-            ExportError::OutOfRange { .. } => errno::EINVAL,
-            ExportError::Device { source, .. } => source.to_errno(),
-        }
-    }
-
-    /// The device error underneath, if any.
-    pub fn device(&self) -> Option<&DeviceError> {
-        match self {
-            ExportError::Device { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// The kind of request [`Export::check_range`] checks.
@@ -342,7 +270,7 @@ impl<B: LunBackend> Export<B> {
 
     /// Bytes written into the cache and not yet to the target.
     pub fn dirty_bytes(&self) -> u64 {
-        self.device().stats().dirty_bytes
+        self.device().dirty_bytes()
     }
 
     fn error(&self, source: DeviceError) -> ExportError {
@@ -438,7 +366,11 @@ impl<B: LunBackend> Export<B> {
     pub async fn read(&self, offset: u64, len: usize) -> Result<Bytes, ExportError> {
         let timer = self.meter.start(Op::Read);
         let r = self.read_unmetered(offset, len).await;
-        timer.done(r.as_ref().ok().map(|b| b.len() as u64));
+        timer.done(
+            r.as_ref()
+                .map(|b| b.len() as u64)
+                .map_err(ExportError::class),
+        );
         r
     }
 
@@ -466,7 +398,11 @@ impl<B: LunBackend> Export<B> {
         let timer = self.meter.start(Op::Read);
         match self.read_now_unmetered(offset, len, timer) {
             (ExportRead::Done(r), Some(timer)) => {
-                timer.done(r.as_ref().ok().map(|b| b.len() as u64));
+                timer.done(
+                    r.as_ref()
+                        .map(|b| b.len() as u64)
+                        .map_err(ExportError::class),
+                );
                 ExportRead::Done(r)
             }
             (read, _) => read,
@@ -532,7 +468,11 @@ impl<B: LunBackend> Export<B> {
                 .await
                 .map_err(|e| self.read_error(offset, len, e)),
         };
-        timer.done(r.as_ref().ok().map(|b| b.len() as u64));
+        timer.done(
+            r.as_ref()
+                .map(|b| b.len() as u64)
+                .map_err(ExportError::class),
+        );
         r
     }
 
@@ -548,7 +488,11 @@ impl<B: LunBackend> Export<B> {
     pub async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<u32, ExportError> {
         let timer = self.meter.start(Op::Write);
         let r = self.write_unmetered(offset, data, fua).await;
-        timer.done(r.as_ref().ok().map(|n| u64::from(*n)));
+        timer.done(
+            r.as_ref()
+                .map(|n| u64::from(*n))
+                .map_err(ExportError::class),
+        );
         r
     }
 
@@ -602,7 +546,7 @@ impl<B: LunBackend> Export<B> {
             Ok(()) => self.flush_now().await,
             Err(e) => Err(e),
         };
-        timer.done(r.as_ref().ok().map(|()| 0));
+        timer.done(r.as_ref().map(|()| 0).map_err(ExportError::class));
         r
     }
 
@@ -662,7 +606,7 @@ impl<B: LunBackend> Export<B> {
     ) -> Result<(), ExportError> {
         let timer = self.meter.start(Op::Other);
         let r = self.write_zeroes_unmetered(offset, len, mode).await;
-        timer.done(r.as_ref().ok().map(|()| 0));
+        timer.done(r.as_ref().map(|()| 0).map_err(ExportError::class));
         r
     }
 
@@ -699,7 +643,7 @@ impl<B: LunBackend> Export<B> {
     pub async fn trim(&self, offset: u64, len: u64) -> Result<(), ExportError> {
         let timer = self.meter.start(Op::Other);
         let r = self.trim_unmetered(offset, len).await;
-        timer.done(r.as_ref().ok().map(|()| 0));
+        timer.done(r.as_ref().map(|()| 0).map_err(ExportError::class));
         r
     }
 
@@ -763,7 +707,7 @@ impl<B: LunBackend> Export<B> {
             hole: false,
             zero: false,
         }];
-        if dev.stats().dirty_bytes > 0 {
+        if dev.dirty_bytes() > 0 {
             return whole;
         }
         let bs = dev.block_size() as u64;
@@ -880,7 +824,7 @@ impl<B: LunBackend> Export<B> {
             );
         }
         if let Err(e) = old.flush().await {
-            let dirty = old.stats().dirty_bytes;
+            let dirty = old.dirty_bytes();
             if new_size < old_size && dirty > 0 {
                 error!(
                     lun = self.number,
@@ -964,7 +908,7 @@ async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>, lun: u64, lost: Arc<A
                 let mut round = 1;
                 while let Err(e) = dev.flush().await {
                     if round >= FINAL_FLUSH_ROUNDS {
-                        let dirty = dev.stats().dirty_bytes;
+                        let dirty = dev.dirty_bytes();
                         error!(lun, dirty, error = %error_chain(&e), "cached data of the LUN's old size could not be written");
                         lost.fetch_add(dirty, Ordering::AcqRel);
                         return;
@@ -984,8 +928,10 @@ async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>, lun: u64, lost: Arc<A
     }
 }
 
+mod error;
 pub mod meter;
 mod set;
+pub use error::ExportError;
 pub use set::{
     open_luns, DataLost, ExportSet, LostData, OpenError, ShutdownReport, FINAL_FLUSH_PAUSE,
     FINAL_FLUSH_ROUNDS,
@@ -997,9 +943,11 @@ pub(crate) mod testing;
 
 #[cfg(test)]
 mod tests {
+    use super::meter::ErrorClass;
     use super::testing::TestLun;
     use super::*;
     use crate::device::{CacheMode, MemBackend, MemOp};
+    use rlun_iscsi::scsi::sense::errno;
 
     fn set_of(luns: Vec<(u64, TestLun)>, mode: CacheMode, read_only: bool) -> ExportSet<TestLun> {
         let cfg = DeviceConfig {
@@ -1128,6 +1076,48 @@ mod tests {
             assert_eq!(err.to_errno(), errno::EROFS);
         }
         assert!(ro.all_read_only());
+    }
+
+    #[tokio::test]
+    async fn failed_requests_are_counted_by_kind() {
+        let (set, lun) = one(MemBackend::new(512, 8), CacheMode::None);
+        let e = &set.exports()[0];
+        let ro = set_of(
+            vec![(1, TestLun::new(MemBackend::new(512, 8)))],
+            CacheMode::None,
+            true,
+        );
+
+        lun.mem.fail_next(MemOp::Read, 1, errno::EIO);
+        let target = e.read(0, 512).await.unwrap_err();
+        lun.mem.fail_next(MemOp::Write, 1, errno::ENOSPC);
+        let full = e
+            .write(0, Bytes::from(vec![1u8; 512]), false)
+            .await
+            .unwrap_err();
+        let past = e.write(8 * 512, Bytes::from(vec![1u8; 512]), false).await;
+        let refused = ro.exports()[0].trim(0, 512).await.unwrap_err();
+        e.read(0, 512).await.expect("the next read works");
+
+        assert_eq!(target.class(), ErrorClass::Target);
+        assert_eq!(full.class(), ErrorClass::NoSpace);
+        assert_eq!(past.unwrap_err().class(), ErrorClass::NoSpace);
+        assert_eq!(refused.class(), ErrorClass::ReadOnly);
+        let counted: Vec<(String, u64)> = e.meter().errors().into_iter().collect();
+        assert_eq!(
+            counted,
+            vec![("no_space".to_string(), 2), ("target".to_string(), 1)]
+        );
+        assert_eq!(
+            ro.exports()[0]
+                .meter()
+                .errors()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![("read_only".to_string(), 1)]
+        );
+        let m = e.meter();
+        assert_eq!((m.read.counts().errors, m.write.counts().errors), (1, 2));
     }
 
     #[tokio::test]
