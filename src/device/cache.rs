@@ -200,6 +200,8 @@ pub(crate) struct Cache {
     pub page_size: usize,
     pub page_cost: u64,
     pub evictions: AtomicU64,
+    /// Pages read ahead and evicted before any read used them.
+    pub readahead_wasted: AtomicU64,
     charged: AtomicU64,
     /// When this cache last needed a new page (budget clock, ms).
     pub last_alloc: AtomicU64,
@@ -257,6 +259,7 @@ impl Cache {
             page_size,
             page_cost: page_size as u64 + PAGE_OVERHEAD,
             evictions: AtomicU64::new(0),
+            readahead_wasted: AtomicU64::new(0),
             charged: AtomicU64::new(0),
             last_alloc: AtomicU64::new(0),
         });
@@ -287,6 +290,31 @@ impl Cache {
         }
     }
 
+    /// Give the buffer of an evicted page (out of the table, unpinned)
+    /// back, counting it as wasted read-ahead if no read used it.
+    fn release(&self, page: &Page) {
+        let mut s = page.lock();
+        if std::mem::take(&mut s.readahead) {
+            self.readahead_wasted.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(std::mem::replace(&mut s.buf, IoBuf::empty()));
+    }
+
+    /// When the oldest data in the cache that the target does not have yet
+    /// was written (the earliest `dirty_since` of a dirty page); `None`
+    /// when nothing is dirty. Walks the dirty pages: for `rlun stats`, not
+    /// for the request path.
+    pub(crate) fn oldest_dirty(&self) -> Option<Instant> {
+        let st = self.lock();
+        st.dirty
+            .values()
+            .filter_map(|p| {
+                let s = p.lock();
+                (s.dirty != 0).then_some(s.dirty_since).flatten()
+            })
+            .min()
+    }
+
     /// Evict one clean, unused page from the LRU end. Returns false when
     /// none of the pages looked at can go.
     fn evict_one(&self, st: &mut State) -> bool {
@@ -307,7 +335,7 @@ impl Cache {
                 if let Some(p) = st.clean.pop(&k) {
                     // Unpinned and out of the table: nobody else can reach
                     // it, so its memory goes back to the budget now.
-                    drop(std::mem::replace(&mut p.lock().buf, IoBuf::empty()));
+                    self.release(&p);
                 }
                 self.uncharge(st, 1);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
@@ -546,7 +574,7 @@ impl Cache {
             });
             if evictable {
                 if let Some(p) = st.clean.pop(&k) {
-                    drop(std::mem::replace(&mut p.lock().buf, IoBuf::empty()));
+                    self.release(&p);
                 }
                 self.uncharge(&mut st, 1);
                 n += 1;

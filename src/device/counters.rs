@@ -16,6 +16,9 @@ pub struct Stats {
     pub readahead_hits: u64,
     /// Pages read ahead.
     pub readahead_pages: u64,
+    /// Pages read ahead and evicted before any read used them.
+    #[serde(default)]
+    pub readahead_wasted: u64,
     /// Streaming reads served straight from the target, past the cache.
     pub bypassed_reads: u64,
     /// Clean pages dropped to make room.
@@ -26,6 +29,10 @@ pub struct Stats {
     pub cache_size: u64,
     /// Bytes written into the cache and not yet to the target.
     pub dirty_bytes: u64,
+    /// How long the oldest of them has waited, milliseconds (0 when
+    /// nothing is dirty): the write-back age.
+    #[serde(default)]
+    pub dirty_age_ms: u64,
     /// `flush` calls (each ends with SYNCHRONIZE CACHE).
     pub flushes: u64,
     /// WRITE commands carrying write-back data.

@@ -237,6 +237,7 @@ impl<B: BlockBackend> Inner<B> {
             misses: l(&self.c.misses),
             readahead_hits: l(&self.c.readahead_hits),
             readahead_pages: l(&self.c.readahead_pages),
+            readahead_wasted: l(&self.cache.readahead_wasted),
             bypassed_reads: l(&self.c.bypassed_reads),
             evictions: l(&self.cache.evictions),
             cached_bytes: self.cache.charged(),
@@ -246,6 +247,10 @@ impl<B: BlockBackend> Inner<B> {
                 self.budget.size()
             },
             dirty_bytes: l(&self.c.dirty_blocks) * self.geo.bs,
+            dirty_age_ms: self
+                .cache
+                .oldest_dirty()
+                .map_or(0, |t| t.elapsed().as_millis() as u64),
             flushes: l(&self.c.flushes),
             writebacks: l(&self.c.writebacks),
             bytes_read: l(&self.c.bytes_read),
@@ -253,6 +258,10 @@ impl<B: BlockBackend> Inner<B> {
             read_commands: l(&self.c.read_commands),
             write_commands: l(&self.c.write_commands),
         }
+    }
+
+    pub(super) fn dirty_bytes(&self) -> u64 {
+        self.c.dirty_blocks.load(Ordering::Relaxed) * self.geo.bs
     }
 
     pub(super) fn cached(&self) -> bool {

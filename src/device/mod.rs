@@ -246,8 +246,15 @@ impl<B: BlockBackend> LunDevice<B> {
         &self.inner.backend
     }
 
+    /// The counters now. Walks the dirty pages for their age: not for a
+    /// request path ([`LunDevice::dirty_bytes`] is cheap).
     pub fn stats(&self) -> Stats {
         self.inner.stats()
+    }
+
+    /// Bytes written into the cache and not yet to the target.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.inner.dirty_bytes()
     }
 
     /// Drop every clean page not in use; returns how many.

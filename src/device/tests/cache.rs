@@ -435,3 +435,60 @@ async fn write_zeroes_zeroes_exactly_the_range_in_cache_and_target() {
         assert_eq!(d.backend().counts().write_zeroes, 1, "{mode}");
     }
 }
+
+#[tokio::test]
+async fn read_ahead_evicted_unread_counts_as_wasted() {
+    let d = device(
+        MemBackend::new(512, (64 << 20) / 512),
+        cfg(CacheMode::WriteThrough),
+    );
+    for i in 0..256u64 {
+        d.read_at(i * 4096, 4096).await.unwrap();
+    }
+    // Let the last read-ahead land (the memory backend answers at once).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = d.stats();
+    assert_eq!(
+        before.readahead_wasted, 0,
+        "nothing evicted yet: {before:?}"
+    );
+
+    d.drop_clean_pages();
+
+    let after = d.stats();
+    assert!(
+        after.readahead_pages > after.readahead_hits,
+        "read-ahead ran past the reads: {after:?}"
+    );
+    assert_eq!(
+        after.readahead_wasted,
+        after.readahead_pages - after.readahead_hits,
+        "every page read ahead and not read was dropped unread: {after:?}"
+    );
+}
+
+#[tokio::test]
+async fn dirty_age_is_the_age_of_the_oldest_dirty_page() {
+    let d = device(
+        MemBackend::new(512, 2048),
+        DeviceConfig {
+            writeback_delay: Duration::from_secs(3600),
+            ..cfg(CacheMode::WriteBack)
+        },
+    );
+    assert_eq!(d.stats().dirty_age_ms, 0);
+    d.write_at(0, Bytes::from(vec![1u8; 4096])).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    d.write_at(512 * KIB, Bytes::from(vec![2u8; 4096]))
+        .await
+        .unwrap();
+
+    let s = d.stats();
+    assert!(
+        s.dirty_age_ms >= 300,
+        "the first page's age, not the second's: {s:?}"
+    );
+    assert_eq!(s.dirty_bytes, 8192);
+    d.flush().await.unwrap();
+    assert_eq!(d.stats().dirty_age_ms, 0, "nothing dirty after flush");
+}
