@@ -49,11 +49,54 @@ pub(super) struct Shared {
     pub(super) up: AtomicBool,
     pub(super) capacity_changes: AtomicU64,
     pub(super) lun_changes: AtomicU64,
+    /// Time without a logged-in connection (reconnecting).
+    pub(super) outages: std::sync::Mutex<Outages>,
     /// Bumped after either count moved, for whoever follows the target.
     pub(super) changes: tokio::sync::watch::Sender<u64>,
 }
 
+/// The session's time without a connection, for `rlun stats`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Outages {
+    /// When the connection was lost, while there is none.
+    pub(super) since: Option<Instant>,
+    /// The outages that ended, added up.
+    pub(super) total: Duration,
+    /// How long the last one that ended lasted.
+    pub(super) last: Option<Duration>,
+}
+
+impl Outages {
+    /// Time down so far: the ended outages and the current one.
+    pub(super) fn down(&self, now: Instant) -> Duration {
+        self.total
+            + self
+                .since
+                .map_or(Duration::ZERO, |t| now.saturating_duration_since(t))
+    }
+}
+
 impl Shared {
+    fn outages(&self) -> std::sync::MutexGuard<'_, Outages> {
+        self.outages.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection was lost (the first loss of an outage counts).
+    fn went_down(&self) {
+        let mut o = self.outages();
+        o.since.get_or_insert_with(Instant::now);
+    }
+
+    /// The session is logged in again.
+    fn came_up(&self) {
+        let mut o = self.outages();
+        if let Some(t) = o.since.take() {
+            let d = t.elapsed();
+            o.total += d;
+            o.last = Some(d);
+        }
+    }
+
     /// Count a change the target announced (asynchronous event or the
     /// sense of a command) and wake whoever follows them.
     pub(super) fn note_change(&self, change: TargetChange) {
@@ -81,6 +124,7 @@ pub(super) fn start_driver<T: Transport>(
         up: AtomicBool::new(true),
         capacity_changes: AtomicU64::new(0),
         lun_changes: AtomicU64::new(0),
+        outages: std::sync::Mutex::new(Outages::default()),
         changes: tokio::sync::watch::Sender::new(0),
     });
     let (tx, rx) = mpsc::unbounded_channel();
@@ -506,6 +550,7 @@ impl<T: Transport> Driver<T> {
                     // The transport goes first, then the core (see `Live`).
                     self.live = None;
                     self.shared.up.store(false, Ordering::Relaxed);
+                    self.shared.went_down();
                     drop(self.machine.take_retired());
                     if let Some(e) = loss_error(&cause) {
                         self.last = Arc::new(e);
@@ -535,6 +580,7 @@ impl<T: Transport> Driver<T> {
                 Output::Reconnected { after, reissued } => {
                     self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
                     self.shared.up.store(true, Ordering::Relaxed);
+                    self.shared.came_up();
                     info!(?after, "session re-established");
                     if reissued > 0 {
                         info!(commands = reissued, "re-issuing commands after reconnect");

@@ -157,6 +157,18 @@ impl SessionHandle {
         self.shared.reconnects.load(Ordering::Relaxed)
     }
 
+    /// Time the session has spent without a logged-in connection since it
+    /// was first established (reconnecting, or given up), the current
+    /// outage included; and how long the last outage that ended lasted.
+    pub fn downtime(&self) -> (std::time::Duration, Option<std::time::Duration>) {
+        let o = *self
+            .shared
+            .outages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        (o.down(std::time::Instant::now()), o.last)
+    }
+
     /// A counter bumped whenever the target reports that a LUN's capacity
     /// changed (UNIT ATTENTION 2A/09 or an asynchronous event), or a rescan
     /// was asked for; layers above compare it with the value they saw last
