@@ -23,6 +23,7 @@
 //! the socket) and the process machinery ([`crate::daemon`]); `rlun stats`
 //! ([`crate::cmd`]) is the client ([`query`]).
 
+use std::collections::BTreeMap;
 use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -72,6 +73,10 @@ pub struct LunSnapshot {
     pub write: OpCounts,
     /// Flushes, zeroing, trims.
     pub other: OpCounts,
+    /// Failed requests by kind ([`crate::export::meter::ErrorClass::name`]),
+    /// the kinds that happened only.
+    #[serde(default)]
+    pub errors: BTreeMap<String, u64>,
     pub cache: CacheStats,
 }
 
@@ -92,6 +97,13 @@ pub struct Snapshot {
     /// The session has a logged-in connection now.
     #[serde(default)]
     pub session_up: bool,
+    /// Seconds the session spent without a connection (reconnecting), the
+    /// current outage included.
+    #[serde(default)]
+    pub down_seconds: f64,
+    /// How long the last outage that ended lasted, seconds.
+    #[serde(default)]
+    pub last_outage_seconds: Option<f64>,
     /// The process's data-path copies ([`crate::stats`]).
     pub data_path: DataPathStats,
     pub luns: Vec<LunSnapshot>,
@@ -123,10 +135,12 @@ impl Source {
                     read: m.read.counts(),
                     write: m.write.counts(),
                     other: m.other.counts(),
+                    errors: m.errors(),
                     cache: e.device().stats(),
                 }
             })
             .collect();
+        let (down, last_outage) = self.session.downtime();
         Snapshot {
             pid: std::process::id(),
             kind: self.kind.to_string(),
@@ -136,6 +150,8 @@ impl Source {
             uptime: self.started.elapsed().as_secs_f64(),
             reconnects: self.session.reconnects(),
             session_up: self.session.is_up(),
+            down_seconds: down.as_secs_f64(),
+            last_outage_seconds: last_outage.map(|d| d.as_secs_f64()),
             data_path: DataPathStats::now(),
             luns,
         }
@@ -246,29 +262,30 @@ fn allowed(stream: &UnixStream) -> Result<(), String> {
 
 /// Answer one connection: one request line, one answer line.
 async fn serve_one(mut stream: UnixStream, source: Arc<Source>) {
-    let reply = match allowed(&stream) {
-        Err(error) => serde_json::json!({"version": VERSION, "ok": false, "error": error}),
-        Ok(()) => {
-            let (read, _) = stream.split();
-            let mut reader = BufReader::new(read).take(MAX_REQUEST as u64 + 1);
-            let mut line = Vec::new();
-            let got = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_until(b'\n', &mut line));
-            match got.await {
-                Err(_) => {
-                    debug!("control socket: no request within the timeout");
-                    return;
-                }
-                Ok(Err(e)) => {
-                    debug!(error = %e, "control socket: reading the request failed");
-                    return;
-                }
-                Ok(Ok(_)) if line.len() > MAX_REQUEST => serde_json::json!({
-                    "version": VERSION, "ok": false,
-                    "error": format!("request longer than {MAX_REQUEST} bytes"),
-                }),
-                Ok(Ok(_)) => answer(line.trim_ascii(), &source),
-            }
+    // The request is read (bounded, within the timeout) before anyone is
+    // refused, so that a refused client reads the reason instead of
+    // failing its write on a closed socket.
+    let (read, _) = stream.split();
+    let mut reader = BufReader::new(read).take(MAX_REQUEST as u64 + 1);
+    let mut line = Vec::new();
+    let got = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_until(b'\n', &mut line));
+    let reply = match (got.await, allowed(&stream)) {
+        (Err(_), _) => {
+            debug!("control socket: no request within the timeout");
+            return;
         }
+        (Ok(Err(e)), _) => {
+            debug!(error = %e, "control socket: reading the request failed");
+            return;
+        }
+        (Ok(Ok(_)), Err(error)) => {
+            serde_json::json!({"version": VERSION, "ok": false, "error": error})
+        }
+        (Ok(Ok(_)), Ok(())) if line.len() > MAX_REQUEST => serde_json::json!({
+            "version": VERSION, "ok": false,
+            "error": format!("request longer than {MAX_REQUEST} bytes"),
+        }),
+        (Ok(Ok(_)), Ok(())) => answer(line.trim_ascii(), &source),
     };
     let mut text = reply.to_string();
     text.push('\n');

@@ -32,7 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info};
 
 use crate::control::{Snapshot, Source};
-use crate::export::meter::{bucket_range, OpCounts};
+use crate::export::meter::{bucket_range, ErrorClass, OpCounts};
 use rlun_iscsi::ErrorKind;
 
 /// Upper bounds (seconds) of the buckets of `rlun_command_duration_seconds`.
@@ -323,6 +323,13 @@ impl Collector for Scrape {
         )?;
         ConstCounter::new(s.reconnects).encode(m.encode_family(&process)?)?;
         let mut m = e.encode_descriptor(
+            "rlun_session_down_seconds",
+            "time the iSCSI session spent without a connection (reconnecting)",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(s.down_seconds).encode(m.encode_family(&process)?)?;
+        let mut m = e.encode_descriptor(
             "rlun_copied_bytes",
             "SCSI data bytes copied between the network and command buffers",
             None,
@@ -355,9 +362,20 @@ impl Collector for Scrape {
         self.per_lun(&mut e, "rlun_write_bytes", "bytes written", |l| {
             l.write.bytes
         })?;
-        self.per_lun(&mut e, "rlun_request_errors", "requests that failed", |l| {
-            l.read.errors + l.write.errors + l.other.errors
-        })?;
+        let mut m = e.encode_descriptor(
+            "rlun_request_errors",
+            "requests that failed, by kind",
+            None,
+            MetricType::Counter,
+        )?;
+        for l in &s.luns {
+            for class in ErrorClass::ALL {
+                let mut labels = self.lun_labels(l.lun);
+                labels.push(("kind", class.name().to_string()));
+                let n = l.errors.get(class.name()).copied().unwrap_or(0);
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
         self.per_lun(
             &mut e,
             "rlun_cache_hits",
@@ -376,6 +394,29 @@ impl Collector for Scrape {
         self.per_lun(&mut e, "rlun_readahead_pages", "pages read ahead", |l| {
             l.cache.readahead_pages
         })?;
+        self.per_lun(
+            &mut e,
+            "rlun_readahead_hits",
+            "pages read ahead and then read",
+            |l| l.cache.readahead_hits,
+        )?;
+        self.per_lun(
+            &mut e,
+            "rlun_readahead_wasted_pages",
+            "pages read ahead and evicted unread",
+            |l| l.cache.readahead_wasted,
+        )?;
+        let mut m = e.encode_descriptor(
+            "rlun_cache_dirty_age_seconds",
+            "how long the oldest data not yet written back has waited (0 when none)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for l in &s.luns {
+            let labels = self.lun_labels(l.lun);
+            ConstGauge::new(l.cache.dirty_age_ms as f64 / 1000.0)
+                .encode(m.encode_family(&labels)?)?;
+        }
         self.gauge_by(
             &mut e,
             (

@@ -68,6 +68,13 @@ impl Mount {
             .unwrap_or_else(|| panic!("LUN 1 in {v}"))
     }
 
+    /// `rlun stats MP --json`: the one process.
+    fn stats_process(&self) -> Value {
+        let out = run_rlun(["stats", &self.path(), "--json"], &[]);
+        let v = json(&assert_success(&out, "rlun stats --json"));
+        v["processes"][0].clone()
+    }
+
     /// The control socket, from `rlun list`'s pid file naming.
     fn control_socket(&self) -> PathBuf {
         let name = self.path().replace('%', "%25").replace('/', "%2F");
@@ -250,6 +257,37 @@ fn ask(sock: &Path, line: &[u8]) -> Value {
     json(&answer)
 }
 
+/// Ask the control socket `sock` for stats as user nobody, past the
+/// socket's mode: the server's own check of who asks is what answers.
+fn ask_as_nobody(sock: &Path) -> Value {
+    use std::os::unix::fs::PermissionsExt;
+    // A hard link in a directory nobody may enter, to the same socket
+    // made connectable by anyone for the moment.
+    let shared = Path::new("/run").join(format!("rlun-stats-foreign-{}", std::process::id()));
+    fs::create_dir_all(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o755)).unwrap();
+    let link = shared.join("ctl.sock");
+    let _ = fs::remove_file(&link);
+    fs::hard_link(sock, &link).expect("hard link to the control socket");
+    fs::set_permissions(sock, fs::Permissions::from_mode(0o666)).unwrap();
+    let client = "import socket,sys\n\
+        s=socket.socket(socket.AF_UNIX)\n\
+        s.connect(sys.argv[1])\n\
+        s.sendall(b'{\"version\":1,\"request\":\"stats\"}\\n')\n\
+        print(s.makefile().readline(), end='')\n";
+    let out = run_with_timeout(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["/usr/bin/python3", "-c", client])
+            .arg(&link),
+        Duration::from_secs(30),
+    );
+    fs::set_permissions(sock, fs::Permissions::from_mode(0o600)).unwrap();
+    let _ = fs::remove_dir_all(&shared);
+    assert!(out.status.success(), "the client as nobody: {}", both(&out));
+    json(&stdout(&out))
+}
+
 #[test]
 fn garbled_requests_get_an_error_and_the_mount_serves_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -280,6 +318,13 @@ fn garbled_requests_get_an_error_and_the_mount_serves_on() {
         let error = v["error"].as_str().unwrap_or_default();
         assert!(error.contains(says), "{says:?} in {v}");
     }
+    let foreign = ask_as_nobody(&sock);
+    assert_eq!(foreign["ok"], false, "{foreign}");
+    let error = foreign["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("user 65534 may not ask the rlun of user 0"),
+        "{foreign}"
+    );
     let good = ask(&sock, b"{\"version\":1,\"request\":\"stats\"}\n");
     assert_eq!(good["ok"], true, "{good}");
     let mut buf = vec![0u8; 4096];
@@ -514,6 +559,30 @@ fn the_metrics_endpoint_passes_promtool_and_counts_what_was_read() {
     assert_eq!(sample(&body, "rlun_cache_bytes", &["state=\"dirty\""]), 0.0);
     assert_eq!(sample(&body, "rlun_session_up", &[IQN]), 1.0);
     assert_eq!(sample(&body, "rlun_reconnects_total", &[IQN]), 0.0);
+    assert_eq!(
+        sample(&body, "rlun_session_down_seconds_total", &[IQN]),
+        0.0
+    );
+    // Every kind of error is a series from the start (rate() needs it).
+    for kind in ["unreachable", "target", "read_only", "no_space", "removed"] {
+        let kind_label = format!("kind=\"{kind}\"");
+        let labels = ["lun=\"1\"", kind_label.as_str()];
+        assert_eq!(
+            sample(&body, "rlun_request_errors_total", &labels),
+            0.0,
+            "{kind}"
+        );
+    }
+    assert_eq!(sample(&body, "rlun_cache_dirty_age_seconds", &lun), 0.0);
+    assert!(
+        sample(&body, "rlun_readahead_pages_total", &lun)
+            >= sample(&body, "rlun_readahead_hits_total", &lun)
+    );
+    assert_eq!(
+        sample(&body, "rlun_readahead_wasted_pages_total", &lun),
+        0.0,
+        "nothing evicted in a 2 MiB read"
+    );
 }
 
 #[test]
@@ -862,4 +931,78 @@ fn systemd_status_tells_the_dirty_bytes_once_they_change() {
         status,
         format!("STATUS=mounted {mp_s}: 1 LUN, session up, 1.0 MiB dirty, 0 reconnects")
     );
+}
+
+/// One O_DIRECT read of 4 KiB by dd: whether it succeeded.
+fn dd_once(file: &Path) -> bool {
+    run_with_timeout(
+        Command::new("dd").args([
+            &format!("if={}", file.display()),
+            "of=/dev/null",
+            "bs=4k",
+            "count=1",
+            "iflag=direct",
+            "status=none",
+        ]),
+        Duration::from_secs(60),
+    )
+    .status
+    .success()
+}
+
+#[test]
+fn an_outage_shows_as_session_down_unreachable_errors_and_time_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tgtd = target(dir.path());
+    let m = Mount::start(
+        &tgtd,
+        dir.path(),
+        &["--cache", "none", "--replacement-timeout", "2s"],
+    );
+    assert!(dd_once(&m.file()), "a read before the outage");
+    let up = m.stats_process();
+    assert_eq!(up["session_up"], true, "{up}");
+    assert_eq!(f(&up, &["down_seconds"]), 0.0, "{up}");
+
+    tgtd.kill();
+    let failed = !dd_once(&m.file());
+    let down = m.stats_process();
+    let list = json(&assert_success(&run_rlun(["list", "--json"], &[]), "list"));
+    let table = assert_success(&run_rlun(["list"], &[]), "list");
+
+    assert!(failed, "a read past the replacement timeout fails");
+    assert_eq!(down["session_up"], false, "{down}");
+    assert!(f(&down, &["down_seconds"]) >= 1.5, "{down}");
+    let lun = &down["luns"][0];
+    assert!(u(lun, &["errors", "unreachable"]) >= 1, "{lun}");
+    assert_eq!(lun["errors"].as_object().map(|o| o.len()), Some(1), "{lun}");
+    let row = list
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["what"] == m.path().as_str()))
+        .unwrap_or_else(|| panic!("the mount in {list}"));
+    assert_eq!(row["session_up"], false, "{row}");
+    let line = table
+        .lines()
+        .find(|l| l.contains(&m.path()))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(line.contains(" down "), "STATE column: {line}");
+
+    tgtd.restart().expect("tgtd restarts");
+    let back = (0..60).any(|_| {
+        dd_once(&m.file()) || {
+            std::thread::sleep(Duration::from_millis(500));
+            false
+        }
+    });
+    let again = m.stats_process();
+
+    assert!(back, "reads work again once tgtd is back");
+    assert_eq!(again["session_up"], true, "{again}");
+    assert!(u(&again, &["reconnects"]) >= 1, "{again}");
+    let last = f(&again, &["last_outage_seconds"]);
+    assert!(
+        last >= 1.5,
+        "the outage lasted past the failed read: {again}"
+    );
+    assert!(f(&again, &["down_seconds"]) >= last, "{again}");
 }

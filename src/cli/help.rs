@@ -69,9 +69,17 @@ JSON output (--json), version 1, one object per sample:
   interval           seconds since the previous sample (--watch), or null
   errors             messages for processes that could not be asked
   processes[]        pid, kind (mounted, served, attached), what, target,
-                     portal, uptime (s), reconnects, copied_bytes,
+                     portal, uptime (s), reconnects, session_up,
+                     down_seconds (time without a connection, the current
+                     outage included), last_outage_seconds (the last one
+                     that ended, or null), copied_bytes,
                      cache_copied_bytes, data_path_registrations, luns[]
-  luns[]             lun, size, in_flight, total, interval, cache
+  luns[]             lun, size, in_flight, total, interval, errors, cache
+  errors             failed requests since start by kind, the kinds seen
+                     only: unreachable (target out of reach past the
+                     replacement timeout), target (a SCSI error: medium,
+                     hardware…), read_only, no_space, out_of_range,
+                     removed (the LUN left the target), other
   total, interval    since start / over the interval (interval: null on
                      the first sample): reads, read_bytes, read_errors,
                      writes, write_bytes, write_errors, other (flushes,
@@ -79,9 +87,12 @@ JSON output (--json), version 1, one object per sample:
                      write_latency_us ({p50, p99, p99_9} in microseconds,
                      null when there was no such request)
   cache              hits, misses (page lookups), hit_ratio (null before
-                     any), readahead_pages, readahead_hits, bypassed_reads,
-                     evictions, cached_bytes, cache_size, dirty_bytes,
-                     writebacks, flushes
+                     any), readahead_pages, readahead_hits (read ahead,
+                     then read), readahead_wasted (read ahead, evicted
+                     unread), bypassed_reads, evictions, cached_bytes,
+                     cache_size, dirty_bytes, dirty_age (seconds the
+                     oldest dirty data has waited for write-back; 0 when
+                     none), writebacks, flushes
 Counters only grow while a process runs; compare two samples for rates.
 Fields may be added; none is removed or changes meaning within a version.
 

@@ -155,17 +155,20 @@ fn lun_json(l: &LunSnapshot, before: Option<&LunSnapshot>) -> Value {
         "in_flight": l.read.in_flight + l.write.in_flight + l.other.in_flight,
         "total": requests(&l.read, &l.write, &l.other),
         "interval": interval,
+        "errors": l.errors,
         "cache": {
             "hits": c.hits,
             "misses": c.misses,
             "hit_ratio": if looked == 0 { Value::Null } else { json!(c.hits as f64 / looked as f64) },
             "readahead_pages": c.readahead_pages,
             "readahead_hits": c.readahead_hits,
+            "readahead_wasted": c.readahead_wasted,
             "bypassed_reads": c.bypassed_reads,
             "evictions": c.evictions,
             "cached_bytes": c.cached_bytes,
             "cache_size": c.cache_size,
             "dirty_bytes": c.dirty_bytes,
+            "dirty_age": c.dirty_age_ms as f64 / 1000.0,
             "writebacks": c.writebacks,
             "flushes": c.flushes,
         },
@@ -193,6 +196,8 @@ fn sample_json(now: &[Snapshot], before: &[Snapshot], failed: &[ControlError]) -
                 "uptime": s.uptime,
                 "reconnects": s.reconnects,
                 "session_up": s.session_up,
+                "down_seconds": s.down_seconds,
+                "last_outage_seconds": s.last_outage_seconds,
                 "copied_bytes": s.data_path.copied_bytes,
                 "cache_copied_bytes": s.data_path.cache_copied_bytes,
                 "data_path_registrations": s.data_path.data_path_registrations,
@@ -229,9 +234,9 @@ fn display_what(what: &str) -> String {
 /// The table: one line per LUN, rates over the interval (or since start).
 fn table(now: &[Snapshot], before: &[Snapshot]) -> String {
     let mut out = format!(
-        "{:<24} {:>4} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>5} {:>6} {:>10} {:>6} {:>5}\n",
+        "{:<24} {:>4} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>5} {:>6} {:>10} {:>6} {:>6} {:>5}\n",
         "WHAT", "LUN", "r/s", "rMiB/s", "r_p50ms", "r_p99ms", "r_p999ms", "w/s", "wMiB/s",
-        "w_p50ms", "w_p99ms", "w_p999ms", "inflt", "hit%", "dirty", "reconn", "err"
+        "w_p50ms", "w_p99ms", "w_p999ms", "inflt", "hit%", "dirty", "age_s", "reconn", "err"
     );
     for s in now {
         let prev = before.iter().find(|b| b.pid == s.pid);
@@ -259,7 +264,7 @@ fn table(now: &[Snapshot], before: &[Snapshot]) -> String {
             };
             let mib = |bytes: u64| bytes as f64 / secs / (1 << 20) as f64;
             out += &format!(
-                "{:<24} {:>4} {:>9.1} {:>8.2} {:>8} {:>8} {:>8} {:>9.1} {:>8.2} {:>8} {:>8} {:>8} {:>5} {:>6} {:>10} {:>6} {:>5}\n",
+                "{:<24} {:>4} {:>9.1} {:>8.2} {:>8} {:>8} {:>8} {:>9.1} {:>8.2} {:>8} {:>8} {:>8} {:>5} {:>6} {:>10} {:>6} {:>6} {:>5}\n",
                 display_what(&s.what),
                 l.lun,
                 r.count as f64 / secs,
@@ -275,6 +280,11 @@ fn table(now: &[Snapshot], before: &[Snapshot]) -> String {
                 l.read.in_flight + l.write.in_flight + l.other.in_flight,
                 hit,
                 human_size(l.cache.dirty_bytes),
+                if l.cache.dirty_bytes == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{:.1}", l.cache.dirty_age_ms as f64 / 1000.0)
+                },
                 s.reconnects,
                 r.errors + w.errors + o.errors,
             );
