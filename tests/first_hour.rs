@@ -277,12 +277,17 @@ fn serve_prints_its_uris_and_list_names_target_luns_and_absolute_socket() {
     assert_eq!(mine["portal"], tgtd.portal());
     assert_eq!(mine["luns"], serde_json::json!([1, 2, 3]));
     assert_eq!(mine["endpoints"], serde_json::json!(want));
+    // From the process itself, over its control socket.
+    assert_eq!(mine["session_up"], true, "{mine}");
+    assert_eq!(mine["dirty_bytes"], 0, "{mine}");
+    assert!(mine.get("control_error").is_none(), "{mine}");
     let text = assert_success(&table, "list");
     let line = text
         .lines()
         .find(|l| l.contains(&socket.display().to_string()))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains(THREE) && line.contains("1,2,3"), "{line}");
+    assert!(line.contains(" up "), "STATE column: {line}");
 }
 
 #[test]

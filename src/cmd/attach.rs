@@ -28,7 +28,7 @@ use tracing::{info, warn};
 
 use super::context::device_config;
 use super::context::Ctx;
-use super::error::{stdout_error, CliError};
+use super::error::CliError;
 use crate::cli::{AttachOpts, CacheChoice, CacheOpts, ConnectOpts, DaemonOpts};
 use crate::client::Lun;
 use crate::daemon::{self, process_alive, Readiness, Signals};
@@ -567,85 +567,6 @@ pub fn held(dir: &Path) -> Vec<Held> {
     }
     v.sort_by(|a, b| a.what.cmp(&b.what));
     v
-}
-
-/// `rlun list`: what this user's rlun processes have mounted, served and
-/// attached: kind, where (mount point, device, socket, `nbd://ADDR`),
-/// target, LUNs and pid — a table, or JSON with the fields of rlun-list(8).
-pub fn list(as_json: bool) -> Result<(), CliError> {
-    use std::io::Write;
-    let dir = daemon::state_dir();
-    let rows: Vec<serde_json::Value> = held(&dir)
-        .into_iter()
-        .map(|h| {
-            let info = daemon::read_info(&daemon::state_file(Path::new(&h.what)), h.pid)
-                .unwrap_or_default();
-            let what = match h.what.strip_prefix("nbd-") {
-                Some(addr) => format!("nbd://{addr}"),
-                None => h.what.clone(),
-            };
-            serde_json::json!({
-                "kind": h.kind,
-                "what": what,
-                "endpoints": info.get("endpoints").cloned().unwrap_or_else(|| serde_json::json!([what])),
-                "target": info.get("target"),
-                "portal": info.get("portal"),
-                "luns": info.get("luns").cloned().unwrap_or_else(|| serde_json::json!([])),
-                "pid": h.pid,
-            })
-        })
-        .collect();
-    let mut out = std::io::stdout().lock();
-    if as_json {
-        let text = serde_json::to_string_pretty(&rows).expect("JSON of plain values");
-        return writeln!(out, "{text}").map_err(stdout_error);
-    }
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let s = |v: &serde_json::Value| match v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Null => "-".into(),
-        other => other.to_string(),
-    };
-    let width = rows
-        .iter()
-        .map(|r| s(&r["what"]).len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    writeln!(
-        out,
-        "{:<8} {:<width$} {:>7} {:<6} TARGET",
-        "KIND", "WHAT", "PID", "LUNS"
-    )
-    .map_err(stdout_error)?;
-    for r in &rows {
-        let luns: Vec<String> = r["luns"]
-            .as_array()
-            .map(|a| a.iter().map(&s).collect())
-            .unwrap_or_default();
-        let luns = if luns.is_empty() {
-            "-".into()
-        } else {
-            luns.join(",")
-        };
-        let target = match (&r["target"], &r["portal"]) {
-            (serde_json::Value::String(t), serde_json::Value::String(p)) => format!("{t} at {p}"),
-            (t, _) => s(t),
-        };
-        writeln!(
-            out,
-            "{:<8} {:<width$} {:>7} {:<6} {}",
-            s(&r["kind"]),
-            s(&r["what"]),
-            s(&r["pid"]),
-            luns,
-            target
-        )
-        .map_err(stdout_error)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

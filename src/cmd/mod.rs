@@ -26,6 +26,7 @@ mod discover;
 mod docs;
 pub mod error;
 mod info;
+mod list;
 mod ls;
 pub mod mount;
 mod rescan;
@@ -301,7 +302,7 @@ async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
             .await
         }
         Command::Detach { device, timeout } => attach::detach(&device, timeout).await,
-        Command::List { json } => attach::list(json),
+        Command::List { json } => list::list(json).await,
         Command::Rescan { what, timeout } => rescan::rescan(what.as_deref(), timeout).await,
         Command::Stats { what, watch, json } => stats::stats(what.as_deref(), watch, json).await,
         Command::GenerateMan { dir } => docs::generate_man(&dir),
