@@ -30,9 +30,10 @@
 //! - [`transport`]: the `Transport` trait the driver is generic over; TCP
 //!   (in-band data movement) and iSER (direct, over `rlun_sys::rdma`).
 //! - [`config`] and [`url`]: `rlun.toml`, credentials, `iscsi://` URLs.
-//! - [`clock`], [`entropy`], [`stats`], [`exit`]: leaves — the clock read
-//!   once per driver turn, the ISID and CHAP nonce, data-path counters,
-//!   the documented exit codes.
+//! - [`clock`], [`entropy`], [`stats`], [`exit`], [`logging`]: leaves — the
+//!   clock read once per driver turn, the ISID and CHAP nonce, data-path
+//!   counters, the documented exit codes, where log messages go (text,
+//!   JSON, the systemd journal).
 //!
 //! # No `unsafe` here
 //!
@@ -54,6 +55,7 @@ pub mod entropy;
 pub mod exit;
 pub mod export;
 pub mod fuse;
+pub mod logging;
 pub mod metrics;
 pub mod nbd;
 pub mod remote;

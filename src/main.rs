@@ -40,21 +40,7 @@ fn main() {
         // ("Illegal SNI extension"), which is no fault of anyone's: only
         // its errors are shown.
         .unwrap_or_else(|_| EnvFilter::new(format!("rlun={default_level},rustls=error,warn")));
-    match cli.log_format {
-        rlun::cli::LogFormat::Text => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            // Colour only on a terminal: not in log files, pipes or the journal.
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_target(false)
-            .init(),
-        rlun::cli::LogFormat::Json => tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_current_span(false)
-            .init(),
-    }
+    let sink = rlun::logging::init(cli.log_format, filter);
 
     // One thread (the default) runs every session's hot path — driver,
     // writer and the callers it completes — without cross-thread wake-ups;
@@ -63,7 +49,7 @@ fn main() {
     let config = match rlun::cmd::load_config(&cli) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("rlun: {}", rlun_iscsi::error_chain(&e));
+            fatal(sink, &rlun_iscsi::error_chain(&e));
             std::process::exit(e.exit_code());
         }
     };
@@ -89,8 +75,19 @@ fn main() {
         Ok(()) => std::process::exit(exit::OK),
         Err(rlun::cmd::CliError::BrokenPipe) => std::process::exit(exit::OK),
         Err(e) => {
-            eprintln!("rlun: {}", rlun_iscsi::error_chain(&e));
+            fatal(sink, &rlun_iscsi::error_chain(&e));
             std::process::exit(e.exit_code());
         }
+    }
+}
+
+/// Say why rlun fails: on stderr, or in the journal as an entry of
+/// priority 3 carrying the target's fields (rather than a stderr line,
+/// which journald files at the stream's priority 6).
+fn fatal(sink: rlun::logging::Sink, chain: &str) {
+    if sink == rlun::logging::Sink::Journal {
+        tracing::error!("{chain}");
+    } else {
+        eprintln!("rlun: {chain}");
     }
 }

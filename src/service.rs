@@ -153,6 +153,17 @@ pub enum ExportChange {
     Removed { lun: u64 },
 }
 
+impl ExportChange {
+    /// The LUN it is about.
+    pub fn lun(&self) -> u64 {
+        match *self {
+            ExportChange::Resized { lun, .. }
+            | ExportChange::Added { lun }
+            | ExportChange::Removed { lun } => lun,
+        }
+    }
+}
+
 /// What a front end does about an [`ExportChange`] beyond what the export
 /// layer does (resize a kernel block device…). Called on the task that
 /// follows the target; must not block: work that may block goes to
@@ -243,6 +254,7 @@ pub async fn serve<F: FrontEnd>(
     readiness: &mut Readiness,
 ) -> Result<(), F::Error> {
     let portal = crate::session::portal_string(&plan.session.host, plan.session.port);
+    crate::logging::set_serving(&plan.target, &portal);
     let metrics_listener = match plan.metrics {
         Some(listen) => Some(metrics::bind(listen).await.map_err(ServiceError::from)?),
         None => None,
@@ -496,7 +508,11 @@ async fn follow_target(
             }
         }
         for c in &found {
-            info!("the exports follow the target: {}", describe_change(c));
+            info!(
+                lun = c.lun(),
+                "the exports follow the target: {}",
+                describe_change(c)
+            );
             if let Some(work) = hook.as_ref().and_then(|h| h(c)) {
                 let _ = work.await;
             }

@@ -40,6 +40,14 @@ Exit codes:
   8 local file error   129/130/143 cp stopped by SIGHUP/SIGINT/SIGTERM
 
 Logging: -v/-vv/-vvv or RUST_LOG=rlun=debug; -q for errors only.
+Under systemd (stderr on the journal, JOURNAL_STREAM) rlun logs to journald
+natively: PRIORITY from the level (error 3, warn 4, info 5, debug 6), and
+structured fields RLUN_TARGET (IQN) and RLUN_PORTAL (host:port) on every
+entry of mount/serve/attach, plus each event's own, prefixed: RLUN_LUN,
+RLUN_ERROR... (TARGET= is the Rust module, set by the journald layer).
+  journalctl -u rlun-mount@store -o json     # with the fields
+  journalctl RLUN_LUN=1 -p warning           # one LUN's warnings and errors
+--log-format text|json|journal forces one (auto is the default).
 
 Threads: --threads 1 (the default) runs each session's whole hot path on
 one thread: completing an I/O wakes no other thread, which gives the least
@@ -94,17 +102,22 @@ pub struct Cli {
     )]
     pub quiet: bool,
 
-    /// How log lines are written: text for people, json for machines.
+    /// How log lines are written: text for people, json for machines,
+    /// journal for systemd's journal.
     ///
-    /// json: one object per line with timestamp, level, fields (message
-    /// and the event's own fields, such as lun and error) and target, for
-    /// log collectors. Also RLUN_LOG_FORMAT.
+    /// auto (the default): text, or journal when systemd connected stderr
+    /// to the journal (JOURNAL_STREAM names stderr). json: one object per
+    /// line with timestamp, level, fields (message and the event's own
+    /// fields, such as lun and error) and target, for log collectors.
+    /// journal: entries sent to journald with PRIORITY and structured
+    /// fields (RLUN_TARGET, RLUN_PORTAL, RLUN_LUN, RLUN_ERROR…); text on
+    /// stderr when the journal cannot be reached. Also RLUN_LOG_FORMAT.
     #[arg(
         long,
         global = true,
         value_name = "FORMAT",
         value_enum,
-        default_value_t = LogFormat::Text,
+        default_value_t = LogFormat::Auto,
         env = "RLUN_LOG_FORMAT",
         hide_env = true,
         help_heading = "Global options"
@@ -472,12 +485,20 @@ pub enum Command {
     /// List what this user's rlun processes have mounted, served, attached.
     ///
     /// One line each with kind (mounted, served, attached), where (mount
-    /// point, socket path, nbd://ADDR, device), pid, LUNs and target.
+    /// point, socket path, nbd://ADDR, device), pid, LUNs, STATE (the
+    /// session `up`, `down` while it reconnects, `?` when the process did
+    /// not answer), DIRTY (cached data not yet written to the target) and
+    /// target. Each process is asked over its control socket (see `rlun
+    /// stats`).
     ///
     /// With --json: an array with one object per process: `kind`, `what`,
     /// `endpoints` (the NBD URIs of a server, else `what`), `target`,
-    /// `portal`, `luns` (numbers), `pid`. `target` and `portal` are null
-    /// for a process that did not describe itself (an older rlun).
+    /// `portal`, `luns` (numbers), `pid`, `session_up`, `reconnects`,
+    /// `down_seconds` (time without a connection), `dirty_bytes`, `health`
+    /// (the one-line summary systemd's status shows). A process that did
+    /// not answer has `session_up` null and `control_error` (why); its
+    /// other fields come from the description beside its pid file
+    /// (`target` and `portal` null for an older rlun).
     List {
         /// Print JSON instead of a table (fields in rlun-list(8)).
         #[arg(long)]
@@ -599,14 +620,7 @@ impl CacheOpts {
     }
 }
 
-/// How log lines are written (`--log-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+pub use crate::logging::LogFormat;
 
 /// Foreground or background, and what the process shows of itself
 /// (metrics), for every command that serves until stopped (`mount`,
@@ -626,10 +640,12 @@ pub struct DaemonOpts {
     pub log_file: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
     ///
-    /// OpenMetrics text: per LUN requests, bytes, errors, the
-    /// rlun_command_duration_seconds histogram, cache bytes and hits; per
-    /// process rlun_session_up and rlun_reconnects_total (names in README,
-    /// "Watching rlun"). A loopback address unless --metrics-allow-remote.
+    /// OpenMetrics text: per LUN requests, bytes, errors by kind, the
+    /// rlun_command_duration_seconds histogram, cache bytes, hits,
+    /// read-ahead and write-back age; per process rlun_session_up,
+    /// rlun_reconnects_total and rlun_session_down_seconds_total (names in
+    /// README, "Watching rlun"). A loopback address unless
+    /// --metrics-allow-remote.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Let --metrics-listen use an address other hosts can reach.
