@@ -79,6 +79,7 @@ stage() {
     # 0600: the file may hold CHAP secrets.
     install -D -m 600 packaging/rlun.toml "$root/etc/rlun/rlun.toml"
     install -D -m 644 README.md "$root/usr/share/doc/rlun/README.md"
+    install -D -m 644 packaging/grafana/rlun-dashboard.json "$root/usr/share/rlun/grafana/rlun-dashboard.json"
 }
 # stage_units ROOT DIR: the systemd units into ROOT/DIR.
 stage_units() {
@@ -192,6 +193,9 @@ cp -a "$PWD/$root/." "%{buildroot}/"
 %attr(0644,root,root) /usr/lib/systemd/system/rlun-attach@.service
 %attr(0644,root,root) %doc /usr/share/licenses/rlun/copyright
 %attr(0644,root,root) %doc /usr/share/doc/rlun/README.md
+%dir %attr(0755,root,root) /usr/share/rlun
+%dir %attr(0755,root,root) /usr/share/rlun/grafana
+%attr(0644,root,root) /usr/share/rlun/grafana/rlun-dashboard.json
 SPEC
     rpmbuild -bb --quiet \
         --define "_topdir $top" \

@@ -3,14 +3,17 @@
 #
 #   1. build the .deb and the .rpm (scripts/package.sh) and look inside:
 #      dpkg-deb -I/-c, lintian (no errors), rpm -qip/-qlp/--configfiles/
-#      --requires/--recommends; man pages and completions in both, equal to
-#      the committed (fresh) ones;
+#      --requires/--recommends; man pages, completions and the Grafana
+#      dashboard (/usr/share/rlun/grafana) in both, equal to the committed
+#      (fresh) ones;
 #   2. unpack the .rpm into a scratch root and run its binary; install it
 #      into another with rpm itself (-i, -V, -U keeps an edited config, -e);
 #   3. install the .deb with apt: rlun --version, man rlun, bash completion,
 #      systemd-analyze verify on the three installed units, the README's
 #      main job (info, cp both ways, mount + read/write + umount) against a
-#      loopback tgtd; config errors (unknown target, missing and
+#      loopback tgtd, the mount with --metrics-listen: the installed
+#      dashboard is JSON and every rlun_ name in its queries is on that
+#      /metrics (dashboard_names.py); config errors (unknown target, missing and
 #      world-readable secret file, malformed TOML with its line);
 #   4. readiness: the mount and serve units' commands, as the installed
 #      units spell them, for a target named in /etc/rlun/rlun.toml, under a
@@ -131,7 +134,8 @@ for f in ./usr/bin/rlun ./usr/share/man/man8/rlun.8.gz ./usr/share/man/man8/rlun
     ./usr/share/bash-completion/completions/rlun ./usr/share/zsh/vendor-completions/_rlun \
     ./usr/share/fish/vendor_completions.d/rlun.fish ./etc/rlun/rlun.toml \
     ./lib/systemd/system/rlun-mount@.service ./lib/systemd/system/rlun-serve@.service \
-    ./lib/systemd/system/rlun-attach@.service ./usr/share/doc/rlun/copyright ./usr/share/doc/rlun/changelog.Debian.gz; do
+    ./lib/systemd/system/rlun-attach@.service ./usr/share/doc/rlun/copyright ./usr/share/doc/rlun/changelog.Debian.gz \
+    ./usr/share/rlun/grafana/rlun-dashboard.json; do
     check "deb contains $f" grep -Eq " $f\$" <<<"$list"
 done
 check "deb: rlun.toml has mode 600" grep -Eq '^-rw------- (root/root|0/0) .* \./etc/rlun/rlun\.toml$' <<<"$list"
@@ -149,6 +153,7 @@ done
 for page in "$work"/deb/usr/share/man/man*/*.gz; do
     check "deb: whatis can index $(basename "$page") (lexgrog)" lexgrog "$page"
 done
+check "deb: the Grafana dashboard is the committed one" cmp packaging/grafana/rlun-dashboard.json "$work/deb/usr/share/rlun/grafana/rlun-dashboard.json"
 check "deb: the binary is stripped" bash -c "! file -L '$work/deb/usr/bin/rlun' | grep -q 'not stripped'"
 
 echo "== lintian"
@@ -174,7 +179,8 @@ for f in /usr/bin/rlun /usr/share/man/man8/rlun.8.gz /usr/share/man/man8/rlun-se
     /usr/share/man/man5/rlun.toml.5.gz /usr/share/bash-completion/completions/rlun \
     /usr/share/zsh/site-functions/_rlun /usr/share/fish/vendor_completions.d/rlun.fish \
     /usr/lib/systemd/system/rlun-mount@.service /usr/lib/systemd/system/rlun-serve@.service \
-    /usr/lib/systemd/system/rlun-attach@.service /usr/share/licenses/rlun/copyright; do
+    /usr/lib/systemd/system/rlun-attach@.service /usr/share/licenses/rlun/copyright \
+    /usr/share/rlun/grafana/rlun-dashboard.json; do
     check "rpm contains $f" grep -qx "$f" <<<"$rlist"
 done
 
@@ -185,6 +191,7 @@ check "rpm: its rlun --version says $version" bash -c "'$work/rpmroot/usr/bin/rl
 check "rpm: its rlun --help lists attach and serve" bash -c "'$work/rpmroot/usr/bin/rlun' --help | grep -q '^  attach ' && '$work/rpmroot/usr/bin/rlun' --help | grep -q '^  serve '"
 check "rpm: its completions are the committed ones" bash -c "cmp '$work/rpmroot/usr/share/bash-completion/completions/rlun' packaging/completions/rlun.bash && cmp '$work/rpmroot/usr/share/zsh/site-functions/_rlun' packaging/completions/_rlun && cmp '$work/rpmroot/usr/share/fish/vendor_completions.d/rlun.fish' packaging/completions/rlun.fish"
 check "rpm: its units are the committed ones" bash -c "for u in mount serve attach; do cmp '$work/rpmroot/usr/lib/systemd/system/rlun-'\$u'@.service' packaging/systemd/rlun-\$u@.service || exit 1; done"
+check "rpm: its Grafana dashboard is the committed one" cmp "$work/rpmroot/usr/share/rlun/grafana/rlun-dashboard.json" packaging/grafana/rlun-dashboard.json
 check "rpm: its man page is the committed one" bash -c "zcat '$work/rpmroot/usr/share/man/man8/rlun.8.gz' | cmp - man/rlun.8"
 
 echo "== .rpm installed by rpm into a scratch root"
@@ -238,8 +245,11 @@ check "installed: rlun info" bash -c "$R info '$URL' | grep -q 67108864"
 check "installed: rlun cp image -> LUN" $R cp --no-progress "$work/image" "$URL"
 check "installed: rlun cp LUN -> file, same bytes" bash -c "$R cp --no-progress '$URL' '$work/back' && cmp -n 16777216 '$work/image' '$work/back'"
 mkdir -p "$work/mnt"
-check "installed: rlun mount --daemon" $R mount --daemon "$URL" "$work/mnt"
+METRICS=127.0.0.1:$((PORT + 1))
+check "installed: rlun mount --daemon --metrics-listen $METRICS" $R mount --daemon --metrics-listen "$METRICS" "$URL" "$work/mnt"
 check "installed: read through the mount" cmp -n 16777216 "$work/image" "$work/mnt/lun1"
+check "installed: the Grafana dashboard is JSON and every rlun_ metric it queries is on /metrics" \
+    python3 tests/packaging/dashboard_names.py /usr/share/rlun/grafana/rlun-dashboard.json "http://$METRICS/metrics"
 check "installed: write through the mount" dd if=/dev/zero of="$work/mnt/lun1" bs=1M count=1 seek=2 conv=notrunc,fsync status=none
 check "installed: rlun umount" $R umount "$work/mnt"
 check "installed: the write reached the target" bash -c "cmp -n 1048576 -i 2097152:0 '$work/lun.img' /dev/zero"
