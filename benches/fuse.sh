@@ -4,8 +4,21 @@
 # LUN of one private tgtd, in the same run; and `rlun bench` on that LUN
 # (rlun's own I/O loop, no FUSE): what the mount could reach at best.
 #
-# Cases, each on both files, and the rlun bench reference for it:
+# First, the cold read (what a new user sees): BENCH_COLD_MOUNTS times,
+# `rlun bench --pattern read --bs 1M --qd 8` on the LUN, then a fresh
+# `rlun mount` and three passes of `dd bs=1M` over the whole file: pass 1 is
+# the first read of the fresh mount (nothing in the kernel's page cache,
+# nothing in rlun); before passes 2 and 3 the file's page cache is dropped
+# (POSIX_FADV_DONTNEED), so they go through rlun again on a warm mount
+# (without that they would be page-cache re-reads at memory speed). Each
+# pass is printed in MiB/s and as a ratio to that mount's rlun bench figure
+# (goal: pass 1 >= 0.8, passes 2 and 3 no slower than pass 1), with the
+# range over the mounts.
+#
+# Then the cases, each on both files (one mount each), and the rlun bench
+# reference for it:
 #   seq read   dd bs=1M of the whole LUN, page cache of the file dropped first
+#              (not the first read of that mount: the cold read is above)
 #              (rlun bench --pattern read --bs 1M --qd 8)
 #   seq write  dd bs=1M of the whole LUN with conv=fdatasync
 #              (rlun bench --pattern write --bs 1M --qd 8)
@@ -19,6 +32,7 @@
 #   BENCH_SECONDS=10           seconds of each fio and rlun bench run
 #   BENCH_FILE_MIB=1024        size of the file LUN (on tmpfs when it fits)
 #   BENCH_ROUNDS=1             repeat every case this often (best kept)
+#   BENCH_COLD_MOUNTS=3        fresh mounts for the cold read (0: skip it)
 #   RLUN=target/release/rlun   rlun binary (built when it is the default and missing)
 #   RLUN_MOUNT_ARGS=           extra `rlun mount` options (e.g. --cache none)
 #
@@ -32,6 +46,7 @@ cd "$(dirname "$0")/.."
 SECS=${BENCH_SECONDS:-10}
 FILE_MIB=${BENCH_FILE_MIB:-1024}
 ROUNDS=${BENCH_ROUNDS:-1}
+COLD_MOUNTS=${BENCH_COLD_MOUNTS:-3}
 RLUN_DEFAULT=target/release/rlun
 RLUN=${RLUN:-$RLUN_DEFAULT}
 IQN=iqn.2026-11.org.example:fusebench
@@ -52,6 +67,7 @@ work=$(mktemp -d /tmp/rlun-fusebench.XXXXXX)
 tgtd_pid= qemu_pid= nbdfuse_pid=
 cleanup() {
     fusermount3 -uz "$work/rlun" 2>/dev/null || true
+    fusermount3 -uz "$work/cold" 2>/dev/null || true
     fusermount3 -uz "$work/nbd" 2>/dev/null || true
     for pid in $nbdfuse_pid $qemu_pid $tgtd_pid; do
         kill -9 "$pid" 2>/dev/null || true
@@ -147,9 +163,95 @@ randread() { # file -> IOPS
 
 best() { python3 -c "import sys; print(max(sys.argv[1:], key=float))" "$@"; }
 ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b else 'n/a')" "$1" "$2"; }
+span() { python3 -c "import sys; v = sorted(map(float, sys.argv[1:])); print(f'{v[0]:g}-{v[-1]:g}')" "$@"; }
+
+# --- the cold read: fresh mounts, passes 1, 2 and 3 --------------------------------
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # pid -> utime + stime, clock ticks
+hz=$(getconf CLK_TCK)
+
+# cold_pass FILE PID: one dd bs=1M of FILE (its page cache dropped first)
+# -> "MiB/s CPU-s/GiB", the CPU of dd, of the rlun mount PID and of tgtd.
+cold_pass() {
+    local f=$1 pid=$2 t0 t1 m0 m1 g0 g1 dd_cpu TIMEFORMAT='%3U %3S'
+    dd if="$f" iflag=nocache count=0 status=none
+    m0=$(cpu_ticks "$pid") g0=$(cpu_ticks "$tgtd_pid") t0=$(date +%s.%N)
+    dd_cpu=$({ time timeout 600 dd if="$f" of=/dev/null bs=1M count="$count" status=none; } 2>&1)
+    t1=$(date +%s.%N) m1=$(cpu_ticks "$pid") g1=$(cpu_ticks "$tgtd_pid")
+    python3 -c "
+import sys
+b, t0, t1, m, g, hz, u, s = map(float, sys.argv[1:])
+gib = b / 2**30
+print(f'{b / (t1 - t0) / 2**20:.1f} {(m / hz + g / hz + u + s) / gib:.2f}')
+" "$size_r" "$t0" "$t1" $((m1 - m0)) $((g1 - g0)) "$hz" $dd_cpu
+}
+
+# cold_bench: rlun bench read --bs 1M --qd 8 -> "MiB/s CPU-s/GiB" (rlun bench and tgtd).
+cold_bench() {
+    local g0 g1 cpu TIMEFORMAT='%3U %3S'
+    g0=$(cpu_ticks "$tgtd_pid")
+    cpu=$({ time timeout $((SECS + 120)) "$RLUN" bench --pattern read --bs 1M --qd 8 \
+        --duration "${SECS}s" --json "$url" >"$work/bench.json" 2>"$work/bench.err"; } 2>&1) ||
+        die "rlun bench failed: $(cat "$work/bench.err")"
+    g1=$(cpu_ticks "$tgtd_pid")
+    python3 -c "
+import json, sys
+b = json.load(open(sys.argv[1]))
+g, hz, u, s = map(float, sys.argv[2:])
+gib = b['bytes'] / 2**30
+print(f\"{b['bytes'] / b['seconds'] / 2**20:.1f} {(g / hz + u + s) / gib:.2f}\")
+" "$work/bench.json" $((g1 - g0)) "$hz" $cpu
+}
+
+# cold_mount N: rlun bench, then a fresh mount on $work/cold and three dd
+# passes (the page cache dropped before 2 and 3); one table row.
+cold_mount() {
+    local n=$1 b bc p1 c1 p2 c2 p3 c3 pid f="$work/cold/lun1"
+    echo "cold read, fresh mount $n: rlun bench ..." >&2
+    read -r b bc < <(cold_bench)
+    # shellcheck disable=SC2086
+    "$RLUN" mount --daemon --log-file "$work/cold$n.log" ${RLUN_MOUNT_ARGS:-} "$url" "$work/cold" ||
+        die "rlun mount failed: $(cat "$work/cold$n.log" 2>/dev/null)"
+    pid=$("$RLUN" stats --json "$work/cold" | python3 -c "import json, sys; print(json.load(sys.stdin)['processes'][0]['pid'])") ||
+        die "rlun stats found no rlun behind $work/cold"
+    echo "cold read, fresh mount $n: passes 1, 2, 3 ..." >&2
+    read -r p1 c1 < <(cold_pass "$f" "$pid") # the first read of the mount: nothing to drop
+    read -r p2 c2 < <(cold_pass "$f" "$pid")
+    read -r p3 c3 < <(cold_pass "$f" "$pid")
+    "$RLUN" umount "$work/cold" || die "rlun umount failed"
+    cold_b+=("$b") cold_p1+=("$p1") cold_p2+=("$p2") cold_p3+=("$p3")
+    cold_r1+=("$(ratio "$p1" "$b")") cold_r2+=("$(ratio "$p2" "$b")") cold_r3+=("$(ratio "$p3" "$b")")
+    cold_cb+=("$bc") cold_c1+=("$c1") cold_cr+=("$(ratio "$bc" "$c1")")
+    cold_rows+=("$(printf '%-6s | %11s | %13s | %13s | %13s | %9s | %9s' "$n" "$b" \
+        "$p1 (${cold_r1[-1]})" "$p2 (${cold_r2[-1]})" "$p3 (${cold_r3[-1]})" "$bc" "$c1")")
+}
+cold_b=() cold_p1=() cold_p2=() cold_p3=() cold_r1=() cold_r2=() cold_r3=() cold_cb=() cold_c1=() cold_cr=() cold_rows=()
+if [ "$COLD_MOUNTS" -gt 0 ]; then
+    mkdir -p "$work/cold"
+    for n in $(seq "$COLD_MOUNTS"); do cold_mount "$n"; done
+fi
 
 printf '\ntgtd on 127.0.0.1:%s, file LUN %s MiB at %s, %s round(s)\n' "$port" "$FILE_MIB" "$lun_file" "$ROUNDS"
 printf 'rlun: %s mount %s\n\n' "$RLUN" "${RLUN_MOUNT_ARGS:-(defaults)}"
+if [ "$COLD_MOUNTS" -gt 0 ]; then
+    echo "cold read: dd bs=1M of the whole file, MiB/s (ratio to rlun bench read --bs 1M --qd 8 of the same"
+    echo "round, run just before the mount). pass 1 = first read of a fresh mount; passes 2, 3 = same"
+    echo "mount, the file's page cache dropped first. CPU s/GiB: rlun bench + tgtd, and dd + rlun + tgtd"
+    echo "in pass 1 (steadier than the rates: when the cores are busy, their ratio bounds the mount's)"
+    header=$(printf '%-6s | %11s | %13s | %13s | %13s | %9s | %9s' mount "rlun bench" "pass 1 (cold)" \
+        "pass 2" "pass 3" "CPU b" "CPU 1")
+    echo "$header"
+    printf '%s\n' "${header//?/-}"
+    printf '%s\n' "${cold_rows[@]}"
+    printf '%-6s | %11s | %13s | %13s | %13s | %9s | %9s\n' range "$(span "${cold_b[@]}")" \
+        "$(span "${cold_p1[@]}")" "$(span "${cold_p2[@]}")" "$(span "${cold_p3[@]}")" \
+        "$(span "${cold_cb[@]}")" "$(span "${cold_c1[@]}")"
+    printf '%-6s | %11s | %13s | %13s | %13s | %9s | %9s\n' ratios "" \
+        "$(span "${cold_r1[@]}")" "$(span "${cold_r2[@]}")" "$(span "${cold_r3[@]}")" "" \
+        "$(span "${cold_cr[@]}")"
+    echo "(goal: pass 1 >= 0.8 of rlun bench, passes 2 and 3 no slower than pass 1; the ratio under"
+    echo "CPU 1 is CPU b / CPU 1, what pass 1 can reach when the cores, not the pipeline, are the limit)"
+    echo
+fi
 rows=()
 for case in seq_read seq_write randread; do
     r_all=() n_all=() b_all=()

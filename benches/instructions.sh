@@ -52,6 +52,12 @@
 #   INSTR_SHORT=2 INSTR_LONG=6  seconds of the short and the long run
 #   INSTR_CP_SHORT_MIB=128 INSTR_CP_LONG_MIB=512   sizes of the two copies
 #   INSTR_CASES="randread-4k read-128k cp-1M nbd-4k"   the cases to run
+#   INSTR_QD=32                 queue depth of bench, iscsi-perf and fio. At 1
+#                               each request is handled alone, so the slope no
+#                               longer depends on how many completions a wake-up
+#                               finds: the figure to compare two rlun builds with
+#   INSTR_SERVE_ARGS="..."      more options for `rlun serve` (e.g.
+#                               --metrics-listen 127.0.0.1:9860)
 #   RLUN=target/release/rlun    rlun binary (built with cargo build --release
 #                               when it is the default and missing)
 #   INSTR_QUICK=1               (or --quick) 1 s and 2 s runs, 16 and 48 MiB: checks that the
@@ -74,7 +80,7 @@ else
     CP_SHORT=${INSTR_CP_SHORT_MIB:-128} CP_LONG=${INSTR_CP_LONG_MIB:-512}
 fi
 CASES=${INSTR_CASES:-randread-4k read-128k cp-1M nbd-4k}
-QD=32
+QD=${INSTR_QD:-32}
 RLUN_DEFAULT=target/release/rlun
 RLUN=${RLUN:-$RLUN_DEFAULT}
 IQN=iqn.2026-11.org.example:instr
@@ -241,8 +247,9 @@ start_server() {
     rm -f "$work/nbd.sock"
     case $kind in
     rlun-serve)
+        # shellcheck disable=SC2086 # INSTR_SERVE_ARGS is a list of words
         setpriv --pdeathsig KILL "$@" "$RLUN" serve "$url" --socket "$work/nbd.sock" --cache none \
-            >"$work/server.log" 2>&1 </dev/null &
+            ${INSTR_SERVE_ARGS:-} >"$work/server.log" 2>&1 </dev/null &
         server_uri="nbd+unix:///lun1?socket=$work/nbd.sock"
         ;;
     qemu-nbd)
