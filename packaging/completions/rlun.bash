@@ -126,7 +126,7 @@ _rlun() {
             fi
             case "${prev}" in
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -236,7 +236,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -350,7 +350,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -376,7 +376,7 @@ _rlun() {
             fi
             case "${prev}" in
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -462,7 +462,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -492,7 +492,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -566,7 +566,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -592,7 +592,7 @@ _rlun() {
             fi
             case "${prev}" in
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -904,7 +904,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -930,7 +930,7 @@ _rlun() {
             fi
             case "${prev}" in
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -1004,7 +1004,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -1126,7 +1126,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -1156,7 +1156,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -1278,7 +1278,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -1308,7 +1308,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)
@@ -1338,7 +1338,7 @@ _rlun() {
                     return 0
                     ;;
                 --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
                     ;;
                 --threads)

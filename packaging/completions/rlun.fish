@@ -24,8 +24,10 @@ function __fish_rlun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c rlun -n "__fish_rlun_needs_command" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_needs_command" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_needs_command" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_needs_command" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_needs_command" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
@@ -64,8 +66,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-interval -d '
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand discover" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l json -d 'Print JSON instead of text (fields in rlun-discover(8))'
@@ -89,8 +93,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-interval -d 'Ping t
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand ls" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l json -d 'Print JSON instead of a table (fields in rlun-ls(8))'
@@ -114,8 +120,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-interval -d 'Ping
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand info" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l json -d 'Print JSON instead of text'
@@ -142,8 +150,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-interval -d 'Ping t
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand cp" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l progress -d 'Show progress also when stderr is no terminal (a line a second)'
@@ -186,8 +196,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l readahead -d 'Read a
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l writeback-delay -d 'Longest wait of data in a write-back cache [default: 1s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l stats-interval -d 'Log cache counters at this interval [default: never]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l json -d 'Print one JSON object instead of text'
@@ -228,8 +240,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l readahead -d 'Read a
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l writeback-delay -d 'Longest wait of data in a write-back cache [default: 1s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l stats-interval -d 'Log cache counters at this interval [default: never]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l allow-other -d 'Let other users (and root) use the mount'
@@ -243,8 +257,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -s q -l quiet -d 'Only 
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l timeout -d 'Longest wait for the rlun process to finish' -r
-complete -c rlun -n "__fish_rlun_using_subcommand umount" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand umount" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand umount" -s l -l lazy -d 'Detach even while files are open (lazy unmount); rlun serves them until they are closed, then exits. umount waits for that up to --timeout and fails, saying so, while files are still open'
@@ -283,8 +299,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l readahead -d 'Read a
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l writeback-delay -d 'Longest wait of data in a write-back cache [default: 1s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l stats-interval -d 'Log cache counters at this interval [default: never]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand serve" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s r -l read-only -d 'Refuse writes to every export'
@@ -323,8 +341,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l readahead -d 'Read 
 off\t''"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l writeback-delay -d 'Longest wait of data in a write-back cache [default: 1s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l stats-interval -d 'Log cache counters at this interval [default: never]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand attach" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s r -l read-only -d 'Attach the device read-only'
@@ -335,8 +355,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -s q -l quiet -d 'Only
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -l timeout -d 'Longest wait for the rlun process to finish' -r
-complete -c rlun -n "__fish_rlun_using_subcommand detach" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand detach" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
@@ -344,8 +366,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand detach" -s q -l quiet -d 'Only
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand detach" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -l timeout -d 'Longest wait for each rescan' -r
-complete -c rlun -n "__fish_rlun_using_subcommand rescan" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand rescan" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
@@ -353,8 +377,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand rescan" -s q -l quiet -d 'Only
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand rescan" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand stats" -l watch -d 'Sample again every INTERVAL (1s when not given) until Ctrl-C or q' -r
-complete -c rlun -n "__fish_rlun_using_subcommand stats" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand stats" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand stats" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand stats" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand stats" -l json -d 'Print JSON (one object per sample and line) instead of a table'
@@ -362,8 +388,10 @@ complete -c rlun -n "__fish_rlun_using_subcommand stats" -s v -l verbose -d 'Mor
 complete -c rlun -n "__fish_rlun_using_subcommand stats" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand stats" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand list" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand list" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand list" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand list" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand list" -l json -d 'Print JSON instead of a table (fields in rlun-list(8))'
@@ -371,16 +399,20 @@ complete -c rlun -n "__fish_rlun_using_subcommand list" -s v -l verbose -d 'More
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand list" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand completions" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand completions" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s q -l quiet -d 'Only print errors'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rlun -n "__fish_rlun_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l log-format -d 'How log lines are written: text for people, json for machines' -r -f -a "text\t'Human-readable lines'
-json\t'One JSON object per line'"
+complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
+text\t'Human-readable lines'
+json\t'One JSON object per line'
+journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand generate-man" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
