@@ -34,6 +34,7 @@ fn client_errno(e: &ClientError) -> i32 {
         ClientError::ReadOnly(_) => errno::EROFS,
         ClientError::OutOfRange { .. } => errno::EINVAL,
         ClientError::LunNotFound(_) => errno::ENXIO,
+        ClientError::Fenced(_) => errno::ENODEV,
         _ => errno::EIO,
     }
 }
@@ -83,15 +84,19 @@ impl BlockBackend for Lun {
         })
     }
     async fn read_blocks(&self, lba: u64, blocks: u32) -> Result<Bytes, BackendError> {
+        self.fenced()?;
         Ok(self.read(lba, blocks).await?)
     }
     async fn write_blocks(&self, lba: u64, data: Bytes, fua: bool) -> Result<(), BackendError> {
+        self.fenced()?;
         Ok(self.write(lba, data, fua).await?)
     }
     async fn flush(&self) -> Result<(), BackendError> {
+        self.fenced()?;
         Ok(self.sync().await?)
     }
     async fn unmap(&self, lba: u64, blocks: u64) -> Result<(), BackendError> {
+        self.fenced()?;
         let max = chunk_limit(self.limits.as_ref().map(|l| l.max_unmap_lba_count as u64));
         let mut done = 0;
         while done < blocks {
@@ -102,6 +107,7 @@ impl BlockBackend for Lun {
         Ok(())
     }
     async fn write_zeroes(&self, lba: u64, blocks: u64, unmap: bool) -> Result<(), BackendError> {
+        self.fenced()?;
         let max = chunk_limit(self.limits.as_ref().map(|l| l.max_write_same_len));
         let mut done = 0;
         while done < blocks {
@@ -125,6 +131,9 @@ impl LunBackend for Lun {
     }
     fn capacity_generation(&self) -> u64 {
         self.session().capacity_generation()
+    }
+    fn fence(&self) {
+        Lun::fence(self)
     }
     fn reread_capacity(&self) -> impl Future<Output = Result<Lun, BackendError>> + Send {
         let mut lun = self.clone();

@@ -148,9 +148,11 @@ pub enum ExportChange {
     Resized { lun: u64, old: u64, new: u64 },
     /// The target reports a new disk LUN; it is exported.
     Added { lun: u64 },
-    /// The target no longer reports LUN `lun`; its requests fail with
-    /// `ENODEV`.
-    Removed { lun: u64 },
+    /// The target no longer reports LUN `lun`, or (`replaced`) reports
+    /// another logical unit under its number (another identity in VPD
+    /// 0x80/0x83); its requests fail with `ENODEV`. A replaced LUN is
+    /// added again as a new export when the front end takes new LUNs.
+    Removed { lun: u64, replaced: bool },
 }
 
 impl ExportChange {
@@ -159,7 +161,7 @@ impl ExportChange {
         match *self {
             ExportChange::Resized { lun, .. }
             | ExportChange::Added { lun }
-            | ExportChange::Removed { lun } => lun,
+            | ExportChange::Removed { lun, .. } => lun,
         }
     }
 }
@@ -440,7 +442,14 @@ pub fn describe_change(c: &ExportChange) -> String {
             )
         }
         ExportChange::Added { lun } => format!("lun{lun}: added"),
-        ExportChange::Removed { lun } => format!("lun{lun}: removed"),
+        ExportChange::Removed {
+            lun,
+            replaced: false,
+        } => format!("lun{lun}: removed"),
+        ExportChange::Removed {
+            lun,
+            replaced: true,
+        } => format!("lun{lun}: removed (another logical unit has its number now)"),
     }
 }
 
@@ -540,9 +549,34 @@ async fn rescan_luns(
         }
     };
     for e in exports.exports().iter() {
-        if !reported.contains(&e.number()) {
-            exports.remove(e.number());
-            found.push(ExportChange::Removed { lun: e.number() });
+        let n = e.number();
+        if !reported.contains(&n) {
+            exports.remove(n);
+            found.push(ExportChange::Removed {
+                lun: n,
+                replaced: false,
+            });
+            continue;
+        }
+        // Still there by number; is it still the same logical unit? A
+        // target may have deleted the LUN and created another under its
+        // number between two looks: data cached (or dirty) for the first
+        // must not be served from or written to the second.
+        let device = e.device();
+        let was = device.backend().identity();
+        let now = device.backend().read_identity().await;
+        if was.differs_from(&now) {
+            warn!(
+                lun = n,
+                was = %was,
+                now = %now,
+                "LUN {n} is another logical unit now: the export of the old one is removed"
+            );
+            exports.remove(n);
+            found.push(ExportChange::Removed {
+                lun: n,
+                replaced: true,
+            });
         }
     }
     for n in reported {

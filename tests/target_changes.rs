@@ -301,6 +301,102 @@ fn cached_data_of_a_removed_lun_is_reported_lost_at_umount() {
     );
 }
 
+/// Give LUN `lun` its own unit serial number (tgtd derives the NAA
+/// designator from it too): how an admin tells tgtd's LUs apart. Without
+/// it tgtd names every LU by its target and LUN numbers alone.
+fn set_serial(tgtd: &Tgtd, lun: u32, serial: &str) {
+    let t = tid(tgtd);
+    let params = format!("scsi_sn={serial},scsi_id={serial}");
+    tgtd.tgtadm(&[
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        &t,
+        "--lun",
+        &lun.to_string(),
+        "--params",
+        &params,
+    ])
+    .expect("tgtadm: update the LUN's serial");
+}
+
+#[test]
+fn a_lun_replaced_under_its_number_gets_none_of_the_old_ones_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tgtd, _) = target_with(dir.path(), 1);
+    set_serial(&tgtd, 1, "OLD0001");
+    let fresh = spare_file(dir.path(), 5);
+    // Write-back 3 s after a write: the old LU's flusher wakes after the
+    // rescan below and must find its LUN fenced (not write to the new LU).
+    let m = Mount::start(
+        &tgtd,
+        dir.path(),
+        &["--cache", "write-back", "--writeback-delay", "3s"],
+    );
+    let lun1 = m.mp.join("lun1");
+    // The old LU's data in rlun's cache, and 64 KiB of it dirty.
+    let mut old = Vec::new();
+    fs::File::open(&lun1)
+        .unwrap()
+        .read_to_end(&mut old)
+        .unwrap();
+    common::cli::assert_same_bytes(&old, &pattern_bytes(1, 0, LUN_SIZE as usize), "lun1");
+    let f = fs::OpenOptions::new().write(true).open(&lun1).unwrap();
+    f.write_all_at(&[7u8; 65536], 1 << 20).unwrap();
+    drop(f);
+    let written = Instant::now();
+
+    // Between two looks of rlun's, the LUN is deleted and another LU of
+    // the same size created under its number.
+    delete_lun(&tgtd, 1);
+    add_lun(&tgtd, 1, &fresh);
+    set_serial(&tgtd, 1, "NEW0005");
+    let out = run_rlun(["rescan", &m.mp.display().to_string()], &[]);
+    let said = assert_success(&out, "rlun rescan");
+    m.wait_for(&["lun1"], "after the replacement");
+    let rescanned = written.elapsed();
+    // Past the write-back delay: the old export's flusher has tried.
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(rescanned));
+    let mut got = Vec::new();
+    let read = fs::File::open(&lun1).and_then(|mut f| f.read_to_end(&mut got));
+    let out = run_rlun(["umount", &m.mp.display().to_string()], &[]);
+    let backing = fs::read(&fresh).unwrap();
+
+    assert!(
+        rescanned < Duration::from_secs(3),
+        "the rescan ended before the write-back delay ({rescanned:?}): the test shows nothing otherwise"
+    );
+    assert!(
+        said.contains("lun1: removed (another logical unit has its number now)")
+            && said.contains("lun1: added"),
+        "rescan says: {said}"
+    );
+    read.expect("the new LU reads");
+    common::cli::assert_same_bytes(
+        &got,
+        &pattern_bytes(5, 0, LUN_SIZE as usize),
+        "lun1 after the replacement: the new LU's data, none of the old cache",
+    );
+    common::cli::assert_same_bytes(
+        &backing,
+        &pattern_bytes(5, 0, LUN_SIZE as usize),
+        "the new LU's backing file: the old LU's dirty data never reached it",
+    );
+    assert!(
+        m.log().contains("is another logical unit now"),
+        "the log says why:\n{}",
+        m.log()
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    assert!(
+        both(&out).contains("lun1: 65536 bytes of cached data could not be written"),
+        "the old LU's dirty data is reported lost: {}",
+        both(&out)
+    );
+}
+
 #[test]
 fn rescan_of_nothing_served_says_so() {
     let out = run_rlun(["rescan", "/nonexistent/mount"], &[]);

@@ -341,9 +341,13 @@ impl Live for Attached {
                     }
                 }))
             }
-            ExportChange::Removed { lun } => {
+            ExportChange::Removed { lun, replaced } => {
+                let what = match replaced {
+                    false => "removed",
+                    true => "put another logical unit under",
+                };
                 warn!(
-                    "the target removed LUN {lun}: I/O on {} fails until `rlun detach {}`",
+                    "the target {what} LUN {lun}: I/O on {} fails until `rlun detach {}`",
                     dev.display(),
                     dev.display()
                 );

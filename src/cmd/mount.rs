@@ -394,7 +394,7 @@ impl Live for Mounted {
                 ExportChange::Resized { lun, old, new } => {
                     (lun, Inval::Resized { shrunk: new < old })
                 }
-                ExportChange::Removed { lun } => (lun, Inval::Removed),
+                ExportChange::Removed { lun, .. } => (lun, Inval::Removed),
                 ExportChange::Added { lun } => (lun, Inval::Added),
             };
             let ino = fs.ino_of(lun)?;

@@ -210,6 +210,12 @@ pub trait LunBackend: BlockBackend + Sized {
     fn reconnect(&self) -> impl Future<Output = Result<(), BackendError>> + Send {
         async { Ok(()) }
     }
+    /// The LUN is no longer the export's (removed from the target, or
+    /// another logical unit now has its number): fail every later command,
+    /// so that nothing still cached for it — the write-back of dirty pages
+    /// — reaches whatever the target puts under the number. A backend
+    /// without such numbers does nothing.
+    fn fence(&self) {}
     /// A counter that moves when the target reports a capacity change
     /// (UNIT ATTENTION 2A/09, counted by the session).
     fn capacity_generation(&self) -> u64;

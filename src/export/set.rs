@@ -86,9 +86,11 @@ impl<B: LunBackend> ExportSet<B> {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// The target no longer reports LUN `number`: its requests fail with
-    /// [`ExportError::Gone`] from now on, and data still cached for it is
-    /// reported lost at the end ([`ExportSet::finish`]).
+    /// The target no longer reports LUN `number` (or another logical unit
+    /// has it now): its requests fail with [`ExportError::Gone`] from now
+    /// on, its backend is fenced ([`LunBackend::fence`]: nothing cached is
+    /// written back), and data still cached for it is reported lost at the
+    /// end ([`ExportSet::finish`]).
     pub fn remove(&self, number: u64) -> Option<Arc<Export<B>>> {
         let e = {
             let mut cur = self.exports.write().unwrap_or_else(|e| e.into_inner());
@@ -98,6 +100,8 @@ impl<B: LunBackend> ExportSet<B> {
             e
         };
         e.gone.store(true, Ordering::Release);
+        // Its flusher must not write to another LU under the same number.
+        e.device().backend().fence();
         self.generation.fetch_add(1, Ordering::AcqRel);
         let dirty = e.dirty_bytes();
         if dirty > 0 {
