@@ -18,8 +18,15 @@ VIRTME_NG_VERSION=1.42
 # The VM and what runs inside it (the guest sees the host's root filesystem
 # read-only, so every tool the scenarios use is installed here, on the host):
 #   qemu-system-x86   the VM (software emulation: KVM hangs on these machines)
-#   linux-image-amd64 a Debian kernel with rdma_rxe, nbd, iscsi_target_mod,
-#                     ib_isert, ib_iser, iscsi_tcp as modules
+#   linux-image-amd64 Debian 12's own kernel (6.1) with rdma_rxe, nbd,
+#                     iscsi_target_mod, ib_isert, ib_iser, iscsi_tcp as modules;
+#                     kept for `lab.py --kernel 6.1`
+#   and, from bookworm-backports (added below as an apt source), the kernel
+#   the lab boots by default: linux-image-6.12.*-amd64, the one Debian 13
+#   ships, which also has ublk_drv (6.1 is built without it) besides all of
+#   the above. The versioned package the backports metapackage depends on is
+#   installed, not the metapackage, so that bookworm's linux-image-amd64 (6.1)
+#   stays installed beside it.
 #   busybox-static    virtme-ng builds its small initramfs with it
 #   rdma-core ibverbs-utils rdmacm-utils   soft-RoCE tools (rdma, ibv_devices, rping)
 #   open-iscsi        iscsid/iscsiadm: the kernel initiator to compare with
@@ -88,6 +95,43 @@ if [ "${#missing[@]}" -gt 0 ]; then
     as_root apt-get -o DPkg::Lock::Timeout=600 update -q >&2
     as_root apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
         "${missing[@]}" >&2
+fi
+
+# --- the backports kernel --------------------------------------------------------
+BACKPORTS_SERIES=${RLUN_LAB_BACKPORTS_SERIES:-6.12}
+BACKPORTS_SOURCES=/etc/apt/sources.list.d/rlun-lab-bookworm-backports.sources
+have_backports_kernel() {
+    local img v
+    for img in /boot/vmlinuz-"$BACKPORTS_SERIES".*; do
+        [ -e "$img" ] || continue
+        v=${img#/boot/vmlinuz-}
+        [ -d "/lib/modules/$v/kernel/drivers/block" ] && return 0
+    done
+    return 1
+}
+if [ "${RLUN_LAB_NO_BACKPORTS:-}" != 1 ] && ! have_backports_kernel; then
+    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        echo "lab install: adding bookworm-backports as an apt source ($BACKPORTS_SOURCES)" >&2
+        printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm-backports' \
+            'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' |
+            as_root tee "$BACKPORTS_SOURCES" >/dev/null
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get -o DPkg::Lock::Timeout=600 update -q >&2
+    # The versioned image the backports metapackage points at today.
+    kpkg=$(apt-cache -o APT::Default-Release=bookworm-backports depends linux-image-amd64 |
+        awk -v s="linux-image-$BACKPORTS_SERIES." '$1 == "Depends:" && index($2, s) == 1 {print $2; exit}')
+    if [ -z "$kpkg" ]; then
+        echo "lab install: bookworm-backports offers no linux-image-$BACKPORTS_SERIES.*-amd64" >&2
+        exit 1
+    fi
+    echo "lab install: apt-get install $kpkg (bookworm-backports)" >&2
+    as_root apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
+        "$kpkg/bookworm-backports" >&2
+    if ! have_backports_kernel; then
+        echo "lab install: $kpkg installed, but no /boot/vmlinuz-$BACKPORTS_SERIES.* with modules" >&2
+        exit 1
+    fi
 fi
 
 vng_version() {

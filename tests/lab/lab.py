@@ -18,7 +18,9 @@ Environment: RLUN_LAB_SELFTEST_FAIL=1 adds a scenario that must fail;
 RLUN_LAB_VERBOSE=1 shows the kernel console; RLUN_LAB_NO_INSTALL=1 skips the
 install step; RLUN_LAB_TIMEOUT_SCALE=N multiplies every timeout (slow machines);
 RLUN_LAB_MAX_SECONDS caps one VM run (default 3000); RLUN_LAB_RLUN picks the
-rlun binary; RLUN_LAB_CACHE is where the virtme-ng venv lives.
+rlun binary; RLUN_LAB_CACHE is where the virtme-ng venv lives; RLUN_LAB_KERNEL
+(or --kernel) picks the kernel: 6.12 from bookworm-backports by default, 6.1
+for Debian 12's own.
 """
 
 from __future__ import annotations
@@ -206,21 +208,40 @@ def default_vng() -> Path:
     return cache / "venv" / "bin" / "vng"
 
 
-def find_kernel() -> tuple[Path, str]:
-    """The newest Debian kernel whose modules include soft-RoCE and LIO."""
+def kernel_key(version: str) -> tuple[int, ...]:
+    """Sort key of a kernel release such as 6.12.95+deb12-amd64 or 6.1.0-57-amd64."""
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def find_kernel(
+    series: str | None = None, boot: Path = Path("/boot"), modules: Path = Path("/lib/modules")
+) -> tuple[Path, str]:
+    """The newest Debian kernel whose modules include soft-RoCE and LIO; with
+    `series` (such as "6.1" or "6.12"), the newest of that series."""
     candidates = []
-    for img in Path("/boot").glob("vmlinuz-*"):
+    for img in boot.glob("vmlinuz-*"):
         version = img.name[len("vmlinuz-") :]
-        mods = Path("/lib/modules") / version / "kernel" / "drivers"
+        if series and not re.match(re.escape(series) + r"[.+-]", version):
+            continue
+        mods = modules / version / "kernel" / "drivers"
         if (mods / "infiniband" / "sw" / "rxe").is_dir() and (mods / "target").is_dir():
-            candidates.append((img.stat().st_mtime, img, version))
+            candidates.append((kernel_key(version), img, version))
     if not candidates:
+        which = f"of the {series} series " if series else ""
         raise SystemExit(
-            "lab: no kernel in /boot with rdma_rxe and LIO modules; "
-            "install linux-image-amd64 (tests/lab/install.sh does)"
+            f"lab: no kernel {which}in /boot with rdma_rxe and LIO modules; "
+            "tests/lab/install.sh installs 6.12 (bookworm-backports) and 6.1 (bookworm)"
         )
     _, img, version = max(candidates)
     return img, version
+
+
+def pick_kernel(choice: str | None) -> tuple[Path, str]:
+    """--kernel / RLUN_LAB_KERNEL: a kernel image's path, or a series such as
+    6.1 (Debian 12's own) or 6.12 (bookworm-backports, the default: newest)."""
+    if choice and ("/" in choice or Path(choice).is_file()):
+        return Path(choice), Path(choice).name.removeprefix("vmlinuz-")
+    return find_kernel(choice or None)
 
 
 def find_rlun(explicit: str | None, prefer_release: bool) -> Path:
@@ -387,7 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         help="pass a variable to the scenarios (e.g. LAB_PROFILE_BASE=/path/to/rlun for iser-profile)",
     )
     ap.add_argument("--rlun", help="rlun binary (default target/debug/rlun; release with --compare)")
-    ap.add_argument("--kernel", help="kernel image to boot (default: newest Debian one in /boot)")
+    ap.add_argument(
+        "--kernel",
+        help="kernel to boot: an image's path, or a series such as 6.1 (Debian 12's own) or "
+        "6.12 (default: the newest Debian one in /boot, 6.12 from bookworm-backports); "
+        "also RLUN_LAB_KERNEL",
+    )
     ap.add_argument("--out", help="results directory (default .lab-out/<timestamp>)")
     ap.add_argument("--memory", default="3G")
     ap.add_argument("--cpus", default="2")
@@ -421,10 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.access(vng, os.X_OK):
         raise SystemExit(f"lab: {vng} not found: run tests/lab/install.sh")
 
-    if args.kernel:
-        kernel, kver = Path(args.kernel), Path(args.kernel).name
-    else:
-        kernel, kver = find_kernel()
+    kernel, kver = pick_kernel(args.kernel or os.environ.get("RLUN_LAB_KERNEL"))
     rlun = find_rlun(args.rlun or os.environ.get("RLUN_LAB_RLUN"), prefer_release=args.compare)
 
     # 2. results directory, shared read-write with the guest

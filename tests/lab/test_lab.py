@@ -78,6 +78,47 @@ class Selection(unittest.TestCase):
         self.assertIn("nope", str(cm.exception))
 
 
+class Kernels(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        root = Path(self.tmp.name)
+        self.boot, self.modules = root / "boot", root / "modules"
+        self.boot.mkdir()
+        for version, complete in [
+            ("6.1.0-57-amd64", True),
+            ("6.12.95+deb12-amd64", True),
+            ("6.12.9+deb12-amd64", True),
+            ("6.13.1-amd64", False),  # no LIO or rxe modules: never picked
+        ]:
+            (self.boot / f"vmlinuz-{version}").write_bytes(b"")
+            drivers = self.modules / version / "kernel" / "drivers"
+            (drivers / "infiniband" / "sw" / "rxe").mkdir(parents=True)
+            if complete:
+                (drivers / "target").mkdir()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def find(self, series=None):
+        return lab.find_kernel(series, self.boot, self.modules)[1]
+
+    def test_the_newest_complete_kernel_by_version_not_by_file_date(self):
+        self.assertEqual(self.find(), "6.12.95+deb12-amd64")
+
+    def test_a_series_picks_its_newest_and_6_1_is_not_6_12(self):
+        self.assertEqual(self.find("6.1"), "6.1.0-57-amd64")
+        self.assertEqual(self.find("6.12"), "6.12.95+deb12-amd64")
+
+    def test_a_series_without_a_kernel_stops_with_the_reason(self):
+        with self.assertRaises(SystemExit) as e:
+            self.find("6.13")
+        self.assertIn("6.13 series", str(e.exception))
+
+    def test_a_path_is_taken_as_is(self):
+        img, ver = lab.pick_kernel(str(self.boot / "vmlinuz-6.1.0-57-amd64"))
+        self.assertEqual((img.name, ver), ("vmlinuz-6.1.0-57-amd64", "6.1.0-57-amd64"))
+
+
 class Results(unittest.TestCase):
     def test_results_are_read_and_a_missing_one_is_a_failure(self):
         with tempfile.TemporaryDirectory() as d:
