@@ -14,9 +14,29 @@
 #                  (With rlun's default cache every read of the 1 TiB LUN
 #                  misses, and the cost per miss changes once the cache is
 #                  full and each miss evicts, so a slope would depend on
-#                  where the runs fall; the cache is not measured here.) The
+#                  where the runs fall; misses through the cache are not
+#                  measured, its hits are: serve-hit 4k below.) The
 #                  server is counted, not fio (callgrind_control zeroes and
 #                  dumps the server's counters around each fio run)
+#   serve-hit 4k   the same reads over the first INSTR_HIT_MIB (64) MiB of the
+#                  LUN through `rlun serve --cache write-through --cache-size
+#                  256M`, warmed by one sequential 4 KiB pass after each
+#                  start, so every counted read is a cache hit, vs
+#                  `qemu-nbd --cache=writeback iscsi://` (qemu's default):
+#                  qemu has no cache of its own for a network block driver
+#                  (its cache modes only pick O_DIRECT and flushes for host
+#                  files), so its reads still go to the LUN; the row shows
+#                  what a hit costs against a peer that cannot hit
+#   mount 4k       4 KiB random reads at QD 32 by fio (libaio, O_DIRECT) of
+#                  MNT/lun1 of `rlun mount` (its defaults, run in the
+#                  foreground) vs nbdfuse's file over `qemu-nbd --cache=none
+#                  iscsi://` (the pairing of benches/fuse.sh). Counted: the
+#                  rlun mount process, and nbdfuse and qemu-nbd summed (rlun
+#                  does the work of both; a note under the table splits the
+#                  sum). Needs /dev/fuse, fusermount3 and nbdfuse, else the
+#                  case prints "SKIP: reason" instead of its two rows. The
+#                  mounts are removed lazily (fusermount3 -uz) after each
+#                  run and at exit, however slow or dead the server is
 #   cp 1M          a whole LUN (a tmpfs file of random bytes) copied to nowhere:
 #                  `rlun cp --bs 1M LUN /dev/null` vs `qemu-img convert` into
 #                  qemu's null-co driver (libiscsi underneath); an I/O is one
@@ -51,7 +71,11 @@
 # Environment:
 #   INSTR_SHORT=2 INSTR_LONG=6  seconds of the short and the long run
 #   INSTR_CP_SHORT_MIB=128 INSTR_CP_LONG_MIB=512   sizes of the two copies
-#   INSTR_CASES="randread-4k read-128k cp-1M nbd-4k"   the cases to run
+#   INSTR_CASES="randread-4k read-128k cp-1M nbd-4k nbd-4k-hit mount-4k"
+#                               the cases to run
+#   INSTR_HIT_MIB=64            the region serve-hit reads (rlun's cache holds
+#                               7/8 of its 256 MiB)
+#   INSTR_MOUNT_ARGS="..."      more options for `rlun mount`
 #   INSTR_QD=32                 queue depth of bench, iscsi-perf and fio. At 1
 #                               each request is handled alone, so the slope no
 #                               longer depends on how many completions a wake-up
@@ -65,7 +89,8 @@
 #                               scripts/test.sh runs it; the figures are rough
 #
 # Needs root (tgtd), tgt, libiscsi-bin (iscsi-perf), qemu-utils +
-# qemu-block-extra (qemu-img with iscsi://), valgrind, strace, time.
+# qemu-block-extra (qemu-img with iscsi://), valgrind, strace, time, fio;
+# for mount 4k also fuse3 (fusermount3, /dev/fuse) and libnbd-bin (nbdfuse).
 set -euo pipefail
 if [[ "${RLUN:-}" == */* ]]; then RLUN=$(realpath -m -- "$RLUN"); fi
 cd "$(dirname "$0")/.."
