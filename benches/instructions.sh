@@ -74,7 +74,7 @@
 #   INSTR_CASES="randread-4k read-128k cp-1M nbd-4k nbd-4k-hit mount-4k"
 #                               the cases to run
 #   INSTR_HIT_MIB=64            the region serve-hit reads (rlun's cache holds
-#                               7/8 of its 256 MiB)
+#                               7/8 of its 256 MiB); 16 with --quick
 #   INSTR_MOUNT_ARGS="..."      more options for `rlun mount`
 #   INSTR_QD=32                 queue depth of bench, iscsi-perf and fio. At 1
 #                               each request is handled alone, so the slope no
@@ -84,7 +84,8 @@
 #                               --metrics-listen 127.0.0.1:9860)
 #   RLUN=target/release/rlun    rlun binary (built with cargo build --release
 #                               when it is the default and missing)
-#   INSTR_QUICK=1               (or --quick) 1 s and 2 s runs, 16 and 48 MiB: checks that the
+#   INSTR_QUICK=1               (or --quick) 1 s and 2 s runs, 16 and 48 MiB (and a
+#                               16 MiB serve-hit region): checks that the
 #                               script works and its table is well formed, as
 #                               scripts/test.sh runs it; the figures are rough
 #
@@ -106,7 +107,7 @@ else
 fi
 CASES=${INSTR_CASES:-randread-4k read-128k cp-1M nbd-4k nbd-4k-hit mount-4k}
 QD=${INSTR_QD:-32}
-HIT_MIB=${INSTR_HIT_MIB:-64}
+HIT_MIB=${INSTR_HIT_MIB:-$([ "$QUICK" = 1 ] && echo 16 || echo 64)}
 RLUN_DEFAULT=target/release/rlun
 RLUN=${RLUN:-$RLUN_DEFAULT}
 IQN=iqn.2026-11.org.example:instr
@@ -281,6 +282,13 @@ fio_warm() {
         --size="$fio_size" --output="$work/fio.log" >/dev/null 2>&1 ||
         die "warming ${fio_target[*]} failed: $(tail -5 "$work/fio.log")"
 }
+# fio_prime: a few random reads (QD x 8), the first open's and connection's
+# one-time costs, before the counting starts.
+fio_prime() {
+    timeout -k 5 600 fio --name=prime "${fio_target[@]}" --rw=randread --bs=4k --iodepth="$QD" \
+        --size="$fio_size" --norandommap --number_ios=$((QD * 8)) --output="$work/fio.log" >/dev/null 2>&1 ||
+        die "fio on ${fio_target[*]} failed: $(tail -5 "$work/fio.log")"
+}
 # spawn NAME CG CMD...: starts CMD (under callgrind, out file $work/sv-NAME,
 # when CG is 1), killed with this script; appends its pid and NAME to
 # $front_pids and $front_names.
@@ -401,7 +409,7 @@ measure_front() {
     [ "$hit" = 1 ] && fio_size=${HIT_MIB}m
     start_front "$kind" 1
     if [ "$hit" = 1 ]; then fio_warm; fi
-    fio_ios 1 >/dev/null # the first open's one-time costs, before the counting
+    fio_prime
     cg_control -z
     io_s=$(fio_ios "$short")
     cg_control -d
@@ -416,7 +424,7 @@ measure_front() {
     for pid in "${front_pids[@]}"; do sp+=(-p "$pid"); done
     strace -f -c -o "$work/strace" "${sp[@]}" 2>/dev/null &
     strace_pid=$!
-    sleep 1
+    sleep 0.5 # strace attaches
     io_st=$(fio_ios "$long")
     kill -INT "$strace_pid"
     wait "$strace_pid" || true
@@ -477,7 +485,7 @@ for spec in "randread-4k|iscsi-perf|iscsi-perf|rlun|rlun bench|randread 4k|randr
         rows+=("$(printf '%-14s | SKIP: %s' "$label" "$reason")")
         continue
     fi
-    echo "measuring $name: $peer_label ..." >&2
+    echo "measuring $name: $peer_label ... [${SECONDS} s]" >&2
     if [ "$how" = front ]; then
         res=$(measure_front "$peer" "$short" "$long" "$hit")
     else
@@ -485,7 +493,7 @@ for spec in "randread-4k|iscsi-perf|iscsi-perf|rlun|rlun bench|randread 4k|randr
     fi
     read -r p_in p_sys p_cs p_each <<<"$res"
     [ -z "$p_each" ] || notes+=("$label, $peer_label: instr/IO per process: $p_each")
-    echo "measuring $name: $mine_label ..." >&2
+    echo "measuring $name: $mine_label ... [${SECONDS} s]" >&2
     if [ "$how" = front ]; then
         res=$(measure_front "$mine" "$short" "$long" "$hit")
     else
