@@ -134,12 +134,28 @@ source benches/lib.sh
 bench_build_rlun
 
 work=$(mktemp -d /tmp/rlun-instr.XXXXXX)
-tgtd_pid=
-# The front ends (serve, mount) run inside the $(measure_front) subshells:
-# they die with them (setpriv --pdeathsig); their mounts are removed here,
-# lazily, before the work directory goes.
+tgtd_pid='' bg_pid=''
+descendants() { # pid: its children, their children...
+    local kid
+    for kid in $(pgrep -P "$1" || true); do
+        echo "$kid"
+        descendants "$kid"
+    done
+}
+# Each measurement runs in a background subshell (run_bg), so that a signal
+# ends the wait for it at once. The front ends (serve, mount) die with that
+# subshell (setpriv --pdeathsig); its other descendants (timeout running fio
+# or an initiator) are told to stop; the mounts are removed here, lazily,
+# before the work directory goes.
 cleanup() {
-    local mnt
+    local mnt kids
+    if [ -n "$bg_pid" ]; then
+        kids=$(descendants "$bg_pid")
+        kill -9 "$bg_pid" 2>/dev/null || true
+        # shellcheck disable=SC2086 # a list of pids
+        [ -z "$kids" ] || kill -TERM $kids 2>/dev/null || true
+        wait "$bg_pid" 2>/dev/null || true
+    fi
     for mnt in "$work/mnt-rlun" "$work/mnt-nbdfuse"; do unmount "$mnt"; done
     if [ -n "$tgtd_pid" ]; then
         kill -9 "$tgtd_pid" 2>/dev/null || true
@@ -150,6 +166,8 @@ cleanup() {
 }
 cp_files=()
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 bench_start_tgtd "$work"
 tgtadm_ --op new --mode target --tid 1 -T "$IQN"
@@ -465,6 +483,17 @@ skip_reason() { # case
 
 ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print(f'{a / b:.2f}' if b > 0 else 'n/a')" "$1" "$2"; }
 
+# run_bg FUNCTION ARGS...: runs a measurement in the background and waits
+# for it (a signal interrupts the wait; set -e ends the script when it
+# fails); sets $res to what it printed.
+run_bg() {
+    "$@" >"$work/res" &
+    bg_pid=$!
+    wait "$bg_pid"
+    bg_pid=
+    res=$(<"$work/res")
+}
+
 rows=() notes=()
 # case | peer kind | its label | rlun kind | its label | label | pattern bs | lengths | how
 # (how: run = the initiator itself; front = fio through a front end, HIT 0/1)
@@ -487,17 +516,17 @@ for spec in "randread-4k|iscsi-perf|iscsi-perf|rlun|rlun bench|randread 4k|randr
     fi
     echo "measuring $name: $peer_label ... [${SECONDS} s]" >&2
     if [ "$how" = front ]; then
-        res=$(measure_front "$peer" "$short" "$long" "$hit")
+        run_bg measure_front "$peer" "$short" "$long" "$hit"
     else
-        res=$(measure "$peer" "$pattern" "$bs" "$short" "$long")
+        run_bg measure "$peer" "$pattern" "$bs" "$short" "$long"
     fi
     read -r p_in p_sys p_cs p_each <<<"$res"
     [ -z "$p_each" ] || notes+=("$label, $peer_label: instr/IO per process: $p_each")
     echo "measuring $name: $mine_label ... [${SECONDS} s]" >&2
     if [ "$how" = front ]; then
-        res=$(measure_front "$mine" "$short" "$long" "$hit")
+        run_bg measure_front "$mine" "$short" "$long" "$hit"
     else
-        res=$(measure "$mine" "$pattern" "$bs" "$short" "$long")
+        run_bg measure "$mine" "$pattern" "$bs" "$short" "$long"
     fi
     read -r r_in r_sys r_cs _ <<<"$res"
     rows+=("$(printf '%-14s | %-16s | %10s %9s %8s' "$label" "$peer_label" "$p_in" "$p_sys" "$p_cs")")
