@@ -471,10 +471,8 @@ print(" ".join(out))' \
 skip_reason() { # case
     case $1 in
     mount-4k)
-        local tool
-        for tool in fusermount3 nbdfuse; do
-            command -v "$tool" >/dev/null || { echo "no $tool (fuse3, libnbd-bin)"; return; }
-        done
+        command -v fusermount3 >/dev/null || { echo "no fusermount3 (fuse3)"; return; }
+        command -v nbdfuse >/dev/null || { echo "no nbdfuse (libnbd-bin)"; return; }
         [ -c /dev/fuse ] || { echo "no /dev/fuse"; return; }
         [ -r /dev/fuse ] && [ -w /dev/fuse ] || echo "/dev/fuse not usable by $(id -un)"
         ;;
