@@ -419,10 +419,10 @@ cg_dumped() {
 # and dumped after a short and after a long fio run (callgrind_control), so
 # start-up and each fio connection cancel in the slope; then plainly, with
 # strace attached for one long run (system calls) and /proc read around
-# another (switches). HIT=1: fio reads a region of $HIT_MIB MiB, warmed by
+# another (switches); with --quick those two runs are short ones. HIT=1: fio reads a region of $HIT_MIB MiB, warmed by
 # one pass first (after every start), else 64 GiB of the LUN.
 measure_front() {
-    local kind=$1 short=$2 long=$3 hit=$4 io_s io_l in_s in_l io_st n_st io_cs cs0 cs1 strace_pid pid sp=()
+    local kind=$1 short=$2 long=$3 hit=$4 plain=$3 io_s io_l in_s in_l io_st n_st io_cs cs0 cs1 strace_pid pid sp=()
     fio_size=64g
     [ "$hit" = 1 ] && fio_size=${HIT_MIB}m
     start_front "$kind" 1
@@ -437,18 +437,19 @@ measure_front() {
     in_l=$(cg_dumped)
     stop_front
     rm -f "$work"/sv-*
+    [ "$QUICK" = 1 ] && plain=$short # --quick: the plain runs are short too
     start_front "$kind" 0
     if [ "$hit" = 1 ]; then fio_warm; fi
     for pid in "${front_pids[@]}"; do sp+=(-p "$pid"); done
     strace -f -c -o "$work/strace" "${sp[@]}" 2>/dev/null &
     strace_pid=$!
     sleep 0.5 # strace attaches
-    io_st=$(fio_ios "$long")
+    io_st=$(fio_ios "$plain")
     kill -INT "$strace_pid"
     wait "$strace_pid" || true
     n_st=$(strace_calls "$work/strace")
     cs0=$(proc_cs "${front_pids[@]}")
-    io_cs=$(fio_ios "$long")
+    io_cs=$(fio_ios "$plain")
     cs1=$(proc_cs "${front_pids[@]}")
     stop_front
     python3 -c '
