@@ -76,6 +76,11 @@ for r in rows:
 # Each case: its peer's row (3 figures), then rlun's with the 3 ratios.
 if len(cases) < 3 or any(v != [3, 6] for v in cases.values()):
     sys.exit(f"instructions.sh: expected a peer row and an rlun row per case, got {cases}")
+# Every case is there, or says why it was skipped ("case | SKIP: reason").
+skipped = {l.split("|")[0].strip() for l in sys.argv[1].splitlines() if l.count("|") == 1 and "| SKIP: " in l}
+want = {"randread 4k", "read 128k", "cp 1M", "serve 4k", "serve-hit 4k", "mount 4k"}
+if want - set(cases) - skipped:
+    sys.exit(f"instructions.sh: cases missing from the table: {sorted(want - set(cases) - skipped)}")
 PY
 fi
 
