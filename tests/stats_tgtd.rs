@@ -128,6 +128,28 @@ fn within(got: u64, want: u64, what: &str) {
     );
 }
 
+/// fio: 4 KiB random reads of `file` (O_DIRECT, libaio, queue depth 4,
+/// the first 32 MiB) for `secs` seconds, its report as JSON on stdout.
+fn fio_randread(file: &Path, secs: u32) -> std::process::Output {
+    run_with_timeout(
+        Command::new("fio").args([
+            "--name=randread",
+            &format!("--filename={}", file.display()),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=4",
+            "--size=32m",
+            "--time_based",
+            &format!("--runtime={secs}"),
+            "--allow_file_create=0",
+            "--output-format=json",
+        ]),
+        Duration::from_secs(60),
+    )
+}
+
 #[test]
 fn stats_json_agrees_with_fio_on_requests_bytes_and_latency() {
     let dir = tempfile::tempdir().unwrap();
@@ -137,23 +159,7 @@ fn stats_json_agrees_with_fio_on_requests_bytes_and_latency() {
     let m = Mount::start(&tgtd, dir.path(), &["--cache", "none"]);
     let before = m.stats();
 
-    let out = run_with_timeout(
-        Command::new("fio").args([
-            "--name=stats",
-            &format!("--filename={}", m.file().display()),
-            "--rw=randread",
-            "--bs=4k",
-            "--direct=1",
-            "--ioengine=libaio",
-            "--iodepth=4",
-            "--size=32m",
-            "--time_based",
-            "--runtime=3",
-            "--allow_file_create=0",
-            "--output-format=json",
-        ]),
-        Duration::from_secs(60),
-    );
+    let out = fio_randread(&m.file(), 3);
     assert!(out.status.success(), "fio: {}", both(&out));
     let after = m.stats();
     let fio = json(&stdout(&out));
@@ -706,22 +712,7 @@ fn a_prometheus_server_scrapes_the_read_rate_during_fio_and_the_dashboard_querie
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    let out = run_with_timeout(
-        Command::new("fio").args([
-            "--name=scraped",
-            &format!("--filename={}", m.file().display()),
-            "--rw=randread",
-            "--bs=4k",
-            "--direct=1",
-            "--ioengine=libaio",
-            "--iodepth=4",
-            "--size=32m",
-            "--time_based",
-            "--runtime=5",
-            "--allow_file_create=0",
-        ]),
-        Duration::from_secs(60),
-    );
+    let out = fio_randread(&m.file(), 5);
     assert!(out.status.success(), "fio: {}", both(&out));
     let rate = prom_query(
         &web,
