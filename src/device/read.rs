@@ -137,7 +137,13 @@ impl<B: BlockBackend> Inner<B> {
                     run = Some(r);
                 }
                 Claim::Exists => {
-                    if !r.pages.is_empty() {
+                    if r.pages.is_empty() {
+                        // Nothing claimed yet: the same (unused) run
+                        // starts at the next page, rather than a new run
+                        // and its watch channel per resident page.
+                        r.first = idx + 1;
+                        run = Some(r);
+                    } else {
                         tokio::spawn(self.clone().fetch(r));
                     }
                 }
