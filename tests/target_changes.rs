@@ -123,36 +123,31 @@ fn tid(tgtd: &Tgtd) -> String {
         .expect("tid of the target")
 }
 
-fn add_lun(tgtd: &Tgtd, lun: u32, file: &Path) {
-    let t = tid(tgtd);
-    tgtd.tgtadm(&[
+/// `tgtadm --op OP --mode logicalunit --tid T --lun LUN ARGS…` on the
+/// test's target.
+fn lun_op(tgtd: &Tgtd, op: &str, lun: u32, args: &[&str]) {
+    let (t, n) = (tid(tgtd), lun.to_string());
+    let mut argv = vec![
         "--op",
-        "new",
+        op,
         "--mode",
         "logicalunit",
         "--tid",
         &t,
         "--lun",
-        &lun.to_string(),
-        "-b",
-        &file.display().to_string(),
-    ])
-    .expect("tgtadm: new LUN");
+        &n,
+    ];
+    argv.extend_from_slice(args);
+    tgtd.tgtadm(&argv)
+        .unwrap_or_else(|e| panic!("tgtadm --op {op} LUN {lun}: {e}"));
+}
+
+fn add_lun(tgtd: &Tgtd, lun: u32, file: &Path) {
+    lun_op(tgtd, "new", lun, &["-b", &file.display().to_string()]);
 }
 
 fn delete_lun(tgtd: &Tgtd, lun: u32) {
-    let t = tid(tgtd);
-    tgtd.tgtadm(&[
-        "--op",
-        "delete",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        &t,
-        "--lun",
-        &lun.to_string(),
-    ])
-    .expect("tgtadm: delete LUN");
+    lun_op(tgtd, "delete", lun, &[]);
 }
 
 /// A write that goes to the target at once (O_DIRECT + O_SYNC): the
@@ -305,21 +300,8 @@ fn cached_data_of_a_removed_lun_is_reported_lost_at_umount() {
 /// designator from it too): how an admin tells tgtd's LUs apart. Without
 /// it tgtd names every LU by its target and LUN numbers alone.
 fn set_serial(tgtd: &Tgtd, lun: u32, serial: &str) {
-    let t = tid(tgtd);
     let params = format!("scsi_sn={serial},scsi_id={serial}");
-    tgtd.tgtadm(&[
-        "--op",
-        "update",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        &t,
-        "--lun",
-        &lun.to_string(),
-        "--params",
-        &params,
-    ])
-    .expect("tgtadm: update the LUN's serial");
+    lun_op(tgtd, "update", lun, &["--params", &params]);
 }
 
 #[test]
