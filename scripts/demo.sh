@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # rlun's main job on a fresh machine, end to end:
-#   install tgt and fuse3, build rlun, start a private iSCSI target (tgtd)
+#   install tgt, fuse3 and libclang-dev, build rlun, start a private iSCSI target (tgtd)
 #   on 127.0.0.1 with a 256 MiB file-backed LUN, then discover it, list and
 #   inspect its LUN, restore an image onto it, back it up again, mount the
 #   target through rlun (FUSE) and read and write the LUN as a file - checking
@@ -14,10 +14,12 @@ cd "$(dirname "$0")/.."
 SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 need_root() { $SUDO "$@"; }
 
-if ! command -v tgtd >/dev/null || ! command -v fusermount3 >/dev/null; then
-    echo "==> installing tgt and fuse3"
+# libclang-dev: building rlun runs bindgen on the ublk UAPI header.
+if ! command -v tgtd >/dev/null || ! command -v fusermount3 >/dev/null ||
+    ! dpkg-query -W -f='${db:Status-Status}' libclang-dev 2>/dev/null | grep -qx installed; then
+    echo "==> installing tgt, fuse3 and libclang-dev"
     need_root apt-get update -qq
-    need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tgt fuse3
+    need_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tgt fuse3 libclang-dev
 fi
 
 echo "==> building rlun"

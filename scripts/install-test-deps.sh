@@ -58,6 +58,8 @@ PACKAGES=(
     librdmacm-dev
     gcc
     g++
+    # bindgen of libublk-rs-sys (the ublk UAPI header) at build time
+    libclang-dev
     dpkg-dev
     lintian
     rpm

@@ -12,9 +12,9 @@
 //!   (login, exports, readiness, pid file, write-back, logout).
 //! - [`daemon`]: the process machinery of serving commands: `--daemon`,
 //!   readiness (pipe and systemd), pid files, signals.
-//! - [`fuse`] and [`nbd`]: the front ends — each export as a file in a
-//!   FUSE mount; NBD exports over TCP, Unix sockets and TLS, and the
-//!   kernel's `/dev/nbdN`.
+//! - [`fuse`], [`nbd`] and [`ublk`]: the front ends — each export as a
+//!   file in a FUSE mount; NBD exports over TCP, Unix sockets and TLS, and
+//!   the kernel's `/dev/nbdN`; the kernel's `/dev/ublkbN` (io_uring).
 //! - [`export`]: the export layer every front end stands on: a target's
 //!   LUNs as exports, clipping, ENOSPC, unmap-or-zero, FUA, flush, capacity
 //!   changes, shutdown and lost-data reports; typed errors with one errno
@@ -63,4 +63,5 @@ pub mod service;
 pub mod session;
 pub mod stats;
 pub mod transport;
+pub mod ublk;
 pub mod url;

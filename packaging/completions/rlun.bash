@@ -145,7 +145,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__attach)
-            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
+            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --ublk --queues --queue-depth --recover --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -156,6 +156,14 @@ _rlun() {
                     return 0
                     ;;
                 --io-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --queues)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --queue-depth)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

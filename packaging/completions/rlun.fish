@@ -42,7 +42,7 @@ complete -c rlun -n "__fish_rlun_needs_command" -f -a "bench" -d 'Measure a LUN:
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "umount" -d 'Unmount an rlun mount; wait until its rlun has written back'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "serve" -d 'Serve a target\'s LUNs to NBD clients: `lun<N>` for each disk LUN'
-complete -c rlun -n "__fish_rlun_needs_command" -f -a "attach" -d 'Attach one LUN as a kernel block device /dev/nbdN (needs root and the nbd module)'
+complete -c rlun -n "__fish_rlun_needs_command" -f -a "attach" -d 'Attach one LUN as a block device /dev/nbdN or /dev/ublkbN (root; nbd or ublk_drv)'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "detach" -d 'Detach a device attached by `rlun attach`'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "rescan" -d 'Look at the target again: new, removed and resized LUNs'
 complete -c rlun -n "__fish_rlun_needs_command" -f -a "stats" -d 'Show what serving rlun processes do: I/O, latency, cache, reconnects'
@@ -315,6 +315,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -s h -l help -d 'Print 
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -s V -l version -d 'Print version'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l connections -d 'Sockets between rlun and the kernel' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l io-timeout -d 'How long the kernel waits before it fails I/O with EIO on its own' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l queues -d 'ublk: hardware queues, one thread each [default: one per CPU, at most 4]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l queue-depth -d 'ublk: requests in flight per queue' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l log-file -d 'With --daemon: append log messages to this file' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l metrics-listen -d 'Serve Prometheus metrics at http://ADDR:PORT/metrics' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l initiator-name -d 'Our iSCSI name [default: see --help]' -r
@@ -348,6 +350,8 @@ journal\t'Native journald entries with structured fields'"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l threads -d 'Worker threads of the async runtime [default: 1]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l config -d 'Configuration file [default: /etc/rlun/rlun.toml]' -r -F
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s r -l read-only -d 'Attach the device read-only'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l ublk -d 'Attach through ublk as /dev/ublkbN instead of nbd'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l recover -d 'ublk: take over the named /dev/ublkbN, whose rlun died'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s d -l daemon -d 'Detach once ready (exit 0), or report why it failed'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l metrics-allow-remote -d 'Let --metrics-listen use an address other hosts can reach'
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -s v -l verbose -d 'More logging (-v info, -vv debug, -vvv trace)'
@@ -427,7 +431,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subc
 complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "mount" -d 'Mount a target\'s LUNs as files (FUSE): `lun<N>` for each disk LUN'
 complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "umount" -d 'Unmount an rlun mount; wait until its rlun has written back'
 complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "serve" -d 'Serve a target\'s LUNs to NBD clients: `lun<N>` for each disk LUN'
-complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "attach" -d 'Attach one LUN as a kernel block device /dev/nbdN (needs root and the nbd module)'
+complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "attach" -d 'Attach one LUN as a block device /dev/nbdN or /dev/ublkbN (root; nbd or ublk_drv)'
 complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "detach" -d 'Detach a device attached by `rlun attach`'
 complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "rescan" -d 'Look at the target again: new, removed and resized LUNs'
 complete -c rlun -n "__fish_rlun_using_subcommand help; and not __fish_seen_subcommand_from discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help" -f -a "stats" -d 'Show what serving rlun processes do: I/O, latency, cache, reconnects'

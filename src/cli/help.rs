@@ -115,8 +115,19 @@ umount/sync, not by the device's fsync.
 The kernel is driven over the nbd netlink interface, or over the ioctls on
 kernels without it; RLUN_NBD_INTERFACE=ioctl (or netlink) forces one.
 
+ublk (--ublk, Linux 6.0+ with ublk_drv, e.g. Debian's 6.12 kernel): devices
+are created with user recovery. When rlun dies (kill -9, a crash, an upgrade)
+the kernel keeps /dev/ublkbN and holds its I/O; `rlun attach --recover URL
+/dev/ublkbN` takes it over and the held I/O completes. Data a write-back cache
+held unwritten dies with the process: recover only write-through or none
+devices without loss. `rlun detach /dev/ublkbN` of a device whose rlun died
+deletes it, and the I/O held on it fails.
+
 Examples:
   modprobe nbd
   rlun attach iscsi://10.0.0.5/iqn.2026-11.org.example:store/1 --daemon
   rlun attach store /dev/nbd2 --connections 4
-  rlun detach /dev/nbd0";
+  rlun detach /dev/nbd0
+  modprobe ublk_drv
+  rlun attach --ublk store --daemon
+  rlun attach --recover store /dev/ublkb0 --daemon";

@@ -394,8 +394,12 @@ pub enum Command {
         #[command(flatten)]
         cache: CacheOpts,
     },
-    /// Attach one LUN as a kernel block device /dev/nbdN (needs root and
-    /// the nbd module).
+    /// Attach one LUN as a block device /dev/nbdN or /dev/ublkbN (root; nbd or ublk_drv).
+    ///
+    /// With --ublk (or a /dev/ublkbN device) the kernel's userspace block
+    /// driver serves it instead of nbd: no socket between the kernel and
+    /// rlun, one queue thread per --queues, and a device that survives a
+    /// restart of rlun (`rlun attach --recover /dev/ublkbN`).
     ///
     /// rlun serves the LUN to the kernel's NBD client over socketpairs
     /// (one per --connections) and prints the device it attached. The
@@ -417,7 +421,7 @@ pub enum Command {
         /// iscsi://host[:port]/<iqn> or a config-file target name does when
         /// its target has one disk LUN.
         target: String,
-        /// The device, e.g. /dev/nbd0; a free one when left out.
+        /// The device, e.g. /dev/nbd0 or /dev/ublkb0; a free one when left out.
         device: Option<PathBuf>,
         #[command(flatten)]
         attach: AttachOpts,
@@ -435,7 +439,7 @@ pub enum Command {
     /// fails if written data did not reach the target. A device left
     /// connected by an rlun that was killed is disconnected directly.
     Detach {
-        /// The device, e.g. /dev/nbd0.
+        /// The device, e.g. /dev/nbd0 or /dev/ublkb0.
         device: PathBuf,
         /// Longest wait for the rlun process to finish.
         #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
@@ -747,6 +751,29 @@ pub struct AttachOpts {
     /// is killed, at the risk of errors during a long reconnect.
     #[arg(long, value_name = "DURATION", value_parser = parse_whole_seconds)]
     pub io_timeout: Option<Duration>,
+    /// Attach through ublk as /dev/ublkbN instead of nbd.
+    ///
+    /// The kernel's userspace block driver (ublk_drv, Linux 6.0+) hands
+    /// requests over io_uring, with no socket in between, and keeps the
+    /// device while rlun restarts (--recover). Implied by a /dev/ublkbN
+    /// device argument.
+    #[arg(long)]
+    pub ublk: bool,
+    /// ublk: hardware queues, one thread each [default: one per CPU, at most 4].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queues: Option<u16>,
+    /// ublk: requests in flight per queue.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub queue_depth: u16,
+    /// ublk: take over the named /dev/ublkbN, whose rlun died.
+    ///
+    /// I/O issued while no rlun served the device waits in the kernel and
+    /// completes now; the filesystem on it sees no error. Only data rlun
+    /// had written through is safe: with --cache write-back, what the dead
+    /// rlun held unwritten is lost. The device must have been attached to
+    /// the same LUN URL.
+    #[arg(long, requires = "device")]
+    pub recover: bool,
 }
 
 /// Options of `rlun serve`.

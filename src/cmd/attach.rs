@@ -1,6 +1,6 @@
 //! `rlun attach` / `rlun detach`: one LUN as a kernel block device
 //! (`/dev/nbdN`) through the kernel's NBD client (see
-//! [`crate::nbd::kernel`]).
+//! [`crate::nbd::kernel`]); `--ublk` goes to [`super::attach_ublk`].
 //!
 //! rlun creates `--connections` socketpairs, serves one end of each with
 //! the NBD server in transmission phase (no handshake: the kernel is told
@@ -99,6 +99,9 @@ pub async fn run(
     cache: &CacheOpts,
     conn: &ConnectOpts,
 ) -> Result<(), CliError> {
+    if o.ublk || o.recover || device.is_some_and(crate::ublk::is_ublk_path) {
+        return super::attach_ublk::run(ctx, arg, device, o, d, cache, conn).await;
+    }
     let index = device.map(parse_device).transpose()?;
     if o.connections == 0 {
         return Err(CliError::Usage("--connections must be at least 1".into()));
@@ -437,15 +440,26 @@ impl Attached {
 /// `rlun detach /dev/nbdN`: ask the rlun that attached it to stop, wait,
 /// and fail when written data did not reach the target.
 pub async fn detach(device: &Path, timeout: Duration) -> Result<(), CliError> {
-    let index = parse_device(device)?;
-    let dev = state_key(index);
+    let ublk_id = crate::ublk::parse_device(device).ok();
+    let dev = match ublk_id {
+        Some(id) => crate::ublk::block_path(id),
+        None => state_key(parse_device(device).map_err(|_| {
+            CliError::Usage(format!(
+                "{} is not a device rlun attaches (expected /dev/nbd<N> or /dev/ublkb<N>)",
+                device.display()
+            ))
+        })?),
+    };
     let state = daemon::state_file(&dev);
     let pid = std::fs::read_to_string(&state)
         .ok()
         .and_then(|t| t.trim().parse::<u32>().ok())
         .filter(|p| process_alive(*p));
     let Some(pid) = pid else {
-        return detach_orphan(index, &state);
+        return match ublk_id {
+            Some(id) => super::attach_ublk::detach_orphan(id, &state),
+            None => detach_orphan(parse_device(device)?, &state),
+        };
     };
     // Flush the device from here too, before rlun is asked to stop (rlun
     // flushes again before it disconnects; the second one finds nothing
@@ -534,7 +548,7 @@ fn unescape(name: &str) -> String {
 /// NBD socket or TCP address) or `mounted` (a mount point).
 fn classify(what: &str) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    if what.starts_with("/dev/nbd") {
+    if what.starts_with("/dev/nbd") || what.starts_with("/dev/ublkb") {
         "attached"
     } else if what.starts_with("nbd-")
         || std::fs::metadata(what).is_ok_and(|m| m.file_type().is_socket())

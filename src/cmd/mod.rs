@@ -19,6 +19,7 @@ macro_rules! out {
 }
 
 pub mod attach;
+mod attach_ublk;
 mod bench;
 pub mod context;
 mod cp;

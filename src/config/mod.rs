@@ -172,7 +172,8 @@ SETTINGS
     metrics_listen = "127.0.0.1:9860"
         Serve Prometheus metrics at http://ADDR:PORT/metrics when this
         target is served by its name (rlun mount NAME DIR, the
-        rlun-mount@NAME, rlun-serve@NAME and rlun-attach@NAME units), as
+        rlun-mount@NAME, rlun-serve@NAME, rlun-attach@NAME and
+        rlun-attach-ublk@NAME units), as
         --metrics-listen does; the command line's goes first.
     metrics_allow_remote = true
         Let metrics_listen be an address other hosts can reach (the
@@ -184,7 +185,7 @@ SETTINGS
     holds a secret inline, if its group or others can read it.
 
 SYSTEMD
-    The packages install three unit templates that run a target of this
+    The packages install four unit templates that run a target of this
     file by its name; the instance name is the <name> of [targets.<name>]:
     rlun-mount@<name>.service
         rlun mount <name> /run/rlun/mount/<name>: each disk LUN as a file
@@ -196,12 +197,18 @@ SYSTEMD
         rlun attach <name>: the target's one disk LUN (or the LUN its url
         names) as the first free /dev/nbdN, shown in the unit's status and
         by `rlun list`; the unit loads the nbd module first.
+    rlun-attach-ublk@<name>.service
+        rlun attach --ublk <name>: the same LUN as /dev/ublkbN (Linux 6.0+
+        with ublk_drv, loaded by the unit). When rlun dies the kernel keeps
+        the device and holds its I/O; the unit's restart recovers it, and
+        the I/O completes (write-through or none cache only: a write-back
+        cache's unwritten data dies with the process).
     The mount point, the socket and the device follow that fixed layout;
     timeouts, the cache and threads come from this file (the target's
     entry, or [defaults]), so an instance needs no options of its own. To
     use another layout, replace the unit's command with a drop-in
     (`systemctl edit rlun-mount@store`: an empty ExecStart= line, then your
-    ExecStart=). All three are Type=notify: the unit is started only when
+    ExecStart=). All are Type=notify: the unit is started only when
     the mount answers, the socket accepts clients or the device is
     configured. Stopping writes back cached data, logs out and unmounts or
     detaches (rlun-attach first flushes the device's dirty pages) within
