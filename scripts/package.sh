@@ -191,6 +191,7 @@ cp -a "$PWD/$root/." "%{buildroot}/"
 %attr(0644,root,root) /usr/lib/systemd/system/rlun-mount@.service
 %attr(0644,root,root) /usr/lib/systemd/system/rlun-serve@.service
 %attr(0644,root,root) /usr/lib/systemd/system/rlun-attach@.service
+%attr(0644,root,root) /usr/lib/systemd/system/rlun-attach-ublk@.service
 %attr(0644,root,root) %doc /usr/share/licenses/rlun/copyright
 %attr(0644,root,root) %doc /usr/share/doc/rlun/README.md
 %dir %attr(0755,root,root) /usr/share/rlun

@@ -134,7 +134,7 @@ for f in ./usr/bin/rlun ./usr/share/man/man8/rlun.8.gz ./usr/share/man/man8/rlun
     ./usr/share/bash-completion/completions/rlun ./usr/share/zsh/vendor-completions/_rlun \
     ./usr/share/fish/vendor_completions.d/rlun.fish ./etc/rlun/rlun.toml \
     ./lib/systemd/system/rlun-mount@.service ./lib/systemd/system/rlun-serve@.service \
-    ./lib/systemd/system/rlun-attach@.service ./usr/share/doc/rlun/copyright ./usr/share/doc/rlun/changelog.Debian.gz \
+    ./lib/systemd/system/rlun-attach@.service ./lib/systemd/system/rlun-attach-ublk@.service ./usr/share/doc/rlun/copyright ./usr/share/doc/rlun/changelog.Debian.gz \
     ./usr/share/rlun/grafana/rlun-dashboard.json; do
     check "deb contains $f" grep -Eq " $f\$" <<<"$list"
 done
@@ -179,7 +179,7 @@ for f in /usr/bin/rlun /usr/share/man/man8/rlun.8.gz /usr/share/man/man8/rlun-se
     /usr/share/man/man5/rlun.toml.5.gz /usr/share/bash-completion/completions/rlun \
     /usr/share/zsh/site-functions/_rlun /usr/share/fish/vendor_completions.d/rlun.fish \
     /usr/lib/systemd/system/rlun-mount@.service /usr/lib/systemd/system/rlun-serve@.service \
-    /usr/lib/systemd/system/rlun-attach@.service /usr/share/licenses/rlun/copyright \
+    /usr/lib/systemd/system/rlun-attach@.service /usr/lib/systemd/system/rlun-attach-ublk@.service /usr/share/licenses/rlun/copyright \
     /usr/share/rlun/grafana/rlun-dashboard.json; do
     check "rpm contains $f" grep -qx "$f" <<<"$rlist"
 done
@@ -223,7 +223,7 @@ check "installed: bash completion" bash -c "source /usr/share/bash-completion/co
 check "installed: /etc/rlun/rlun.toml mode 600 root" bash -c "[ \"\$(stat -c %a:%U /etc/rlun/rlun.toml)\" = 600:root ]"
 # systemd-analyze exits 0 on unknown keys and bad values (it only warns):
 # the check wants no output at all.
-for unit in mount serve attach; do
+for unit in mount serve attach attach-ublk; do
     check "installed: systemd-analyze verify rlun-$unit@store.service: no error, no warning" \
         bash -c 'out=$(systemd-analyze verify --man=no "$1" 2>&1) && [ -z "$out" ] || { echo "$out"; exit 1; }' \
         _ /lib/systemd/system/rlun-$unit@store.service
