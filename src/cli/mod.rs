@@ -517,6 +517,18 @@ pub enum Command {
         /// The shell.
         shell: Shell,
     },
+    /// Watch a ublk device for its rlun (started by `rlun attach --ublk`):
+    /// when that rlun dies and no new rlun takes the device over within
+    /// TIMEOUT seconds, delete the device so that the I/O it holds fails.
+    #[command(hide = true)]
+    UblkGuard {
+        /// N of /dev/ublkbN.
+        device: u32,
+        /// The rlun serving it.
+        server: u32,
+        /// Seconds to wait for a recovery.
+        timeout: u64,
+    },
     /// Write the man pages into a directory.
     #[command(hide = true)]
     GenerateMan {

@@ -51,15 +51,7 @@ pub fn parse_device(dev: &Path) -> Result<u32, CliError> {
         .ok_or_else(|| CliError::Usage(format!("{s} is not an NBD device (expected /dev/nbd<N>)")))
 }
 
-/// Seconds the kernel waits on a request (and on a dead connection)
-/// before failing it: `--io-timeout`, or by default longer than rlun's own
-/// reconnect window (`--replacement-timeout`, at least 30 s, plus 30 s).
-fn kernel_timeout(io_timeout: Option<Duration>, replacement: Duration) -> u64 {
-    match io_timeout {
-        Some(t) => t.as_secs().max(1),
-        None => replacement.as_secs().max(30) + 30,
-    }
-}
+use super::attach_ublk::kernel_timeout;
 
 fn kernel_error(e: KernelError) -> CliError {
     CliError::Other(e.to_string())

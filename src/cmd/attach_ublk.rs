@@ -31,6 +31,18 @@ use crate::ublk::{self, Event, UblkFailure};
 /// for its queues to end after (as `attach`'s for `/dev/nbdN`).
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Seconds the kernel waits on a request (and on a dead connection)
+/// before failing it (`/dev/nbdN`), or a device whose rlun died waits for
+/// a recovery (`/dev/ublkbN`): `--io-timeout`, or by default longer than
+/// rlun's own reconnect window (`--replacement-timeout`, at least 30 s,
+/// plus 30 s).
+pub fn kernel_timeout(io_timeout: Option<Duration>, replacement: Duration) -> u64 {
+    match io_timeout {
+        Some(t) => t.as_secs().max(1),
+        None => replacement.as_secs().max(30) + 30,
+    }
+}
+
 fn failure(e: UblkFailure) -> CliError {
     match e {
         UblkFailure::NotUblk(_) => CliError::Usage(e.to_string()),
@@ -119,6 +131,7 @@ pub async fn run(
             let front = Ublk {
                 arg,
                 iqn,
+                guard_timeout: kernel_timeout(o.io_timeout, settings.replacement_timeout),
                 url: url.to_string(),
                 opts: ublk::Options {
                     id,
@@ -138,6 +151,8 @@ pub async fn run(
 struct Ublk<'a> {
     arg: &'a str,
     iqn: String,
+    /// Seconds a device whose rlun died waits for a recovery.
+    guard_timeout: u64,
     url: String,
     opts: ublk::Options,
 }
@@ -175,15 +190,18 @@ impl FrontEnd for Ublk<'_> {
         )
         .map_err(failure)?;
         match events.recv().await {
-            Some(Event::Live(id)) => Ok(UblkAttached {
-                id,
-                dev: ublk::block_path(id),
-                url: self.url,
-                recovered: self.opts.recover,
-                queues: self.opts.queues,
-                exports,
-                events,
-            }),
+            Some(Event::Live(id)) => {
+                spawn_guard(id, self.guard_timeout);
+                Ok(UblkAttached {
+                    id,
+                    dev: ublk::block_path(id),
+                    url: self.url,
+                    recovered: self.opts.recover,
+                    queues: self.opts.queues,
+                    exports,
+                    events,
+                })
+            }
             Some(Event::Ended(Err(e))) => {
                 exports.shut_down();
                 Err(failure(e))
@@ -329,4 +347,72 @@ pub fn detach_orphan(id: u32, state: &Path) -> Result<(), CliError> {
          writes it had not acknowledged are lost)"
     );
     Ok(())
+}
+
+/// Start `rlun ublk-guard` for device `id` in a process group of its own
+/// (a kill of this rlun's group leaves it): if this rlun dies and no new
+/// one recovers the device within `timeout` seconds, it deletes the
+/// device, and the I/O held on it fails instead of waiting forever. Under
+/// systemd the unit's cgroup goes with the main process, guard included:
+/// there the unit's restart recovers the device.
+fn spawn_guard(id: u32, timeout: u64) {
+    use std::os::unix::process::CommandExt;
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            warn!(error = %e, "cannot start the guard of /dev/ublkb{id}: a kill -9 of this rlun leaves the device waiting for `rlun attach --recover` or `rlun detach`");
+            return;
+        }
+    };
+    let r = std::process::Command::new(exe)
+        .args([
+            "ublk-guard",
+            &id.to_string(),
+            &std::process::id().to_string(),
+            &timeout.to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+    match r {
+        Ok(child) => info!(pid = child.id(), timeout, "guard of /dev/ublkb{id} started"),
+        Err(e) => warn!(error = %e, "cannot start the guard of /dev/ublkb{id}"),
+    }
+}
+
+/// `rlun ublk-guard`: see [`spawn_guard`]. Ends when the device is gone,
+/// when a new rlun serves it (that one has its own guard), or after
+/// deleting it.
+pub async fn guard(id: u32, server: u32, timeout: Duration) -> Result<(), CliError> {
+    let tick = Duration::from_millis(500);
+    let mut dead_since: Option<std::time::Instant> = None;
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(st) = tokio::task::spawn_blocking(move || ublk::dev_state(id))
+            .await
+            .ok()
+            .flatten()
+        else {
+            return Ok(());
+        };
+        if process_alive(server) {
+            continue;
+        }
+        if st.served() && st.server_pid as u32 != server {
+            return Ok(());
+        }
+        let since = *dead_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() >= timeout {
+            let r = tokio::task::spawn_blocking(move || ublk::delete(id))
+                .await
+                .map_err(|e| CliError::Other(e.to_string()))?;
+            eprintln!(
+                "rlun: /dev/ublkb{id}: its rlun (pid {server}) died and no rlun recovered the \
+                 device in {}s: deleted it (the I/O held on it fails)",
+                timeout.as_secs()
+            );
+            return r.map_err(failure);
+        }
+    }
 }

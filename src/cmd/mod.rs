@@ -306,6 +306,11 @@ async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
         Command::List { json } => list::list(json).await,
         Command::Rescan { what, timeout } => rescan::rescan(what.as_deref(), timeout).await,
         Command::Stats { what, watch, json } => stats::stats(what.as_deref(), watch, json).await,
+        Command::UblkGuard {
+            device,
+            server,
+            timeout,
+        } => attach_ublk::guard(device, server, std::time::Duration::from_secs(timeout)).await,
         Command::GenerateMan { dir } => docs::generate_man(&dir),
         Command::Completions { shell } => {
             let mut out = std::io::stdout().lock();

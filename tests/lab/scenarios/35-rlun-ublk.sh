@@ -1,4 +1,4 @@
-# about: rlun attach --ublk of a LIO LUN over TCP as /dev/ublkbN: refused clearly without ublk_drv or on a busy device, fio verify on the raw device with every --cache mode, ext4 with fio verify while rlun is killed with SIGKILL and `attach --recover` takes the device over (0 fio errors, fsck clean, no I/O error in dmesg), the rlun-attach-ublk@ unit's ExecStart killed and started again recovers its device under fio, detach idle and after a recovery, a killed rlun's device deleted by `rlun detach` (held I/O fails with EIO, nothing hangs)
+# about: rlun attach --ublk of a LIO LUN over TCP as /dev/ublkbN: refused clearly without ublk_drv or on a busy device, fio verify on the raw device with every --cache mode, ext4 with fio verify while rlun is killed with SIGKILL and `attach --recover` takes the device over (0 fio errors, fsck clean, no I/O error in dmesg), the rlun-attach-ublk@ unit's ExecStart killed and started again recovers its device under fio, detach idle and after a recovery, a killed rlun's device deleted by `rlun detach`, or by its guard after --io-timeout when nobody recovers it (held I/O fails with EIO, nothing hangs)
 # default: yes
 # timeout: 900
 
@@ -20,7 +20,7 @@ scenario() {
     "$RLUN" attach --help | grep -q -- '--ublk' || skip "this rlun has no attach --ublk"
     modinfo ublk_drv >/dev/null 2>&1 || skip "kernel $(uname -r) has no ublk_drv (Debian 12's 6.1 is built without it; the lab's default 6.12 has it)"
     need lio
-    local W=$LAB_WORK backing=$LAB_DATA/lun512.img dev n pid rc mnt=$LAB_WORK/mnt fio t0 took mode
+    local W=$LAB_WORK backing=$LAB_DATA/lun512.img dev n pid rc mnt=$LAB_WORK/mnt fio t0 took rtook mode
     local url="iscsi://$LAB_IP_T:$LIO_TCP_PORT/$LIO_IQN/0"
     mkdir -p "$mnt"
     on_exit "umount '$mnt' 2>/dev/null; for d in 0 1 2 3; do '$RLUN' detach /dev/ublkb\$d 2>/dev/null; done; true"
@@ -122,7 +122,7 @@ scenario() {
     t0=$SECONDS
     capture "rlun attach --recover $dev" 120 "$W/recover.out" \
         env RUST_LOG=rlun=info "$RLUN" attach --recover --daemon --log-file "$W/recover.log" "$url" "$dev"
-    took=$((SECONDS - t0))
+    rtook=$((SECONDS - t0))
     assert_eq "the recovered device" "$dev" "$(head -n 1 "$W/recover.out")"
     rc=0
     wait_for "fio finishes after the recovery" 300 bash -c "! kill -0 $fio"
@@ -195,5 +195,24 @@ scenario() {
     wait "$dd" || rc=$?
     [ "$rc" -ne 0 ] || fail "the read held on the deleted device succeeded"
     log "the held read ended with exit code $rc: $(head -n 1 "$W/dd.err")"
-    note "fio verify on ext4 across kill -9 + attach --recover (${took}s): 0 errors, fsck clean; every --cache mode; orphan deleted by detach"
+
+    # kill -9 and nobody recovers: the guard rlun attach left behind
+    # deletes the device after --io-timeout, the held read fails with EIO.
+    capture "rlun attach --ublk --io-timeout 8s" 120 "$W/attach4.out" \
+        env RUST_LOG=rlun=info "$RLUN" attach --ublk --daemon --log-file "$W/attach4.log" --io-timeout 8s "$url"
+    dev=$(head -n 1 "$W/attach4.out")
+    n=${dev#/dev/ublkb}
+    pid=$(awk -v d="$dev" '$2 == d {print $3}' <("$RLUN" list))
+    grep -q "guard of $dev started" "$W/attach4.log" || fail "no guard started: $(tail -n 3 "$W/attach4.log")"
+    run "kill -9 rlun (pid $pid), no recovery, no detach" 10 kill -9 "$pid"
+    t0=$SECONDS rc=0
+    timeout -k 5 60 dd if="$dev" of=/dev/null bs=4k count=1 skip=2000 iflag=direct status=none \
+        2>"$W/dd2.err" || rc=$?
+    took=$((SECONDS - t0))
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "I/O on $dev hung for 60s after rlun was killed"
+    [ "$rc" -ne 0 ] || fail "a read from $dev succeeded with rlun dead and no recovery"
+    log "the read of the abandoned device: exit $rc after ${took}s: $(head -n 1 "$W/dd2.err")"
+    [ "$took" -le 30 ] || fail "the read failed only after ${took}s (io-timeout 8s)"
+    wait_for "$dev deleted by the guard" 30 ublk_gone "$n"
+    note "fio verify on ext4 across kill -9 + attach --recover (${rtook}s): 0 errors, fsck clean; every --cache mode; orphan deleted by detach; abandoned device deleted by the guard after ${took}s (io-timeout 8s)"
 }
