@@ -61,6 +61,9 @@ _rlun() {
             rlun,stats)
                 cmd="rlun__subcmd__stats"
                 ;;
+            rlun,ublk-guard)
+                cmd="rlun__subcmd__ublk__subcmd__guard"
+                ;;
             rlun,umount)
                 cmd="rlun__subcmd__umount"
                 ;;
@@ -109,6 +112,9 @@ _rlun() {
             rlun__subcmd__help,stats)
                 cmd="rlun__subcmd__help__subcmd__stats"
                 ;;
+            rlun__subcmd__help,ublk-guard)
+                cmd="rlun__subcmd__help__subcmd__ublk__subcmd__guard"
+                ;;
             rlun__subcmd__help,umount)
                 cmd="rlun__subcmd__help__subcmd__umount"
                 ;;
@@ -119,7 +125,7 @@ _rlun() {
 
     case "${cmd}" in
         rlun)
-            opts="-v -q -h -V --verbose --quiet --log-format --threads --config --help --version discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help"
+            opts="-v -q -h -V --verbose --quiet --log-format --threads --config --help --version discover ls info cp bench mount umount serve attach detach rescan stats list completions ublk-guard generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -619,7 +625,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help)
-            opts="discover ls info cp bench mount umount serve attach detach rescan stats list completions generate-man help"
+            opts="discover ls info cp bench mount umount serve attach detach rescan stats list completions ublk-guard generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -829,6 +835,20 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help__subcmd__stats)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__help__subcmd__ublk__subcmd__guard)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1315,6 +1335,32 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
+                    return 0
+                    ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__ublk__subcmd__guard)
+            opts="-v -q -h -V --verbose --quiet --log-format --threads --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --log-format)
                     COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
