@@ -333,7 +333,7 @@ pub fn detach_orphan(id: u32, state: &Path) -> Result<(), CliError> {
     let Some(st) = ublk::dev_state(id) else {
         return Err(CliError::Other(format!("/dev/ublkb{id} does not exist")));
     };
-    if st.server_pid > 0 && process_alive(st.server_pid as u32) && st.live {
+    if st.served && st.live {
         return Err(CliError::Other(format!(
             "/dev/ublkb{id} is not attached by rlun (no live process in {}; pid {} serves it)",
             state.display(),
@@ -389,30 +389,33 @@ pub async fn guard(id: u32, server: u32, timeout: Duration) -> Result<(), CliErr
     let mut dead_since: Option<std::time::Instant> = None;
     loop {
         tokio::time::sleep(tick).await;
-        let Some(st) = tokio::task::spawn_blocking(move || ublk::dev_state(id))
+        let state = tokio::task::spawn_blocking(move || ublk::dev_state(id))
             .await
             .ok()
-            .flatten()
-        else {
-            return Ok(());
+            .flatten();
+        let dead_for = if process_alive(server) {
+            None
+        } else {
+            Some(
+                dead_since
+                    .get_or_insert_with(std::time::Instant::now)
+                    .elapsed(),
+            )
         };
-        if process_alive(server) {
-            continue;
-        }
-        if st.served() && st.server_pid as u32 != server {
-            return Ok(());
-        }
-        let since = *dead_since.get_or_insert_with(std::time::Instant::now);
-        if since.elapsed() >= timeout {
-            let r = tokio::task::spawn_blocking(move || ublk::delete(id))
-                .await
-                .map_err(|e| CliError::Other(e.to_string()))?;
-            eprintln!(
-                "rlun: /dev/ublkb{id}: its rlun (pid {server}) died and no rlun recovered the \
-                 device in {}s: deleted it (the I/O held on it fails)",
-                timeout.as_secs()
-            );
-            return r.map_err(failure);
+        match ublk::guard_step(state, server, dead_for, timeout) {
+            ublk::GuardStep::Wait => {}
+            ublk::GuardStep::Leave => return Ok(()),
+            ublk::GuardStep::Delete => {
+                let r = tokio::task::spawn_blocking(move || ublk::delete(id))
+                    .await
+                    .map_err(|e| CliError::Other(e.to_string()))?;
+                eprintln!(
+                    "rlun: /dev/ublkb{id}: its rlun (pid {server}) died and no rlun recovered \
+                     the device in {}s: deleted it (the I/O held on it fails)",
+                    timeout.as_secs()
+                );
+                return r.map_err(failure);
+            }
         }
     }
 }

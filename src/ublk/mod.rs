@@ -34,6 +34,7 @@
 //! write-back`) dies with it: recovery is safe with write-through and
 //! none only.
 
+mod recovery;
 mod request;
 
 use std::io::{Read, Write};
@@ -55,6 +56,7 @@ use tracing::{debug, warn};
 use crate::client::Lun;
 use crate::export::{Export, ExportInfo, ZeroMode};
 
+pub use recovery::{guard_step, is_orphan_of, may_recover, DevState, GuardStep};
 pub use request::{decode, io_buf_bytes, params, Request};
 
 /// The control device `ublk_drv` creates.
@@ -195,14 +197,6 @@ fn find_key(v: &serde_json::Value, key: &str) -> Option<String> {
     }
 }
 
-/// The driver's view of device `id`: its state and server pid.
-#[derive(Debug, Clone, Copy)]
-pub struct DevState {
-    pub live: bool,
-    pub quiesced: bool,
-    pub server_pid: i32,
-}
-
 /// Ask the driver about device `id`; `None` when it does not exist.
 pub fn dev_state(id: u32) -> Option<DevState> {
     if !Path::new(CONTROL).exists() {
@@ -210,18 +204,13 @@ pub fn dev_state(id: u32) -> Option<DevState> {
     }
     let ctrl = UblkCtrl::new_simple(id as i32).ok()?;
     let info = ctrl.dev_info();
+    let pid = info.ublksrv_pid;
     Some(DevState {
         live: u32::from(info.state) == libublk::sys::UBLK_S_DEV_LIVE,
         quiesced: u32::from(info.state) == libublk::sys::UBLK_S_DEV_QUIESCED,
-        server_pid: info.ublksrv_pid,
+        server_pid: pid,
+        served: pid > 0 && Path::new(&format!("/proc/{pid}")).exists(),
     })
-}
-
-impl DevState {
-    /// Whether a live process serves the device.
-    pub fn served(&self) -> bool {
-        self.server_pid > 0 && Path::new(&format!("/proc/{}", self.server_pid)).exists()
-    }
 }
 
 /// A device an rlun attached to `url` and then died: the kernel holds it
@@ -233,10 +222,8 @@ pub fn find_orphan(url: &str) -> Option<u32> {
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("ublkc")?.parse().ok())
         .collect();
     ids.sort_unstable();
-    ids.into_iter().find(|&id| {
-        stored_url(id).as_deref() == Some(url)
-            && dev_state(id).is_some_and(|s| s.quiesced || !s.served())
-    })
+    ids.into_iter()
+        .find(|&id| is_orphan_of(dev_state(id), stored_url(id).as_deref(), url))
 }
 
 /// Stop device `id` (STOP_DEV): its queues end and I/O on it fails; the
@@ -309,7 +296,7 @@ fn run(
     let id = opts.id.map_or(-1, |i| i as i32);
     let flags = if opts.recover {
         let id = opts.id.ok_or(UblkFailure::Ended)?;
-        recover_check(id, &opts.url)?;
+        may_recover(id, dev_state(id), stored_url(id).as_deref(), &opts.url)?;
         let old = UblkCtrl::new_simple(id as i32).map_err(driver(format!("/dev/ublkb{id}")))?;
         old.start_user_recover()
             .map_err(driver(format!("recovering /dev/ublkb{id}")))
@@ -365,26 +352,6 @@ fn run(
     }
     r.map(drop)
         .map_err(driver(format!("running /dev/ublkb{dev_id}")))
-}
-
-/// Refuse a recovery that cannot be one: no device, a live server, or a
-/// device attached to another LUN.
-fn recover_check(id: u32, url: &str) -> Result<(), UblkFailure> {
-    let state = dev_state(id).ok_or(UblkFailure::NoSuchDevice(id))?;
-    if state.live && state.served() {
-        return Err(UblkFailure::Alive {
-            id,
-            pid: state.server_pid,
-        });
-    }
-    match stored_url(id) {
-        Some(stored) if stored != url => Err(UblkFailure::OtherLun {
-            id,
-            stored,
-            asked: url.to_owned(),
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// What every queue thread shares.
