@@ -47,6 +47,8 @@ GUEST_RUN = LAB_DIR / "guest" / "run.sh"
 BOOT_TIMEOUT_S = 420  # software emulation on a busy 2-core machine: ~60 s usually
 SELFTEST_SCENARIO = "selftest-fail"
 COMPARE_SCENARIO = "compare"
+# --compare runs these too (each skips itself where it cannot run).
+COMPARE_EXTRA = ("compare-ublk",)
 
 STATUSES = ("PASS", "FAIL", "SKIP")
 KEEP_RUNS = 10  # result directories kept under .lab-out/
@@ -100,6 +102,7 @@ def select(
     wanted = set(names) if names else {s.name for s in scenarios if s.default}
     if compare:
         wanted.add(COMPARE_SCENARIO)
+        wanted.update(n for n in COMPARE_EXTRA if n in by_name)
     if selftest_fail:
         wanted.add(SELFTEST_SCENARIO)
     return [s for s in scenarios if s.name in wanted]

@@ -55,6 +55,7 @@ class Selection(unittest.TestCase):
             mk("a", True),
             mk("b", False),
             mk(lab.COMPARE_SCENARIO, False),
+            mk("compare-ublk", False),
             mk(lab.SELFTEST_SCENARIO, False),
         ]
 
@@ -70,7 +71,7 @@ class Selection(unittest.TestCase):
 
     def test_compare_adds_the_comparison(self):
         chosen = lab.select(self.all, ["b"], True, False)
-        self.assertEqual(self.names(chosen), ["b", lab.COMPARE_SCENARIO])
+        self.assertEqual(self.names(chosen), ["b", lab.COMPARE_SCENARIO, "compare-ublk"])
 
     def test_unknown_name_stops_with_the_known_ones(self):
         with self.assertRaises(SystemExit) as cm:
