@@ -1,4 +1,4 @@
-# about: rlun attach --ublk of a LIO LUN over TCP as /dev/ublkbN: refused clearly without ublk_drv or on a busy device, fio verify on the raw device with every --cache mode, ext4 with fio verify while rlun is killed with SIGKILL and `attach --recover` takes the device over (0 fio errors, fsck clean, no I/O error in dmesg), the rlun-attach-ublk@ unit's ExecStart killed and started again recovers its device under fio, detach idle and after a recovery, a killed rlun's device deleted by `rlun detach`, or by its guard after --io-timeout when nobody recovers it (held I/O fails with EIO, nothing hangs)
+# about: rlun attach --ublk of a LIO LUN over TCP as /dev/ublkbN: refused clearly without ublk_drv or on a busy device, fio verify on the raw device with every --cache mode, ext4 with fio verify while rlun is killed with SIGKILL and `attach --recover` takes the device over (0 fio errors, fsck clean, no I/O error in dmesg), the rlun-attach-ublk@ unit's ExecStart killed and started again recovers its device under fio, detach idle, busy (fio ends with an error, not a hang) and after a recovery, a killed rlun's device deleted by `rlun detach`, or by its guard after --io-timeout when nobody recovers it (held I/O fails with EIO, nothing hangs)
 # default: yes
 # timeout: 900
 
@@ -95,6 +95,30 @@ scenario() {
             --output="$W/fio-$mode.txt"
         run "rlun detach $dev (--cache $mode)" 120 "$RLUN" detach "$dev"
     done
+
+    # Busy detach: fio writes at QD8 until it fails. rlun fsyncs, stops
+    # and deletes the device; fio ends with EIO (not a hang) and rlun
+    # detach succeeds: every write the kernel handed over reached LIO.
+    capture "attach --ublk for a busy detach" 120 "$W/attach-busy.out" \
+        "$RLUN" attach --ublk --daemon --log-file "$W/attach-busy.log" "$url"
+    dev=$(head -n 1 "$W/attach-busy.out")
+    n=${dev#/dev/ublkb}
+    setsid fio --name=busy --filename="$dev" --rw=randwrite --bs=64k --ioengine=libaio \
+        --iodepth=8 --direct=1 --size=16M --time_based --runtime=300 \
+        --output="$W/fio-busy.txt" </dev/null >/dev/null 2>"$W/fio-busy.err" &
+    fio=$!
+    sleep 5
+    kill -0 "$fio" || fail "fio stopped before the detach: $(cat "$W/fio-busy.err")"
+    t0=$SECONDS
+    run "rlun detach $dev while fio writes" 120 "$RLUN" detach "$dev"
+    rc=0
+    wait_for "fio ends after the detach (no hang)" 60 bash -c "! kill -0 $fio"
+    wait "$fio" || rc=$?
+    [ "$rc" -ne 0 ] || fail "fio kept succeeding on a detached device"
+    grep -qE 'Input/output error|error=5|err= *5|No such device|error=19' "$W/fio-busy.err" "$W/fio-busy.txt" ||
+        fail "fio failed, but not with EIO/ENODEV: $(head -n 2 "$W/fio-busy.err")"
+    log "ok: busy detach in $((SECONDS - t0))s, fio ended with exit code $rc: $(grep -m1 -oE 'error=[^,]*' "$W/fio-busy.err" "$W/fio-busy.txt" | head -n 1)"
+    wait_for "$dev deleted" 30 ublk_gone "$n"
 
     # ext4, fio verify on a file, and rlun killed with SIGKILL in the
     # middle: the kernel keeps the device and holds its I/O; attach

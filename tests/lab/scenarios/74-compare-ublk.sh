@@ -39,6 +39,8 @@ scenario() {
     sd=/dev/$(kernel_disk "$LIO_BENCH_IQN" "$LIO_TCP_PORT" 0) || fail "no kernel disk for the bench LUN"
     log "devices: ublk $ublk (pid $upid), nbd $nbd (pid $npid), kernel initiator $sd"
 
+    # rlun's own I/O loop on the same LUN, no front end: what the
+    # initiator alone reaches here (after the rounds, as one more row).
     local r d c name bs rw who dev pid t0 t1
     local cases=("randread4k 4k randread" "read128k 128k read")
     for r in $(seq 1 "$rounds"); do
@@ -62,6 +64,11 @@ scenario() {
                 echo "$((t1 - t0))" >"$d/ticks-$who-$name.txt"
             done
         done
+    done
+    for c in "${cases[@]}"; do
+        read -r name bs rw <<<"$c"
+        capture "rlun bench $rw $bs qd32" "$limit" "$W/bench-$name.json" \
+            "$RLUN" bench "$url" --pattern "$rw" --bs "$bs" --qd 32 --duration "${secs}s" --json
     done
     run "rlun detach $ublk" 120 "$RLUN" detach "$ublk"
     run "rlun detach $nbd" 120 "$RLUN" detach "$nbd"
@@ -92,6 +99,14 @@ for name, label in CASES.items():
                      "cpu_s_per_gib_median": statistics.median(cpu),
                      "cpu_kind": "fio usr+sys (lower bound)" if who == "sd" else "rlun process"})
 
+bench = {}
+for name, label in CASES.items():
+    b = json.load(open(f"{work}/bench-{name}.json"))
+    bench[label] = b["iops"]
+    rows.append({"case": label, "who": "rlun bench", "iops_median": b["iops"], "iops_min": b["iops"],
+                 "iops_max": b["iops"], "mb_s_median": b["mb_per_s"], "cpu_s_per_gib_median": None,
+                 "cpu_kind": "one run after the rounds"})
+
 def med(case, who):
     return next(r["iops_median"] for r in rows if r["case"] == case and r["who"] == who)
 
@@ -100,13 +115,15 @@ ratios = {
     "randread 4k: ublk / kernel": med("randread 4k qd32", WHO["ublk"]) / med("randread 4k qd32", WHO["sd"]),
     "seq read 128k: ublk / nbd": med("seq read 128k qd32", WHO["ublk"]) / med("seq read 128k qd32", WHO["nbd"]),
     "seq read 128k: ublk / kernel": med("seq read 128k qd32", WHO["ublk"]) / med("seq read 128k qd32", WHO["sd"]),
+    "randread 4k: ublk / rlun bench": med("randread 4k qd32", WHO["ublk"]) / bench["randread 4k qd32"],
+    "seq read 128k: ublk / rlun bench": med("seq read 128k qd32", WHO["ublk"]) / bench["seq read 128k qd32"],
 }
 table = [f"ublk comparison: fio (libaio, direct, QD 32) on rlun's /dev/ublkbN and /dev/nbdN (--cache none) and the "
          f"kernel initiator's /dev/sdX, same LIO LUN, {rounds} rounds of {secs} s, medians (min-max); software emulation: ratios only",
          f"  {'case':<20} {'device':<16} {'IOPS median':>12} {'(min-max)':>17} {'MB/s':>8} {'CPU s/GiB':>10}"]
 for r in rows:
     table.append(f"  {r['case']:<20} {r['who']:<16} {r['iops_median']:12.0f} "
-                 f"{'(%.0f-%.0f)' % (r['iops_min'], r['iops_max']):>17} {r['mb_s_median']:8.1f} {r['cpu_s_per_gib_median']:10.2f}")
+                 f"{'(%.0f-%.0f)' % (r['iops_min'], r['iops_max']):>17} {r['mb_s_median']:8.1f} {'-' if r['cpu_s_per_gib_median'] is None else format(r['cpu_s_per_gib_median'], '.2f'):>10}")
 for k, v in ratios.items():
     table.append(f"  {k}: {v:.2f}")
 json.dump({"what": "fio on rlun's ublk and nbd devices vs the kernel initiator", "seconds_per_run": secs,
