@@ -26,16 +26,15 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use super::context::device_config;
 use super::context::Ctx;
 use super::error::CliError;
-use crate::cli::{AttachOpts, CacheChoice, CacheOpts, ConnectOpts, DaemonOpts};
+use crate::cli::{AttachOpts, CacheOpts, ConnectOpts, DaemonOpts};
 use crate::client::Lun;
 use crate::daemon::{self, process_alive, Readiness, Signals};
 use crate::export::{Export, ExportSet};
 use crate::nbd::kernel::{self, flags, ConnectParams, Interface, IoctlSession, KernelError};
 use crate::nbd::server::{Limits, Server};
-use crate::service::{self, ChangeHook, ExportChange, FrontEnd, Live, Plan};
+use crate::service::{self, ChangeHook, ExportChange, FrontEnd, Live};
 
 /// Longest wait for the fsync of `/dev/nbdN` before a disconnect (see
 /// [`kernel::flush_device`]); then the device is disconnected anyway.
@@ -51,7 +50,7 @@ pub fn parse_device(dev: &Path) -> Result<u32, CliError> {
         .ok_or_else(|| CliError::Usage(format!("{s} is not an NBD device (expected /dev/nbd<N>)")))
 }
 
-use super::attach_ublk::kernel_timeout;
+use super::attach_ublk::{accept_one, kernel_timeout, prepare, Attachment};
 
 fn kernel_error(e: KernelError) -> CliError {
     CliError::Other(e.to_string())
@@ -103,28 +102,12 @@ pub async fn run(
         &d.options(),
         ctx.ready_deadline(arg, conn),
         async |readiness: &mut Readiness| {
-            let (url, entry) = ctx.resolve_url(arg)?;
-            let Some(iqn) = url.target.clone() else {
-                return Err(CliError::Usage(format!(
-                    "{arg} names a portal, not a LUN: attach one LUN (iscsi://host/<iqn>/<lun>)"
-                )));
-            };
-            let settings = ctx.settings(
-                &url,
-                entry.as_deref(),
-                &conn.settings().or(&cache.settings()),
-            );
-            let plan = Plan {
-                session: ctx.session_config(&url, entry.as_deref(), conn)?,
-                target: iqn.clone(),
-                lun: url.lun,
-                device: device_config(
-                    &settings,
-                    settings.cache.unwrap_or(CacheChoice::WriteThrough).mode(),
-                ),
-                read_only: o.read_only,
-                metrics: ctx.metrics(entry.as_deref(), d.metrics()),
-            };
+            let Attachment {
+                url,
+                iqn,
+                settings,
+                plan,
+            } = prepare(ctx, arg, o, d, cache, conn)?;
             let front = Kernel {
                 arg,
                 iqn,
@@ -164,13 +147,7 @@ impl FrontEnd for Kernel<'_> {
     const FIXED_LUNS: bool = true;
 
     fn accept(&self, count: usize) -> Result<(), CliError> {
-        if count == 1 {
-            return Ok(());
-        }
-        Err(CliError::Usage(format!(
-            "{} has {count} disk LUNs: name one (iscsi://host/{}/<lun>)",
-            self.arg, self.iqn
-        )))
+        accept_one(count, self.arg, &self.iqn)
     }
 
     async fn start(self, exports: Arc<ExportSet<Lun>>) -> Result<Attached, CliError> {

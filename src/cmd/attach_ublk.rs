@@ -21,11 +21,13 @@ use super::context::Ctx;
 use super::error::CliError;
 use crate::cli::{AttachOpts, CacheChoice, CacheOpts, ConnectOpts, DaemonOpts};
 use crate::client::Lun;
+use crate::config::settings::Effective;
 use crate::daemon::{self, process_alive, Readiness, Signals};
 use crate::export::ExportSet;
 use crate::nbd::kernel;
 use crate::service::{self, ChangeHook, ExportChange, FrontEnd, Live, Plan};
 use crate::ublk::{self, Event, UblkFailure};
+use crate::url::TargetUrl;
 
 /// Longest wait for the fsync of `/dev/ublkbN` before it is stopped, and
 /// for its queues to end after (as `attach`'s for `/dev/nbdN`).
@@ -86,32 +88,18 @@ pub async fn run(
         &d.options(),
         ctx.ready_deadline(arg, conn),
         async |readiness: &mut Readiness| {
-            let (url, entry) = ctx.resolve_url(arg)?;
-            let Some(iqn) = url.target.clone() else {
-                return Err(CliError::Usage(format!(
-                    "{arg} names a portal, not a LUN: attach one LUN (iscsi://host/<iqn>/<lun>)"
-                )));
-            };
-            let settings = ctx.settings(
-                &url,
-                entry.as_deref(),
-                &conn.settings().or(&cache.settings()),
-            );
-            let mode = settings.cache.unwrap_or(CacheChoice::WriteThrough).mode();
-            if mode == crate::device::CacheMode::WriteBack {
+            let Attachment {
+                url,
+                iqn,
+                settings,
+                plan,
+            } = prepare(ctx, arg, o, d, cache, conn)?;
+            if plan.device.mode == crate::device::CacheMode::WriteBack {
                 info!(
                     "--cache write-back on ublk: what this rlun holds unwritten when it dies \
                      is lost, even when a new rlun recovers the device"
                 );
             }
-            let plan = Plan {
-                session: ctx.session_config(&url, entry.as_deref(), conn)?,
-                target: iqn.clone(),
-                lun: url.lun,
-                device: device_config(&settings, mode),
-                read_only: o.read_only,
-                metrics: ctx.metrics(entry.as_deref(), d.metrics()),
-            };
             // A device an rlun attached to this LUN and then died (a
             // crash, kill -9, the unit's restart): take it over rather than
             // add a second device for the same LUN.
@@ -147,6 +135,64 @@ pub async fn run(
     .await
 }
 
+/// What `attach` settles before its front end (nbd or ublk) starts: the
+/// one LUN the argument names, the effective settings, the serving plan.
+pub struct Attachment {
+    pub url: TargetUrl,
+    pub iqn: String,
+    pub settings: Effective,
+    pub plan: Plan,
+}
+
+/// [`Attachment`] for `arg`: a URL or config-file name of one LUN (or of a
+/// target with one disk LUN, which [`accept_one`] checks after login).
+pub fn prepare(
+    ctx: &Ctx,
+    arg: &str,
+    o: &AttachOpts,
+    d: &DaemonOpts,
+    cache: &CacheOpts,
+    conn: &ConnectOpts,
+) -> Result<Attachment, CliError> {
+    let (url, entry) = ctx.resolve_url(arg)?;
+    let Some(iqn) = url.target.clone() else {
+        return Err(CliError::Usage(format!(
+            "{arg} names a portal, not a LUN: attach one LUN (iscsi://host/<iqn>/<lun>)"
+        )));
+    };
+    let settings = ctx.settings(
+        &url,
+        entry.as_deref(),
+        &conn.settings().or(&cache.settings()),
+    );
+    let mode = settings.cache.unwrap_or(CacheChoice::WriteThrough).mode();
+    let plan = Plan {
+        session: ctx.session_config(&url, entry.as_deref(), conn)?,
+        target: iqn.clone(),
+        lun: url.lun,
+        device: device_config(&settings, mode),
+        read_only: o.read_only,
+        metrics: ctx.metrics(entry.as_deref(), d.metrics()),
+    };
+    Ok(Attachment {
+        url,
+        iqn,
+        settings,
+        plan,
+    })
+}
+
+/// `attach` serves exactly one LUN: `count` opened LUNs of `arg`'s target
+/// `iqn` other than one are a usage error.
+pub fn accept_one(count: usize, arg: &str, iqn: &str) -> Result<(), CliError> {
+    if count == 1 {
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "{arg} has {count} disk LUNs: name one (iscsi://host/{iqn}/<lun>)"
+    )))
+}
+
 /// The ublk front end of [`service::serve`].
 struct Ublk<'a> {
     arg: &'a str,
@@ -166,13 +212,7 @@ impl FrontEnd for Ublk<'_> {
     const FIXED_LUNS: bool = true;
 
     fn accept(&self, count: usize) -> Result<(), CliError> {
-        if count == 1 {
-            return Ok(());
-        }
-        Err(CliError::Usage(format!(
-            "{} has {count} disk LUNs: name one (iscsi://host/{}/<lun>)",
-            self.arg, self.iqn
-        )))
+        accept_one(count, self.arg, &self.iqn)
     }
 
     async fn start(self, exports: Arc<ExportSet<Lun>>) -> Result<UblkAttached, CliError> {
