@@ -176,6 +176,10 @@ struct Live<T: Transport> {
     write_error: oneshot::Receiver<std::io::Error>,
     /// Encodes what the core wants sent, with the negotiated digests.
     encoder: T::Encoder,
+    /// How many frames the last batch had: the next batch's vector is
+    /// allocated that large at once instead of growing (and copying its
+    /// frames) four or five times on the way to a queue depth's worth.
+    batch_hint: usize,
 }
 
 /// A connection attempt (connect and log in) under way.
@@ -462,7 +466,7 @@ impl<T: Transport> Driver<T> {
         let Some(live) = self.live.as_mut() else {
             return;
         };
-        let mut frames = Vec::new();
+        let mut frames = Vec::with_capacity(live.batch_hint);
         while let Some(tx) = self.machine.poll_transmit() {
             let itt = tx.direct.as_ref().map(|d| d.itt);
             match live.encoder.encode(tx) {
@@ -481,6 +485,7 @@ impl<T: Transport> Driver<T> {
         if frames.is_empty() {
             return;
         }
+        live.batch_hint = frames.len().clamp(4, 256);
         if live.frames.send(frames).is_err() {
             self.connection_failed(TransportError::Closed);
         }
@@ -757,6 +762,7 @@ fn enter_full_feature_phase<T: Transport>(
         frames: frames_tx,
         write_error: werr_rx,
         encoder,
+        batch_hint: 4,
     };
     FullFeature {
         live,

@@ -310,9 +310,9 @@ pub trait FrameWriter: Send + Sized + 'static {
         err: oneshot::Sender<io::Error>,
     ) -> impl Future<Output = ()> + Send {
         async move {
-            let mut batch: Vec<Self::Frame> = Vec::new();
-            while let Some(first) = rx.recv().await {
-                batch.extend(first);
+            while let Some(mut batch) = rx.recv().await {
+                // The first batch is written from the driver's own vector,
+                // so its frames are not moved again; later ones join it.
                 while batch.len() < 4096 {
                     match rx.try_recv() {
                         Ok(more) => batch.extend(more),
@@ -323,7 +323,6 @@ pub trait FrameWriter: Send + Sized + 'static {
                     let _ = err.send(e);
                     return;
                 }
-                batch.clear();
             }
             // The driver dropped this connection: close our side so the
             // target sees the end.
