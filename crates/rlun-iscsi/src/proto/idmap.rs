@@ -137,9 +137,14 @@ impl<V> SlotTable<V> {
             self.grow(Some(id));
             i = self.slot(id);
         }
-        if self.slots[i].replace((id, v)).is_none() {
+        // Assigned in place (the old value, if any, dropped where it is)
+        // rather than `replace`d: a value can be large (a connection's
+        // task), and `replace` would move the old one out as well.
+        let slot = &mut self.slots[i];
+        if slot.is_none() {
             self.len += 1;
         }
+        *slot = Some((id, v));
     }
 
     pub fn get(&self, id: u64) -> Option<&V> {

@@ -65,6 +65,15 @@ impl Connection {
             });
             return;
         }
+        // Nothing waits and the window and queue depth allow it: straight
+        // out, without a trip through the queue (the usual case).
+        if self.waiting.is_empty()
+            && self.window_open()
+            && self.commands_in_flight < self.params.queue_depth
+        {
+            self.send_command(id, req);
+            return;
+        }
         self.waiting.push_back(Queued::Command(id, req));
         self.pump();
     }
