@@ -466,8 +466,13 @@ impl<T: Transport> Driver<T> {
         let Some(live) = self.live.as_mut() else {
             return;
         };
-        let mut frames = Vec::with_capacity(live.batch_hint);
+        // Allocated at the first frame: most turns that only receive send
+        // nothing, and must not pay for an empty batch.
+        let mut frames = Vec::new();
         while let Some(tx) = self.machine.poll_transmit() {
+            if frames.capacity() == 0 {
+                frames.reserve_exact(live.batch_hint);
+            }
             let itt = tx.direct.as_ref().map(|d| d.itt);
             match live.encoder.encode(tx) {
                 Ok(Encoded { frame, hold }) => {
