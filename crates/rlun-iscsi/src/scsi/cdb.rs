@@ -29,6 +29,8 @@ pub mod opcode {
     /// SERVICE ACTION IN(16); READ CAPACITY(16) is its service action 0x10.
     pub const SERVICE_ACTION_IN_16: u8 = 0x9E;
     pub const REPORT_LUNS: u8 = 0xA0;
+    /// MAINTENANCE IN; REPORT TARGET PORT GROUPS is its service action 0x0A.
+    pub const MAINTENANCE_IN: u8 = 0xA3;
 }
 
 /// SERVICE ACTION IN(16) service action of READ CAPACITY(16) (SBC-4 5.21).
@@ -63,6 +65,7 @@ pub fn opcode_name(op: u8) -> &'static str {
         opcode::WRITE_SAME_16 => "WRITE SAME(16)",
         opcode::SERVICE_ACTION_IN_16 => "SERVICE ACTION IN(16)",
         opcode::REPORT_LUNS => "REPORT LUNS",
+        opcode::MAINTENANCE_IN => "MAINTENANCE IN",
         _ => "unknown command",
     }
 }

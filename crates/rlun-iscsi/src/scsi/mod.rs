@@ -22,6 +22,7 @@
 //! requires gives [`ParseError::Truncated`], whose [`ParseError::needed`] tells
 //! the caller how large an allocation length to retry with.
 
+pub mod alua;
 pub mod capacity;
 pub mod cdb;
 pub mod inquiry;
@@ -229,6 +230,7 @@ mod never_panic {
                 let _ = c.physical_block_length();
             }
             let _ = luns::ReportLuns::parse(&buf);
+            let _ = alua::TargetPortGroups::parse(&buf);
             let _ = mode::ModeSense::parse6(&buf).map(|m| m.caching());
             let _ = mode::ModeSense::parse10(&buf).map(|m| m.caching());
             if let Ok(s) = sense::Sense::parse(&buf) {
