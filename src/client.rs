@@ -25,7 +25,8 @@ use rlun_iscsi::ErrorKind;
 use thiserror::Error;
 use tracing::{debug, warn};
 
-use crate::session::{CommandQueue, Completion, SessionConfig, SessionError, SessionHandle};
+use crate::multipath::{PathSet, Route, Router};
+use crate::session::{SessionConfig, SessionError, SessionHandle};
 use rlun_iscsi::proto::connection::{CommandRequest, CommandResult};
 use rlun_iscsi::proto::pdu::TaskAttr;
 use rlun_iscsi::scsi::cdb::{self, Cdb, CdbError, WriteSame};
@@ -36,7 +37,10 @@ use rlun_iscsi::scsi::{lun_to_bytes, ParseError, ReadCapacity10, ReadCapacity16,
 use rlun_iscsi::scsi::{ScsiError, Status};
 
 mod identity;
+mod queue;
+
 pub use identity::LunIdentity;
+pub use queue::LunQueue;
 
 /// Errors of the client layer.
 #[derive(Debug, Error)]
@@ -68,6 +72,17 @@ pub enum ClientError {
     },
     #[error("LUN {0} is write protected (read-only)")]
     ReadOnly(u64),
+    /// With several portals: one of them reaches another logical unit
+    /// than the first (VPD pages 0x80 and 0x83 differ).
+    #[error(
+        "the path through {portal} reaches another logical unit than the first path for LUN {lun} \
+         ({identity}): the portals given with --portal must be paths to the same target"
+    )]
+    PathsDiffer {
+        lun: u64,
+        portal: String,
+        identity: String,
+    },
     #[error(
         "I/O at block {lba} for {blocks} blocks is past the end of the LUN ({capacity} blocks)"
     )]
@@ -101,7 +116,7 @@ impl ClientError {
             ClientError::Session(s) => s.kind(),
             ClientError::LunNotFound(_) | ClientError::Fenced(_) => ErrorKind::NotFound,
             // It exists: asking rlun to read or write it is the mistake.
-            ClientError::NotADisk { .. } => ErrorKind::Usage,
+            ClientError::NotADisk { .. } | ClientError::PathsDiffer { .. } => ErrorKind::Usage,
             ClientError::ReadOnly(_)
             | ClientError::OutOfRange { .. }
             | ClientError::TooLarge { .. }
@@ -124,22 +139,34 @@ impl ClientError {
 /// A logged-in normal session to one target.
 #[derive(Clone)]
 pub struct Target {
-    session: SessionHandle,
+    route: Route,
 }
 
 impl Target {
+    /// Log in; through every portal when `cfg.multipath` names more
+    /// ([`PathSet::login`]).
     pub async fn login(cfg: SessionConfig) -> Result<Target, ClientError> {
-        Ok(Target {
-            session: SessionHandle::connect(cfg).await?,
-        })
+        let route = match cfg.multipath {
+            None => Route::One(SessionHandle::connect(cfg).await?),
+            Some(_) => Route::Many(Router::new(PathSet::login(cfg).await?, [0; 8])),
+        };
+        Ok(Target { route })
     }
 
     pub fn from_session(session: SessionHandle) -> Target {
-        Target { session }
+        Target {
+            route: Route::One(session),
+        }
     }
 
+    /// The session (with several paths: the first that logged in).
     pub fn session(&self) -> &SessionHandle {
-        &self.session
+        self.route.primary()
+    }
+
+    /// Where commands go: one session or several paths.
+    pub fn route(&self) -> &Route {
+        &self.route
     }
 
     /// REPORT LUNS (sent to LUN 0, SPC-5 §6.33): the LUN numbers.
@@ -147,7 +174,7 @@ impl Target {
         let mut alloc = 4096u32;
         loop {
             let c = cdb::report_luns(0, alloc)?;
-            let r = execute(&self.session, [0; 8], "REPORT LUNS", &c, Bytes::new()).await?;
+            let r = execute(&self.route, [0; 8], "REPORT LUNS", &c, Bytes::new()).await?;
             match ReportLuns::parse(&r.data) {
                 Ok(list) => return Ok(list.numbers()),
                 Err(e) => match e.needed() {
@@ -167,15 +194,8 @@ impl Target {
     /// MODE SENSE (write protect) and the block limits VPD page if offered.
     pub async fn open_lun(&self, number: u64) -> Result<Lun, ClientError> {
         let raw = lun_to_bytes(number);
-        let inq = match execute(
-            &self.session,
-            raw,
-            "INQUIRY",
-            &cdb::inquiry(255),
-            Bytes::new(),
-        )
-        .await
-        {
+        let route = self.route.for_lun(raw);
+        let inq = match execute(&route, raw, "INQUIRY", &cdb::inquiry(255), Bytes::new()).await {
             Ok(r) => StandardInquiry::parse(&r.data).map_err(|e| ClientError::Parse {
                 what: "INQUIRY data",
                 source: e,
@@ -189,7 +209,7 @@ impl Target {
             return Err(ClientError::LunNotFound(number));
         }
         let mut lun = Lun {
-            session: self.session.clone(),
+            route,
             raw,
             number,
             inquiry: inq,
@@ -238,11 +258,27 @@ impl Target {
             }
         }
         lun.identity = lun.read_identity().await;
+        if let Some(router) = lun.route.router() {
+            let expected = lun.identity.clone();
+            let same_unit: crate::multipath::SameUnit = Box::new(move |serial, ident| {
+                !LunIdentity::from_pages(serial, ident).differs_from(&expected)
+            });
+            let alua = lun.inquiry.tpgs != rlun_iscsi::scsi::inquiry::Tpgs::NotSupported;
+            if let Err(portal) = router.verify(same_unit, alua).await {
+                return Err(ClientError::PathsDiffer {
+                    lun: number,
+                    portal,
+                    identity: lun.identity.to_string(),
+                });
+            }
+            router.start_checker();
+        }
         Ok(lun)
     }
 
+    /// Log out (of every path).
     pub async fn logout(&self) -> Result<(), ClientError> {
-        Ok(self.session.logout().await?)
+        Ok(self.route.logout().await?)
     }
 }
 
@@ -354,7 +390,7 @@ impl Drop for LoggedIn {
 /// One LUN of a logged-in target.
 #[derive(Clone)]
 pub struct Lun {
-    session: SessionHandle,
+    route: Route,
     raw: [u8; 8],
     number: u64,
     pub inquiry: StandardInquiry,
@@ -380,8 +416,13 @@ impl Lun {
     pub fn number(&self) -> u64 {
         self.number
     }
+    /// The session (with several paths: the first that logged in).
     pub fn session(&self) -> &SessionHandle {
-        &self.session
+        self.route.primary()
+    }
+    /// Where this LUN's commands go: one session or several paths.
+    pub fn route(&self) -> &Route {
+        &self.route
     }
     pub fn block_size(&self) -> u32 {
         self.block_size
@@ -421,7 +462,7 @@ impl Lun {
             .map(|b| b as u64 * bs)
             .unwrap_or(DEFAULT_MAX_TRANSFER);
         let mut max = from_vpd.min(DEFAULT_MAX_TRANSFER);
-        if let Some(transport_max) = self.session.info().max_transfer {
+        if let Some(transport_max) = self.session().info().max_transfer {
             max = max.min(transport_max);
         }
         (max / bs).max(1) * bs
@@ -429,7 +470,7 @@ impl Lun {
 
     /// Run a CDB against this LUN with the retry policy of the module docs.
     pub async fn execute(&self, cdb: &Cdb, data_out: Bytes) -> Result<CommandResult, ClientError> {
-        execute(&self.session, self.raw, cdb.name(), cdb, data_out).await
+        execute(&self.route, self.raw, cdb.name(), cdb, data_out).await
     }
 
     /// READ CAPACITY(10), then (16) when needed or when (10) is refused.
@@ -625,13 +666,7 @@ impl Lun {
     /// A queue for many reads and writes of this LUN in flight from one
     /// task, completed in batches (see [`LunQueue`]).
     pub fn queue(&self) -> LunQueue {
-        LunQueue {
-            lun: self.clone(),
-            q: self.session.queue(),
-            ops: Vec::new(),
-            free: Vec::new(),
-            batch: Vec::new(),
-        }
+        LunQueue::new(self.clone())
     }
 
     /// WRITE `data` (a whole number of blocks) at `lba`. With `fua` the data
@@ -710,7 +745,7 @@ impl Lun {
 /// FUA only when `fua` is asked and the LUN reported `dpofua`; and when
 /// `fua` is asked without `dpofua`, a SYNCHRONIZE CACHE of the same range to
 /// send once the WRITE has completed.
-fn write_cdbs(
+pub(crate) fn write_cdbs(
     lba: u64,
     blocks: u32,
     block_size: u32,
@@ -722,178 +757,11 @@ fn write_cdbs(
     Ok((write, sync))
 }
 
-/// Reads and writes of one LUN kept in flight by one task: each is
-/// submitted with a tag of the caller's, and [`LunQueue::completions`]
-/// hands out every one that finished in a driver turn at once, with one
-/// wake-up of the task per turn (a [`CommandQueue`] underneath). Results
-/// are those of [`Lun::read`] and [`Lun::write`] (without FUA): a read
-/// returns exactly its blocks, a short transfer is an error. A command the
-/// retry policy of [`Lun::execute`] would retry (UNIT ATTENTION, BUSY…) is
-/// run again through it, awaited inside `completions`: rare, and it keeps
-/// the policy in one place.
-pub struct LunQueue {
-    lun: Lun,
-    q: CommandQueue,
-    /// Commands in flight, by the queue's own tag (an index here).
-    ops: Vec<Option<QueuedOp>>,
-    free: Vec<u64>,
-    batch: Vec<Completion>,
-}
-
-struct QueuedOp {
-    tag: u64,
-    lba: u64,
-    kind: QueuedKind,
-}
-
-enum QueuedKind {
-    Read { blocks: u32 },
-    Write { data: Bytes },
-}
-
-impl LunQueue {
-    /// Commands submitted and not yet handed out.
-    pub fn in_flight(&self) -> usize {
-        self.ops.len() - self.free.len()
-    }
-
-    /// Queue one command of this LUN (simple task attribute) for `op`.
-    fn submit(&mut self, cdb: [u8; 16], data_out: Bytes, read_len: u32, op: QueuedOp) {
-        let req = CommandRequest {
-            lun: self.lun.raw,
-            cdb,
-            data_out,
-            read_len,
-            attr: TaskAttr::Simple,
-        };
-        let slot = match self.free.pop() {
-            Some(i) => {
-                self.ops[i as usize] = Some(op);
-                i
-            }
-            None => {
-                self.ops.push(Some(op));
-                self.ops.len() as u64 - 1
-            }
-        };
-        self.q.submit(req, slot);
-    }
-
-    /// READ `blocks` blocks at `lba`; completes with `tag` and the data.
-    pub fn read(&mut self, lba: u64, blocks: u32, tag: u64) -> Result<(), ClientError> {
-        self.lun.check_range(lba, blocks as u64)?;
-        let c = cdb::read(lba, blocks, self.lun.block_size)?;
-        let read_len = c.expected_transfer_len();
-        let op = QueuedOp {
-            tag,
-            lba,
-            kind: QueuedKind::Read { blocks },
-        };
-        self.submit(c.padded(), Bytes::new(), read_len, op);
-        Ok(())
-    }
-
-    /// WRITE `data` (whole blocks) at `lba`, without FUA; completes with
-    /// `tag` and no data.
-    pub fn write(&mut self, lba: u64, data: Bytes, tag: u64) -> Result<(), ClientError> {
-        if self.lun.write_protected {
-            return Err(ClientError::ReadOnly(self.lun.number));
-        }
-        let bs = self.lun.block_size as usize;
-        debug_assert!(data.len().is_multiple_of(bs), "write of partial blocks");
-        let blocks = (data.len() / bs) as u32;
-        self.lun.check_range(lba, blocks as u64)?;
-        let (c, _) = write_cdbs(lba, blocks, self.lun.block_size, false, self.lun.dpofua)?;
-        let data_out = data.clone();
-        let op = QueuedOp {
-            tag,
-            lba,
-            kind: QueuedKind::Write { data },
-        };
-        self.submit(c.padded(), data_out, 0, op);
-        Ok(())
-    }
-
-    /// Wait until at least one command has finished, then append every
-    /// finished one to `out` as (tag, result): read data, or empty for a
-    /// write. Returns at once, appending nothing, when nothing is in flight.
-    pub async fn completions(&mut self, out: &mut Vec<(u64, Result<Bytes, ClientError>)>) {
-        if self.in_flight() == 0 {
-            return;
-        }
-        self.q.completions(&mut self.batch).await;
-        let mut batch = std::mem::take(&mut self.batch);
-        for (slot, result) in batch.drain(..) {
-            let Some(op) = self.ops.get_mut(slot as usize).and_then(Option::take) else {
-                continue;
-            };
-            self.free.push(slot);
-            let r = self.finish(&op, result).await;
-            out.push((op.tag, r));
-        }
-        self.batch = batch;
-    }
-
-    /// The result of a finished command, as [`Lun::read`] or
-    /// [`Lun::write`] would have returned it.
-    async fn finish(
-        &self,
-        op: &QueuedOp,
-        result: Result<CommandResult, SessionError>,
-    ) -> Result<Bytes, ClientError> {
-        let r = result?;
-        let status = Status::from(r.status);
-        if !status.is_success() {
-            let err =
-                ScsiError::from_status_and_sense_bytes(status, r.sense.as_deref().unwrap_or(&[]));
-            note_target_change(&self.lun.session, &err);
-            if err.is_unit_attention() || err.is_retryable() {
-                // Again, under the retry policy of `execute`.
-                return match &op.kind {
-                    QueuedKind::Read { blocks } => self.lun.read(op.lba, *blocks).await,
-                    QueuedKind::Write { data } => self
-                        .lun
-                        .write(op.lba, data.clone(), false)
-                        .await
-                        .map(|()| Bytes::new()),
-                };
-            }
-            return Err(match &op.kind {
-                QueuedKind::Write { .. } if err.is_write_protected() => {
-                    ClientError::ReadOnly(self.lun.number)
-                }
-                QueuedKind::Write { .. } => ClientError::Scsi {
-                    op: "WRITE",
-                    source: err,
-                },
-                QueuedKind::Read { .. } => ClientError::Scsi {
-                    op: "READ",
-                    source: err,
-                },
-            });
-        }
-        match &op.kind {
-            QueuedKind::Read { blocks } => {
-                let expected = *blocks as usize * self.lun.block_size as usize;
-                if r.data.len() != expected {
-                    return Err(ClientError::ShortTransfer {
-                        op: "READ",
-                        got: r.data.len(),
-                        expected,
-                    });
-                }
-                Ok(r.data)
-            }
-            QueuedKind::Write { .. } => Ok(Bytes::new()),
-        }
-    }
-}
-
 /// A UNIT ATTENTION that announces a change the layers above follow
 /// (capacity, LUN inventory: [`ScsiError::target_change`]) is counted on
 /// the session, which wakes them; the command itself is retried as any
 /// UNIT ATTENTION.
-fn note_target_change(session: &SessionHandle, err: &ScsiError) {
+pub(crate) fn note_target_change(session: &SessionHandle, err: &ScsiError) {
     if let Some(change) = err.target_change() {
         debug!(?change, "the target reports a change");
         session.note_change(change);
@@ -902,7 +770,7 @@ fn note_target_change(session: &SessionHandle, err: &ScsiError) {
 
 /// Send one CDB and apply the retry policy; GOOD → Ok, otherwise a typed error.
 pub async fn execute(
-    session: &SessionHandle,
+    route: &Route,
     lun: [u8; 8],
     op: &'static str,
     c: &Cdb,
@@ -922,13 +790,13 @@ pub async fn execute(
             read_len,
             attr: TaskAttr::Simple,
         };
-        let r = session.command(req).await?;
+        let r = route.command(req).await?;
         let status = Status::from(r.status);
         if status.is_success() {
             return Ok(r);
         }
         let err = ScsiError::from_status_and_sense_bytes(status, r.sense.as_deref().unwrap_or(&[]));
-        note_target_change(session, &err);
+        note_target_change(route.primary(), &err);
         if err.is_unit_attention() && unit_attentions < 8 {
             unit_attentions += 1;
             debug!(op, error = %err, "UNIT ATTENTION; retrying");

@@ -57,6 +57,7 @@ pub mod export;
 pub mod fuse;
 pub mod logging;
 pub mod metrics;
+pub mod multipath;
 pub mod nbd;
 pub mod remote;
 pub mod service;

@@ -151,7 +151,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__attach)
-            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --ublk --queues --queue-depth --recover --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
+            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --ublk --queues --queue-depth --recover --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -229,6 +229,26 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --portal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath-policy)
+                    COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
+                    return 0
+                    ;;
+                --failback)
+                    COMPREPLY=($(compgen -W "immediate manual" -- "${cur}"))
+                    return 0
+                    ;;
+                --path-check-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --path-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --cache)
                     COMPREPLY=($(compgen -W "none write-through write-back" -- "${cur}"))
                     return 0
@@ -269,7 +289,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__bench)
-            opts="-v -q -h -V --pattern --bs --qd --duration --size --json --allow-write --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --pattern --bs --qd --duration --size --json --allow-write --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -343,6 +363,26 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --portal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath-policy)
+                    COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
+                    return 0
+                    ;;
+                --failback)
+                    COMPREPLY=($(compgen -W "immediate manual" -- "${cur}"))
+                    return 0
+                    ;;
+                --path-check-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --path-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --cache)
                     COMPREPLY=($(compgen -W "none write-through write-back" -- "${cur}"))
                     return 0
@@ -409,7 +449,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__cp)
-            opts="-v -q -h -V --bs --qd --progress --no-progress --no-sparse --offset --fua --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --bs --qd --progress --no-progress --no-sparse --offset --fua --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -475,6 +515,26 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --portal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath-policy)
+                    COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
+                    return 0
+                    ;;
+                --failback)
+                    COMPREPLY=($(compgen -W "immediate manual" -- "${cur}"))
+                    return 0
+                    ;;
+                --path-check-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --path-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
@@ -525,7 +585,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__discover)
-            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -576,6 +636,26 @@ _rlun() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --portal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath-policy)
+                    COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
+                    return 0
+                    ;;
+                --failback)
+                    COMPREPLY=($(compgen -W "immediate manual" -- "${cur}"))
+                    return 0
+                    ;;
+                --path-check-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --path-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -877,7 +957,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__info)
-            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -928,6 +1008,26 @@ _rlun() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --portal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath-policy)
+                    COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
+                    return 0
+                    ;;
+                --failback)
+                    COMPREPLY=($(compgen -W "immediate manual" -- "${cur}"))
+                    return 0
+                    ;;
+                --path-check-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --path-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -977,7 +1077,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__ls)
-            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1031,6 +1131,26 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --portal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath-policy)
+                    COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
+                    return 0
+                    ;;
+                --failback)
+                    COMPREPLY=($(compgen -W "immediate manual" -- "${cur}"))
+                    return 0
+                    ;;
+                --path-check-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --path-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0
@@ -1051,7 +1171,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__mount)
-            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --no-auto-unmount --fuse-threads --writeback-cache --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
+            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --no-auto-unmount --fuse-threads --writeback-cache --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1133,6 +1253,26 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --portal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath-policy)
+                    COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
+                    return 0
+                    ;;
+                --failback)
+                    COMPREPLY=($(compgen -W "immediate manual" -- "${cur}"))
+                    return 0
+                    ;;
+                --path-check-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --path-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --cache)
                     COMPREPLY=($(compgen -W "none write-through write-back" -- "${cur}"))
                     return 0
@@ -1203,7 +1343,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__serve)
-            opts="-r -d -v -q -h -V --socket --listen --read-only --tls-cert --tls-key --tls-ca --allow-insecure --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
+            opts="-r -d -v -q -h -V --socket --listen --read-only --tls-cert --tls-key --tls-ca --allow-insecure --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1282,6 +1422,26 @@ _rlun() {
                     return 0
                     ;;
                 --command-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --portal)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath-policy)
+                    COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
+                    return 0
+                    ;;
+                --failback)
+                    COMPREPLY=($(compgen -W "immediate manual" -- "${cur}"))
+                    return 0
+                    ;;
+                --path-check-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --path-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -67,6 +67,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-interval -d '
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
+round-robin\t'Every usable path of the best ALUA state in turn'
+queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l failback -d 'Whether failover goes back to the preferred path when it returns [default: immediate]' -r -f -a "immediate\t'As soon as the preferred path is usable again'
+manual\t'Only when the path in use fails'"
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
 text\t'Human-readable lines'
 json\t'One JSON object per line'
@@ -94,6 +102,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-interval -d 'Ping t
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
+round-robin\t'Every usable path of the best ALUA state in turn'
+queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l failback -d 'Whether failover goes back to the preferred path when it returns [default: immediate]' -r -f -a "immediate\t'As soon as the preferred path is usable again'
+manual\t'Only when the path in use fails'"
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
 text\t'Human-readable lines'
 json\t'One JSON object per line'
@@ -121,6 +137,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-interval -d 'Ping
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
+round-robin\t'Every usable path of the best ALUA state in turn'
+queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l failback -d 'Whether failover goes back to the preferred path when it returns [default: immediate]' -r -f -a "immediate\t'As soon as the preferred path is usable again'
+manual\t'Only when the path in use fails'"
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
 text\t'Human-readable lines'
 json\t'One JSON object per line'
@@ -151,6 +175,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-interval -d 'Ping t
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
+round-robin\t'Every usable path of the best ALUA state in turn'
+queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l failback -d 'Whether failover goes back to the preferred path when it returns [default: immediate]' -r -f -a "immediate\t'As soon as the preferred path is usable again'
+manual\t'Only when the path in use fails'"
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
 text\t'Human-readable lines'
 json\t'One JSON object per line'
@@ -189,6 +221,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l nop-interval -d 'Pin
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
+round-robin\t'Every usable path of the best ALUA state in turn'
+queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l failback -d 'Whether failover goes back to the preferred path when it returns [default: immediate]' -r -f -a "immediate\t'As soon as the preferred path is usable again'
+manual\t'Only when the path in use fails'"
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache -d 'Cache mode' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
@@ -233,6 +273,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l nop-interval -d 'Pin
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
+round-robin\t'Every usable path of the best ALUA state in turn'
+queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l failback -d 'Whether failover goes back to the preferred path when it returns [default: immediate]' -r -f -a "immediate\t'As soon as the preferred path is usable again'
+manual\t'Only when the path in use fails'"
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache -d 'Cache mode' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
@@ -292,6 +340,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l nop-interval -d 'Pin
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
+round-robin\t'Every usable path of the best ALUA state in turn'
+queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l failback -d 'Whether failover goes back to the preferred path when it returns [default: immediate]' -r -f -a "immediate\t'As soon as the preferred path is usable again'
+manual\t'Only when the path in use fails'"
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l cache -d 'Cache mode' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"
@@ -336,6 +392,14 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l nop-interval -d 'Pi
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l nop-timeout -d 'Declare the connection dead when a ping is unanswered this long [default: 10s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
+round-robin\t'Every usable path of the best ALUA state in turn'
+queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l failback -d 'Whether failover goes back to the preferred path when it returns [default: immediate]' -r -f -a "immediate\t'As soon as the preferred path is usable again'
+manual\t'Only when the path in use fails'"
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l cache -d 'Cache mode' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
 write-back\t'Writes complete in memory and are written back later'"

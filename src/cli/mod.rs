@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod connect;
 mod help;
+pub use connect::ConnectOpts;
 use help::{ATTACH_AFTER_HELP, MOUNT_AFTER_HELP, SERVE_AFTER_HELP, STATS_AFTER_HELP};
 use rlun_iscsi::proto::digest::DigestPref;
 
 use crate::config::settings::Settings;
 pub use crate::config::settings::{
     parse_cache_size, parse_duration, parse_segment_size, parse_size, parse_threads, parse_timeout,
-    CacheChoice, OnOff,
+    CacheChoice, Failback, MultipathPolicy, OnOff,
 };
 
 /// Exit codes that scripts can rely on (also listed in `rlun --help`):
@@ -853,113 +855,6 @@ impl DigestChoice {
             DigestChoice::None => DigestPref::None,
             DigestChoice::Crc32c => DigestPref::Crc32c,
             DigestChoice::Prefer => DigestPref::PreferCrc32c,
-        }
-    }
-}
-
-/// Options for connecting and logging in, shared by every subcommand that
-/// logs in. Each but the CHAP ones can also come from the config file
-/// (rlun.toml(5)): the command line goes first, then the target's entry,
-/// then [defaults], then the default shown.
-#[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Connection options")]
-pub struct ConnectOpts {
-    /// Our iSCSI name [default: see --help].
-    ///
-    /// Default: --initiator-name, else RLUN_INITIATOR_NAME, else the config file's
-    /// initiator_name, else the InitiatorName= of open-iscsi's
-    /// /etc/iscsi/initiatorname.iscsi, else iqn.2026-11.org.rlun:<hostname>.
-    #[arg(long, value_name = "IQN", env = "RLUN_INITIATOR_NAME", hide_env = true)]
-    pub initiator_name: Option<String>,
-
-    /// CHAP user name.
-    ///
-    /// The secret comes from RLUN_CHAP_SECRET, --chap-file or the config
-    /// file.
-    #[arg(long, value_name = "NAME")]
-    pub chap_user: Option<String>,
-
-    /// File with CHAP credentials (TOML).
-    ///
-    /// Its keys: user, secret, mutual_user, mutual_secret. Keep it mode
-    /// 0600.
-    #[arg(long, value_name = "PATH")]
-    pub chap_file: Option<PathBuf>,
-
-    /// Header digest.
-    ///
-    /// none offers None, crc32c insists on CRC32C, prefer-crc32c offers
-    /// CRC32C,None. Without any setting rlun offers None,CRC32C: None
-    /// unless the target insists on CRC32C.
-    #[arg(long, value_enum, value_name = "MODE")]
-    pub header_digest: Option<DigestChoice>,
-
-    /// Data digest.
-    ///
-    /// As --header-digest.
-    #[arg(long, value_enum, value_name = "MODE")]
-    pub data_digest: Option<DigestChoice>,
-
-    /// Give up connecting after this long [default: 10s].
-    ///
-    /// More than 0.
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
-    pub connect_timeout: Option<Duration>,
-
-    /// Give up logging in after this long [default: 15s].
-    ///
-    /// More than 0.
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
-    pub login_timeout: Option<Duration>,
-
-    /// How long I/O waits for a reconnect [default: 120s].
-    ///
-    /// When the connection is lost, keep logging in again until I/O has
-    /// waited this long without any command completing, then fail pending
-    /// and new I/O (a login alone does not count). 0 disables
-    /// reconnecting.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub replacement_timeout: Option<Duration>,
-
-    /// Ping the target (NOP-Out) after this much silence [default: 5s].
-    ///
-    /// 0 sends no pings.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide_short_help = true)]
-    pub nop_interval: Option<Duration>,
-
-    /// Declare the connection dead when a ping is unanswered this long [default: 10s].
-    ///
-    /// More than 0.
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide_short_help = true)]
-    pub nop_timeout: Option<Duration>,
-
-    /// Largest data segment the target may send us in one PDU [default: 256k].
-    ///
-    /// The MaxRecvDataSegmentLength we declare, 512 to 16M-1.
-    #[arg(long, value_name = "SIZE", value_parser = parse_segment_size, hide_short_help = true)]
-    pub max_recv_segment: Option<u32>,
-
-    /// Abort and retry a SCSI command unanswered this long [default: 30s].
-    ///
-    /// More than 0.
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide_short_help = true)]
-    pub command_timeout: Option<Duration>,
-}
-
-impl ConnectOpts {
-    /// The settings given on the command line.
-    pub fn settings(&self) -> Settings {
-        Settings {
-            connect_timeout: self.connect_timeout,
-            login_timeout: self.login_timeout,
-            replacement_timeout: self.replacement_timeout,
-            nop_interval: self.nop_interval,
-            nop_timeout: self.nop_timeout,
-            command_timeout: self.command_timeout,
-            max_recv_segment: self.max_recv_segment,
-            header_digest: self.header_digest.map(DigestChoice::pref),
-            data_digest: self.data_digest.map(DigestChoice::pref),
-            ..Settings::default()
         }
     }
 }

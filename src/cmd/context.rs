@@ -172,6 +172,15 @@ impl Ctx {
         if let Some(d) = s.data_digest {
             cfg.proposal.data_digest = digest_list(d);
         }
+        // --portal replaces the entry's list.
+        let portals = match (&opts.portals, entry) {
+            (given, _) if !given.is_empty() => given.as_slice(),
+            (_, Some(e)) => e.portals.as_slice(),
+            (_, None) => &[],
+        };
+        if !portals.is_empty() {
+            cfg.multipath = Some(multipath_config(url, portals, &s)?);
+        }
         tracing::debug!(
             connect_timeout = ?s.connect_timeout,
             login_timeout = ?s.login_timeout,
@@ -325,6 +334,50 @@ fn digest_list(p: DigestPref) -> Vec<DigestType> {
         DigestPref::Crc32c => vec![DigestType::Crc32c],
         DigestPref::PreferCrc32c => vec![DigestType::Crc32c, DigestType::None],
     }
+}
+
+/// The other paths of `--portal` (each `HOST[:PORT]`, or a portal URL
+/// for another transport) and the multipath settings. A portal given
+/// twice, or the URL's own, is refused: it would be one path counted as
+/// two.
+fn multipath_config(
+    url: &TargetUrl,
+    portals: &[String],
+    s: &crate::config::settings::Effective,
+) -> Result<crate::session::MultipathConfig, CliError> {
+    let mut seen = vec![(url.transport, url.portal.host_port())];
+    let mut out = Vec::new();
+    for p in portals {
+        let (transport, portal) = if p.contains("://") {
+            let u = TargetUrl::parse(p)?;
+            if u.target
+                .as_ref()
+                .is_some_and(|t| Some(t) != url.target.as_ref())
+            {
+                return Err(CliError::Usage(format!(
+                    "portal {p}: a path must lead to the URL's target; give the portal alone"
+                )));
+            }
+            (u.transport, u.portal)
+        } else {
+            (url.transport, crate::url::Portal::parse(p)?)
+        };
+        let hp = portal.host_port();
+        if seen.iter().any(|(t, x)| *t == transport && *x == hp) {
+            return Err(CliError::Usage(format!(
+                "portal {p}: this portal is already a path (each portal is one path)"
+            )));
+        }
+        seen.push((transport, hp.clone()));
+        out.push((transport, hp.0, hp.1));
+    }
+    Ok(crate::session::MultipathConfig {
+        portals: out,
+        policy: s.multipath_policy,
+        failback: s.failback,
+        check_interval: s.path_check_interval,
+        path_timeout: s.path_timeout,
+    })
 }
 
 #[cfg(test)]

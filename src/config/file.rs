@@ -60,6 +60,9 @@ settings_table! {
         /// `--metrics-allow-remote`, as above.
         #[serde(default)]
         pub metrics_allow_remote: bool,
+        /// More portals of the target, as paths (`--portal`).
+        #[serde(default)]
+        pub portals: Vec<String>,
     }
 }
 

@@ -152,6 +152,24 @@ SETTINGS
     stats_interval = "1m"
         Log each LUN's cache counters at this interval, at info level.
         More than 0. Default: never.
+    multipath_policy = "failover" | "round-robin" | "queue-length"
+        With several portals (portals = [...], --portal): how I/O is
+        spread over the paths. "failover" uses one path at a time and
+        another when it fails; "round-robin" each usable path of the best
+        ALUA state in turn; "queue-length" the one with the fewest
+        commands in flight. Default "failover".
+    failback = "immediate" | "manual"
+        Whether failover goes back to the preferred path (the ALUA
+        preferred port group's, else the URL's portal) as soon as it is
+        usable again, or only when the path in use fails. Default
+        "immediate".
+    path_check_interval = "5s"
+        How often each path is checked (TEST UNIT READY, and REPORT
+        TARGET PORT GROUPS for a LUN with ALUA). More than 0.
+    path_timeout = "5s"
+        How long a lost path keeps its commands (its session may log in
+        again and resend them itself) before they move to another path.
+        More than 0. replacement_timeout applies when no path is usable.
     Deprecated: connect_timeout_secs = 10 and login_timeout_secs = 15
     (whole seconds, in [defaults] only) still work, with a warning; give
     either the old or the new key, not both.
@@ -169,6 +187,12 @@ SETTINGS
     mutual_user = "store-target"
     mutual_secret = "..."  or  mutual_secret_file = "..."
         Mutual CHAP: the name and secret the target must prove it knows.
+    portals = ["10.0.1.5", "iser://10.0.2.5:3260"]
+        More portals of the same target, each used as a path (multipath,
+        as --portal, which replaces this list when given): rlun logs in
+        through the URL's portal and each of these, checks that all reach
+        the same logical unit, follows the target's ALUA states and moves
+        I/O off a path that fails. See the multipath settings above.
     metrics_listen = "127.0.0.1:9860"
         Serve Prometheus metrics at http://ADDR:PORT/metrics when this
         target is served by its name (rlun mount NAME DIR, the

@@ -38,6 +38,40 @@ pub enum OnOff {
     Off,
 }
 
+/// How commands are spread over the paths of a LUN reached through
+/// several portals (`--multipath-policy`, `multipath_policy = "…"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MultipathPolicy {
+    /// One path at a time; another only when it fails.
+    Failover,
+    /// Every usable path of the best ALUA state in turn.
+    RoundRobin,
+    /// The usable path of the best ALUA state with the fewest commands in flight.
+    QueueLength,
+}
+
+impl MultipathPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            MultipathPolicy::Failover => "failover",
+            MultipathPolicy::RoundRobin => "round-robin",
+            MultipathPolicy::QueueLength => "queue-length",
+        }
+    }
+}
+
+/// Whether the failover policy goes back to the preferred path when it
+/// returns (`--failback`, `failback = "…"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Failback {
+    /// As soon as the preferred path is usable again.
+    Immediate,
+    /// Only when the path in use fails.
+    Manual,
+}
+
 /// Every setting that the command line, a `[targets.<name>]` entry and
 /// `[defaults]` can each give; `None` where that source leaves it unset.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,6 +90,10 @@ pub struct Settings {
     pub readahead: Option<OnOff>,
     pub writeback_delay: Option<Duration>,
     pub stats_interval: Option<Duration>,
+    pub multipath_policy: Option<MultipathPolicy>,
+    pub failback: Option<Failback>,
+    pub path_check_interval: Option<Duration>,
+    pub path_timeout: Option<Duration>,
 }
 
 /// The settings in effect: every one given by some source or built in.
@@ -82,6 +120,12 @@ pub struct Effective {
     pub writeback_delay: Duration,
     /// `None`: no periodic counters.
     pub stats_interval: Option<Duration>,
+    pub multipath_policy: MultipathPolicy,
+    pub failback: Failback,
+    pub path_check_interval: Duration,
+    /// How long a lost path keeps its commands before they move to
+    /// another path.
+    pub path_timeout: Duration,
 }
 
 /// The built-in defaults, the one place they are written. The help texts
@@ -101,6 +145,10 @@ pub const BUILT_IN: Effective = Effective {
     readahead: OnOff::On,
     writeback_delay: Duration::from_secs(1),
     stats_interval: None,
+    multipath_policy: MultipathPolicy::Failover,
+    failback: Failback::Immediate,
+    path_check_interval: Duration::from_secs(5),
+    path_timeout: Duration::from_secs(5),
 };
 
 /// Worker threads of the async runtime when neither `--threads` nor
@@ -125,6 +173,10 @@ impl Settings {
             readahead: self.readahead.or(lower.readahead),
             writeback_delay: self.writeback_delay.or(lower.writeback_delay),
             stats_interval: self.stats_interval.or(lower.stats_interval),
+            multipath_policy: self.multipath_policy.or(lower.multipath_policy),
+            failback: self.failback.or(lower.failback),
+            path_check_interval: self.path_check_interval.or(lower.path_check_interval),
+            path_timeout: self.path_timeout.or(lower.path_timeout),
         }
     }
 
@@ -146,6 +198,10 @@ impl Settings {
             readahead: self.readahead.unwrap_or(b.readahead),
             writeback_delay: self.writeback_delay.unwrap_or(b.writeback_delay),
             stats_interval: self.stats_interval.or(b.stats_interval),
+            multipath_policy: self.multipath_policy.unwrap_or(b.multipath_policy),
+            failback: self.failback.unwrap_or(b.failback),
+            path_check_interval: self.path_check_interval.unwrap_or(b.path_check_interval),
+            path_timeout: self.path_timeout.unwrap_or(b.path_timeout),
         }
     }
 }
@@ -188,6 +244,12 @@ macro_rules! settings_table {
             pub writeback_delay: Option<std::time::Duration>,
             #[serde(default, deserialize_with = "crate::config::settings::de::timeout")]
             pub stats_interval: Option<std::time::Duration>,
+            pub multipath_policy: Option<crate::config::settings::MultipathPolicy>,
+            pub failback: Option<crate::config::settings::Failback>,
+            #[serde(default, deserialize_with = "crate::config::settings::de::timeout")]
+            pub path_check_interval: Option<std::time::Duration>,
+            #[serde(default, deserialize_with = "crate::config::settings::de::timeout")]
+            pub path_timeout: Option<std::time::Duration>,
         }
 
         impl $name {
@@ -208,6 +270,10 @@ macro_rules! settings_table {
                     readahead: self.readahead,
                     writeback_delay: self.writeback_delay,
                     stats_interval: self.stats_interval,
+                    multipath_policy: self.multipath_policy,
+                    failback: self.failback,
+                    path_check_interval: self.path_check_interval,
+                    path_timeout: self.path_timeout,
                 }
             }
         }
@@ -217,7 +283,7 @@ pub(crate) use settings_table;
 
 /// The file keys of the settings every table takes (for help texts and
 /// their tests).
-pub const SETTING_KEYS: [&str; 14] = [
+pub const SETTING_KEYS: [&str; 18] = [
     "connect_timeout",
     "login_timeout",
     "replacement_timeout",
@@ -232,6 +298,10 @@ pub const SETTING_KEYS: [&str; 14] = [
     "readahead",
     "writeback_delay",
     "stats_interval",
+    "multipath_policy",
+    "failback",
+    "path_check_interval",
+    "path_timeout",
 ];
 
 /// Parse durations like `10s`, `500ms`, `2m`, `1h`, or plain seconds `10`.

@@ -6,7 +6,24 @@ use std::time::Duration;
 use rlun_iscsi::proto::login::ChapSettings;
 use rlun_iscsi::proto::negotiate::InitiatorProposal;
 
+use crate::config::settings::{Failback, MultipathPolicy};
 use crate::transport::TransportKind;
+
+/// The other paths to the same target and how to use them (`--portal`
+/// and the multipath options). The session layer only carries it: each
+/// path is a session of its own, and the layer above (`crate::multipath`)
+/// combines them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultipathConfig {
+    /// The other portals (transport, host, port), after the URL's own.
+    pub portals: Vec<(TransportKind, String, u16)>,
+    pub policy: MultipathPolicy,
+    pub failback: Failback,
+    pub check_interval: Duration,
+    /// Each path's own replacement timeout: how long a lost path keeps
+    /// its commands before they move to another path.
+    pub path_timeout: Duration,
+}
 
 /// How to reach and log in to a target (or a portal, for discovery).
 #[derive(Debug, Clone)]
@@ -36,6 +53,8 @@ pub struct SessionConfig {
     /// How long to keep reconnecting before pending and new I/O fail.
     /// Zero turns reconnection off (discovery sessions never reconnect).
     pub replacement_timeout: Duration,
+    /// More portals of the same target, used as paths (`None`: one path).
+    pub multipath: Option<MultipathConfig>,
 }
 
 impl SessionConfig {
@@ -56,6 +75,7 @@ impl SessionConfig {
             nop_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(30),
             replacement_timeout: Duration::from_secs(120),
+            multipath: None,
         }
     }
 }

@@ -433,6 +433,15 @@ impl<T: Transport> Driver<T> {
                 (self.machine.handle_lun_reset(lun, now), Waiter::Tmf(tx))
             }
             Request::Logout(tx) => (self.machine.handle_logout(), Waiter::Logout(tx)),
+            Request::Abandon(reason) => {
+                if self.machine.is_live() {
+                    warn!(%reason, "giving the connection up");
+                    self.last = Arc::new(SessionError::Abandoned(reason));
+                    self.machine.handle_connection_lost(now);
+                    self.live = None;
+                }
+                return;
+            }
             Request::Reconnect(tx) => {
                 if self.machine.handle_reconnect_now() {
                     self.reconnecting.push(tx);

@@ -67,6 +67,12 @@ pub enum SessionError {
     /// failed; the cause is that attempt's own error.
     #[error("target still unreachable")]
     StillUnreachable(#[source] Arc<SessionError>),
+    /// The connection was given up on purpose ([`super::SessionHandle::abandon`]).
+    #[error("connection given up: {0}")]
+    Abandoned(String),
+    /// Several paths, none usable for this long (the replacement timeout).
+    #[error("no usable path to the target for {0:?}")]
+    NoPath(Duration),
 }
 
 impl SessionError {
@@ -81,7 +87,9 @@ impl SessionError {
             | SessionError::ReplacementTimeout { .. }
             | SessionError::TaskManagementTimeout(_)
             | SessionError::LogoutRequested
-            | SessionError::NotResponding(_) => ErrorKind::Unreachable,
+            | SessionError::NotResponding(_)
+            | SessionError::NoPath(_)
+            | SessionError::Abandoned(_) => ErrorKind::Unreachable,
             SessionError::StillUnreachable(last) => last.kind(),
             SessionError::LoginTransport { source, .. } => source.kind(),
             SessionError::Login { source, .. } => source.kind(),
@@ -101,6 +109,8 @@ impl SessionError {
                 | SessionError::ReplacementTimeout { .. }
                 | SessionError::NotResponding(_)
                 | SessionError::StillUnreachable(_)
+                | SessionError::NoPath(_)
+                | SessionError::Abandoned(_)
                 | SessionError::Task(TaskError::ConnectionLost(_))
         )
     }

@@ -80,7 +80,7 @@ mod error;
 mod login;
 mod queue;
 
-pub use config::SessionConfig;
+pub use config::{MultipathConfig, SessionConfig};
 pub use error::SessionError;
 pub use login::{portal_string, SessionInfo};
 pub use queue::{CommandQueue, Completion};
@@ -260,6 +260,14 @@ impl SessionHandle {
             .send(Request::Reconnect(tx))
             .map_err(|_| SessionError::Closed)?;
         rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+
+    /// Give the live connection up now, as if it had been lost: for a
+    /// path the multipath checker found unanswering, so that its
+    /// commands move on after the replacement timeout rather than after
+    /// the ping timeout too. `reason` is logged.
+    pub fn abandon(&self, reason: String) {
+        let _ = self.tx.send(Request::Abandon(reason));
     }
 
     /// Log out cleanly (waits for in-flight commands to finish first).

@@ -28,6 +28,10 @@ pub(super) enum Request {
     /// connection is live or the attempt failed
     /// ([`super::SessionHandle::reconnect`]).
     Reconnect(oneshot::Sender<Result<(), SessionError>>),
+    /// Give the live connection up now, as if it had been lost (a path
+    /// the multipath checker found dead): its commands wait for a new
+    /// one, for at most the replacement timeout.
+    Abandon(String),
 }
 
 /// How a command's answer reaches its caller. It travels inside the

@@ -154,6 +154,11 @@ pub async fn connect(
         match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => {
                 stream.set_nodelay(true)?;
+                // Closing aborts (RST) and drops what was still unsent: a
+                // connection given up must not deliver a command later,
+                // when the network returns, after the command was sent
+                // again (on a new connection, or through another path).
+                socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO))?;
                 return Ok(stream);
             }
             Ok(Err(source)) => {

@@ -1,0 +1,708 @@
+//! Multipath: one target reached through several portals, one session
+//! (I_T nexus) per portal, combined so that the layers above never see a
+//! path fail while another one works.
+//!
+//! - [`Route`] is what the client sends a command through: one session
+//!   (the usual case, and then nothing here runs on the I/O path) or a
+//!   [`Router`] over several.
+//! - [`PathSet`] holds the sessions of a target, one per portal. A portal
+//!   that cannot be logged in to at start is tried again every check
+//!   interval and joins when it answers.
+//! - [`Router`] is one LUN's view of them: a [`select::Selector`] (the
+//!   policy, sans-IO) and the ALUA state of each path. A command goes to
+//!   the path the selector picks; when it fails for a path reason (no
+//!   answer: the connection lost past the path timeout, a command timeout,
+//!   a transport error) or the target answers with ALUA sense (standby,
+//!   unavailable, transitioning), the path is marked and the command is
+//!   sent again on another path. Only when no path is usable does it wait,
+//!   for at most the replacement timeout.
+//! - The checker (one task per router) sends TEST UNIT READY through every
+//!   path every check interval, reads the target port groups (REPORT
+//!   TARGET PORT GROUPS) when the LUN has ALUA, and brings paths back.
+//!
+//! # A write in flight on a path that failed
+//!
+//! A command is never outstanding on two paths: it is re-issued on another
+//! path only after the session of the first gave it up. Each path's
+//! session keeps the commands of a lost connection for the path timeout
+//! (`--path-timeout`, the session's replacement timeout); when it logs in
+//! again in that time it resends them itself after the login, and that
+//! login is a session reinstatement (same ISID, RFC 7143 §6.3.5), by which
+//! the target has ended every task of the old connection first. Past the
+//! path timeout the session fails them up to the router, which sends them
+//! on another path. This is what dm-multipath over open-iscsi does
+//! (replacement_timeout, then the request is requeued on another path),
+//! and it leaves the same window: a write the target had fully received
+//! on the failed path and still holds in its back end after the path
+//! timeout could land after its retry. The bound is the target's own
+//! command processing time; raise `--path-timeout` above it for targets
+//! whose back ends stall for longer.
+
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use rlun_iscsi::proto::connection::{CommandRequest, CommandResult};
+use rlun_iscsi::proto::pdu::TaskAttr;
+use rlun_iscsi::scsi::alua::{self, AluaSense, AluaState, PortIdentity, TargetPortGroups};
+use rlun_iscsi::scsi::vpd::DeviceIdentification;
+use rlun_iscsi::scsi::{cdb, Cdb, ScsiError, Status};
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use crate::session::{portal_string, MultipathConfig, SessionConfig, SessionError, SessionHandle};
+use crate::transport::TransportKind;
+
+pub mod select;
+
+pub use select::{Failback, PathState, Policy, Selector, Switch};
+
+/// Where a command goes: one session, or a router over several.
+#[derive(Clone)]
+pub enum Route {
+    One(SessionHandle),
+    Many(Arc<Router>),
+}
+
+impl Route {
+    /// The session the target's announcements (capacity, LUN inventory)
+    /// are counted on, and whose facts `rlun list` shows: the only one, or
+    /// the first path that logged in.
+    pub fn primary(&self) -> &SessionHandle {
+        match self {
+            Route::One(s) => s,
+            Route::Many(r) => r.set.primary(),
+        }
+    }
+
+    /// Send one command and wait for its answer (through whichever path).
+    pub async fn command(&self, req: CommandRequest) -> Result<CommandResult, SessionError> {
+        match self {
+            Route::One(s) => s.command(req).await,
+            Route::Many(r) => r.command(req).await,
+        }
+    }
+
+    /// The router, when there are several paths.
+    pub fn router(&self) -> Option<&Arc<Router>> {
+        match self {
+            Route::One(_) => None,
+            Route::Many(r) => Some(r),
+        }
+    }
+
+    /// A route for LUN `lun` (8-byte LUN field) of the same target: the
+    /// same session, or a router of its own over the same paths (ALUA
+    /// states are a logical unit's).
+    pub fn for_lun(&self, lun: [u8; 8]) -> Route {
+        match self {
+            Route::One(s) => Route::One(s.clone()),
+            Route::Many(r) => Route::Many(Router::new(r.set.clone(), lun)),
+        }
+    }
+
+    /// Try every lost path's login now; `Ok` when some path is up.
+    pub async fn reconnect(&self) -> Result<(), SessionError> {
+        match self {
+            Route::One(s) => s.reconnect().await,
+            Route::Many(r) => {
+                let mut last = None;
+                let mut any = false;
+                for s in r.set.sessions() {
+                    match s.reconnect().await {
+                        Ok(()) => any = true,
+                        Err(e) => last = Some(e),
+                    }
+                }
+                match (any, last) {
+                    (true, _) => Ok(()),
+                    (false, Some(e)) => Err(e),
+                    (false, None) => Err(SessionError::Closed),
+                }
+            }
+        }
+    }
+
+    /// Log out of every path.
+    pub async fn logout(&self) -> Result<(), SessionError> {
+        match self {
+            Route::One(s) => s.logout().await,
+            Route::Many(r) => {
+                let mut result = Ok(());
+                for s in r.set.sessions() {
+                    if let Err(e) = s.logout().await {
+                        result = Err(e);
+                    }
+                }
+                result
+            }
+        }
+    }
+}
+
+/// One portal of the target and its session, once logged in.
+pub struct Path {
+    pub portal: String,
+    pub transport: TransportKind,
+    cfg: SessionConfig,
+    session: OnceLock<SessionHandle>,
+}
+
+impl Path {
+    pub fn session(&self) -> Option<&SessionHandle> {
+        self.session.get()
+    }
+}
+
+/// The sessions of one target, one per portal.
+pub struct PathSet {
+    paths: Vec<Path>,
+    config: MultipathConfig,
+    /// How long a command waits while no path is usable.
+    replacement_timeout: Duration,
+    primary: usize,
+}
+
+impl PathSet {
+    /// Log in through the URL's portal of `cfg` and each of
+    /// `cfg.multipath`'s, all at once. Fails only when no path logs in
+    /// (with the first portal's error); the others are tried again every
+    /// check interval.
+    pub async fn login(cfg: SessionConfig) -> Result<Arc<PathSet>, SessionError> {
+        let config = cfg
+            .multipath
+            .clone()
+            .expect("PathSet::login is for a multipath configuration");
+        let portals = std::iter::once((cfg.transport, cfg.host.clone(), cfg.port))
+            .chain(config.portals.iter().cloned());
+        let paths: Vec<Path> = portals
+            .map(|(transport, host, port)| Path {
+                portal: portal_string(&host, port),
+                transport,
+                cfg: SessionConfig {
+                    transport,
+                    host,
+                    port,
+                    replacement_timeout: config.path_timeout,
+                    multipath: None,
+                    ..cfg.clone()
+                },
+                session: OnceLock::new(),
+            })
+            .collect();
+        let logins: Vec<_> = paths
+            .iter()
+            .map(|p| tokio::spawn(SessionHandle::connect(p.cfg.clone())))
+            .collect();
+        let mut first_error = None;
+        let mut primary = None;
+        for (i, login) in logins.into_iter().enumerate() {
+            let result = login.await.unwrap_or(Err(SessionError::Closed));
+            match result {
+                Ok(s) => {
+                    let _ = paths[i].session.set(s);
+                    primary.get_or_insert(i);
+                }
+                Err(e) => {
+                    warn!(
+                        portal = %paths[i].portal,
+                        error = %rlun_iscsi::error_chain(&e),
+                        "path not logged in; trying again every {:?}",
+                        config.check_interval
+                    );
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let Some(primary) = primary else {
+            return Err(first_error.unwrap_or(SessionError::Closed));
+        };
+        let set = Arc::new(PathSet {
+            paths,
+            replacement_timeout: cfg.replacement_timeout,
+            config,
+            primary,
+        });
+        if set.paths.iter().any(|p| p.session().is_none()) {
+            tokio::spawn(join_late(Arc::downgrade(&set)));
+        }
+        info!(
+            paths = set.paths.len(),
+            up = set.sessions().count(),
+            policy = set.config.policy.name(),
+            "logged in through several portals"
+        );
+        Ok(set)
+    }
+
+    pub fn paths(&self) -> &[Path] {
+        &self.paths
+    }
+
+    pub fn config(&self) -> &MultipathConfig {
+        &self.config
+    }
+
+    fn primary(&self) -> &SessionHandle {
+        self.paths[self.primary]
+            .session()
+            .expect("the primary path is logged in")
+    }
+
+    /// The sessions logged in so far.
+    pub fn sessions(&self) -> impl Iterator<Item = &SessionHandle> {
+        self.paths.iter().filter_map(Path::session)
+    }
+}
+
+/// Log in the paths that did not at start, every check interval, until
+/// all have or the set is gone.
+async fn join_late(set: Weak<PathSet>) {
+    loop {
+        let Some(s) = set.upgrade() else { return };
+        let interval = s.config.check_interval;
+        drop(s);
+        tokio::time::sleep(interval).await;
+        let Some(s) = set.upgrade() else { return };
+        let mut missing = false;
+        for p in s.paths.iter().filter(|p| p.session().is_none()) {
+            match SessionHandle::connect(p.cfg.clone()).await {
+                Ok(session) => {
+                    info!(portal = %p.portal, "path logged in; it joins at the next check");
+                    let _ = p.session.set(session);
+                }
+                Err(e) => {
+                    debug!(portal = %p.portal, error = %e, "path still not logged in");
+                    missing = true;
+                }
+            }
+        }
+        if !missing {
+            return;
+        }
+    }
+}
+
+/// Whether two reads of the identification pages (0x80, 0x83) name the
+/// same logical unit: given by the client, which knows what an identity
+/// is.
+pub type SameUnit = Box<dyn Fn(Option<&[u8]>, Option<&[u8]>) -> bool + Send + Sync>;
+
+/// One LUN's paths (see the module docs).
+pub struct Router {
+    set: Arc<PathSet>,
+    lun: [u8; 8],
+    sel: Mutex<Selector>,
+    /// Woken when a path comes back or changes state.
+    changed: Notify,
+    /// Asks the checker to look now (ALUA sense seen).
+    look: Arc<Notify>,
+    /// Each path's target port, as page 0x83 through it says.
+    ports: Mutex<Vec<Option<PortIdentity>>>,
+    /// Paths that reach another logical unit: never used.
+    refused: Mutex<Vec<bool>>,
+    same_unit: OnceLock<SameUnit>,
+    alua: OnceLock<bool>,
+}
+
+/// Sleep between tries while every path is transitioning.
+const TRANSITION_PAUSE: Duration = Duration::from_millis(200);
+
+impl Router {
+    /// A router for LUN `lun` over `set`: paths logged in now are up.
+    pub fn new(set: Arc<PathSet>, lun: [u8; 8]) -> Arc<Router> {
+        let n = set.paths.len();
+        let c = &set.config;
+        let mut sel = Selector::new(n, c.policy, c.failback);
+        let now = Instant::now();
+        for (i, p) in set.paths.iter().enumerate() {
+            sel.set_up(i, p.session().is_some_and(|s| s.is_up()), now);
+        }
+        Arc::new(Router {
+            set,
+            lun,
+            sel: Mutex::new(sel),
+            changed: Notify::new(),
+            look: Arc::new(Notify::new()),
+            ports: Mutex::new(vec![None; n]),
+            refused: Mutex::new(vec![false; n]),
+            same_unit: OnceLock::new(),
+            alua: OnceLock::new(),
+        })
+    }
+
+    pub fn set(&self) -> &Arc<PathSet> {
+        &self.set
+    }
+
+    fn sel(&self) -> std::sync::MutexGuard<'_, Selector> {
+        self.sel.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the selector knows now, for `rlun list` and the stats.
+    pub fn snapshot(&self) -> (Vec<PathState>, Option<usize>, u64, Option<Instant>) {
+        let s = self.sel();
+        (
+            s.paths().to_vec(),
+            s.current(),
+            s.failovers,
+            s.last_failover,
+        )
+    }
+
+    /// Log a change of the failover policy's path.
+    fn log_switch(&self, switch: Option<Switch>, why: &str) {
+        let Some(Switch { from, to }) = switch else {
+            return;
+        };
+        let name =
+            |i: Option<usize>| i.map_or("none".to_string(), |i| self.set.paths[i].portal.clone());
+        match to {
+            Some(_) => {
+                info!(from = %name(from), to = %name(to), "I/O moves to another path: {why}")
+            }
+            None => warn!(from = %name(from), "no usable path left: {why}"),
+        }
+    }
+
+    /// Path `i` failed for `reason`.
+    fn fail(&self, i: usize, reason: &str) {
+        let switch = self.sel().failed(i, reason, Instant::now());
+        warn!(portal = %self.set.paths[i].portal, "path failed: {reason}");
+        self.log_switch(switch, reason);
+    }
+
+    /// The path for the next command and its session; paths whose session
+    /// is down are marked failed on the way.
+    fn pick(&self) -> Option<(usize, SessionHandle)> {
+        loop {
+            let i = self.sel().pick()?;
+            match self.set.paths[i].session() {
+                Some(s) if s.is_up() => return Some((i, s.clone())),
+                _ => {
+                    self.sel().done(i, false);
+                    self.fail(i, "connection lost");
+                }
+            }
+        }
+    }
+
+    /// Send `req` through the best path; on a path failure or ALUA sense,
+    /// through another (see the module docs). Waits while no path is
+    /// usable, for at most the replacement timeout.
+    pub async fn command(&self, req: CommandRequest) -> Result<CommandResult, SessionError> {
+        let start = Instant::now();
+        let mut last_error: Option<SessionError> = None;
+        let mut moved = false;
+        loop {
+            let Some((i, session)) = self.pick() else {
+                let waited = start.elapsed();
+                if waited >= self.set.replacement_timeout {
+                    return Err(last_error.unwrap_or(SessionError::NoPath(waited)));
+                }
+                let left = self.set.replacement_timeout - waited;
+                let _ =
+                    tokio::time::timeout(left.min(TRANSITION_PAUSE), self.changed.notified()).await;
+                self.revive();
+                continue;
+            };
+            let result = session.command(req.clone()).await;
+            match result {
+                Ok(r) if !Status::from(r.status).is_success() => {
+                    let err = ScsiError::from_status_and_sense_bytes(
+                        Status::from(r.status),
+                        r.sense.as_deref().unwrap_or(&[]),
+                    );
+                    let Some(condition) = AluaSense::of(&err) else {
+                        self.sel().done(i, true);
+                        return Ok(r);
+                    };
+                    self.sel().done(i, false);
+                    self.look.notify_one();
+                    match condition.implied_state() {
+                        Some(state) => {
+                            let switch = {
+                                let mut s = self.sel();
+                                let p = &s.paths()[i];
+                                let (group, preferred) = (p.group, p.preferred);
+                                s.set_alua(i, state, group, preferred)
+                            };
+                            debug!(portal = %self.set.paths[i].portal, %state, "ALUA state from sense");
+                            self.log_switch(
+                                switch,
+                                &format!("the target reports the path {state}"),
+                            );
+                            moved = true;
+                        }
+                        // A state change somewhere: read the groups now,
+                        // then send again.
+                        None => self.read_groups().await,
+                    }
+                }
+                Ok(r) => {
+                    self.sel().done(i, true);
+                    if moved {
+                        info!(
+                            stall_ms = start.elapsed().as_millis() as u64,
+                            portal = %self.set.paths[i].portal,
+                            "a command moved to another path completed"
+                        );
+                    }
+                    return Ok(r);
+                }
+                Err(e) => {
+                    self.sel().done(i, false);
+                    self.fail(i, &rlun_iscsi::error_chain(&e));
+                    last_error = Some(e);
+                    moved = true;
+                }
+            }
+        }
+    }
+
+    /// Paths whose session is up again while the selector has them down
+    /// are let back in at once when no path is usable (the checker would
+    /// only see them at its next round).
+    fn revive(&self) {
+        let now = Instant::now();
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut s = self.sel();
+        if s.usable() > 0 {
+            return;
+        }
+        for (i, p) in self.set.paths.iter().enumerate() {
+            if !refused[i] && !s.paths()[i].up && p.session().is_some_and(|s| s.is_up()) {
+                s.set_up(i, true, now);
+            }
+        }
+    }
+
+    /// Send `c` through path `i` only, without retries.
+    async fn on_path(&self, i: usize, c: &Cdb) -> Result<CommandResult, SessionError> {
+        let session = self.set.paths[i].session().ok_or(SessionError::Closed)?;
+        let read_len = match c.direction() {
+            cdb::DataDirection::Read => c.expected_transfer_len(),
+            _ => 0,
+        };
+        session
+            .command(CommandRequest {
+                lun: self.lun,
+                cdb: c.padded(),
+                data_out: bytes::Bytes::new(),
+                read_len,
+                attr: TaskAttr::Simple,
+            })
+            .await
+    }
+
+    /// A VPD page through path `i` (`None` when it cannot be read).
+    async fn vpd_on(&self, i: usize, page: u8) -> Option<bytes::Bytes> {
+        match self.on_path(i, &cdb::inquiry_vpd(page, 1024)).await {
+            Ok(r) if Status::from(r.status).is_success() => Some(r.data),
+            _ => None,
+        }
+    }
+
+    /// Check, through every logged-in path, that it reaches the logical
+    /// unit `same_unit` accepts, and learn each path's target port. The
+    /// first path that reaches another one is the error (its portal).
+    /// `alua`: the LUN reported TPGS, so its groups are read and followed.
+    pub async fn verify(&self, same_unit: SameUnit, alua: bool) -> Result<(), String> {
+        let _ = self.alua.set(alua);
+        for i in 0..self.set.paths.len() {
+            if self.set.paths[i].session().is_none() {
+                continue;
+            }
+            if !self.check_unit(i, &same_unit).await {
+                return Err(self.set.paths[i].portal.clone());
+            }
+        }
+        let _ = self.same_unit.set(same_unit);
+        self.read_groups().await;
+        Ok(())
+    }
+
+    /// Whether path `i` reaches the expected unit (reading its port too).
+    async fn check_unit(&self, i: usize, same_unit: &SameUnit) -> bool {
+        let serial = self.vpd_on(i, 0x80).await;
+        let ident = self.vpd_on(i, 0x83).await;
+        if !same_unit(serial.as_deref(), ident.as_deref()) {
+            return false;
+        }
+        let port = ident
+            .as_deref()
+            .and_then(|b| DeviceIdentification::parse(b).ok())
+            .map(|d| PortIdentity::from_page(&d));
+        self.ports.lock().unwrap_or_else(|p| p.into_inner())[i] = port;
+        true
+    }
+
+    /// REPORT TARGET PORT GROUPS through a path that is up, and every
+    /// path's state from it (the LUN has ALUA only).
+    async fn read_groups(&self) {
+        if self.alua.get() != Some(&true) {
+            return;
+        }
+        let c = match alua::report_target_port_groups(4096) {
+            Ok(c) => c,
+            Err(_) => return,
+        };
+        let ups: Vec<usize> = {
+            let s = self.sel();
+            (0..self.set.paths.len())
+                .filter(|&i| s.paths()[i].up)
+                .collect()
+        };
+        for i in ups {
+            let Ok(r) = self.on_path(i, &c).await else {
+                continue;
+            };
+            if !Status::from(r.status).is_success() {
+                continue;
+            }
+            let Ok(groups) = TargetPortGroups::parse(&r.data) else {
+                continue;
+            };
+            self.apply_groups(&groups);
+            return;
+        }
+    }
+
+    fn apply_groups(&self, groups: &TargetPortGroups) {
+        let ports = self.ports.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for (i, port) in ports.iter().enumerate() {
+            let Some(port) = port else { continue };
+            let group = port
+                .relative_port
+                .and_then(|p| groups.group_of_port(p))
+                .or_else(|| port.port_group.and_then(|g| groups.group(g)));
+            let Some(g) = group else { continue };
+            let switch = {
+                let mut s = self.sel();
+                let was = s.paths()[i].alua;
+                if was != g.state {
+                    info!(
+                        portal = %self.set.paths[i].portal,
+                        group = g.id,
+                        from = %was,
+                        to = %g.state,
+                        "ALUA state of the path changed"
+                    );
+                }
+                s.set_alua(i, g.state, Some(g.id), g.preferred)
+            };
+            self.log_switch(switch, "the target port groups changed");
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// One round of the checker: TEST UNIT READY through every path, the
+    /// groups when the LUN has ALUA.
+    async fn check(&self) {
+        let interval = self.set.config.check_interval;
+        let now = Instant::now();
+        for i in 0..self.set.paths.len() {
+            if self.refused.lock().unwrap_or_else(|p| p.into_inner())[i] {
+                continue;
+            }
+            let Some(session) = self.set.paths[i].session() else {
+                continue;
+            };
+            if !session.is_up() {
+                if self.sel().paths()[i].up {
+                    self.fail(i, "connection lost");
+                }
+                continue;
+            }
+            let known = self.ports.lock().unwrap_or_else(|p| p.into_inner())[i].is_some();
+            if !known {
+                // A path that joined late: is it the same unit?
+                if let Some(same) = self.same_unit.get() {
+                    if !self.check_unit(i, same).await {
+                        warn!(
+                            portal = %self.set.paths[i].portal,
+                            "path refused: it reaches another logical unit than the first path"
+                        );
+                        self.refused.lock().unwrap_or_else(|p| p.into_inner())[i] = true;
+                        self.sel().set_up(i, false, now);
+                        continue;
+                    }
+                }
+            }
+            let tur = tokio::time::timeout(
+                interval.max(Duration::from_secs(1)),
+                self.on_path(i, &cdb::test_unit_ready()),
+            )
+            .await;
+            let verdict = match tur {
+                Ok(Ok(r)) => {
+                    let err = ScsiError::from_status_and_sense_bytes(
+                        Status::from(r.status),
+                        r.sense.as_deref().unwrap_or(&[]),
+                    );
+                    if let Some(state) = AluaSense::of(&err).and_then(AluaSense::implied_state) {
+                        let mut s = self.sel();
+                        let p = &s.paths()[i];
+                        let (group, preferred) = (p.group, p.preferred);
+                        let switch = s.set_alua(i, state, group, preferred);
+                        drop(s);
+                        self.log_switch(switch, &format!("the target reports the path {state}"));
+                    }
+                    Ok(())
+                }
+                Ok(Err(e)) => Err(rlun_iscsi::error_chain(&e)),
+                Err(_) => Err(format!("TEST UNIT READY unanswered for {interval:?}")),
+            };
+            let was_up = self.sel().paths()[i].up;
+            match verdict {
+                Ok(()) if !was_up => {
+                    info!(portal = %self.set.paths[i].portal, "path is back");
+                    let switch = self.sel().set_up(i, true, Instant::now());
+                    self.log_switch(switch, "a path came back");
+                    self.changed.notify_waiters();
+                }
+                Err(reason) if was_up => {
+                    let reason = format!("check failed: {reason}");
+                    // Its commands in flight move on after the path
+                    // timeout from now, not after the ping timeout too.
+                    session.abandon(reason.clone());
+                    self.fail(i, &reason);
+                }
+                _ => {}
+            }
+        }
+        self.read_groups().await;
+    }
+
+    /// Start the checker: a task that checks every path each check
+    /// interval (sooner when ALUA sense was seen) while the router lives.
+    pub fn start_checker(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let look = self.look.clone();
+        let interval = self.set.config.check_interval;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = look.notified() => {}
+                }
+                // Held only for a round: the router goes when its LUN does.
+                let Some(r) = weak.upgrade() else { return };
+                r.check().await;
+            }
+        });
+    }
+
+    /// Paths usable now, and all paths, for a status line ("2/2 paths").
+    pub fn usable(&self) -> (usize, usize) {
+        (self.sel().usable(), self.set.paths.len())
+    }
+
+    /// The ALUA state of path `i` as the selector has it.
+    pub fn state_of(&self, i: usize) -> AluaState {
+        self.sel().paths()[i].alua
+    }
+}

@@ -1,0 +1,467 @@
+//! Multipath against a real tgtd that listens on two portals of one
+//! target (127.0.0.1:P and 127.0.0.2:P, one target portal group): fio
+//! verify through `rlun mount` (failover policy) and `rlun serve` (round
+//! robin) while paths are black-holed, reset and restored, one at a time
+//! and both together; a write in flight on a cut path must not land after
+//! its retry; and paths that reach two different logical units are
+//! refused.
+//!
+//! Paths are cut with nftables rules in the input hook that match only
+//! this tgtd's port on one address: packets vanish as on a dead link
+//! (`drop`), or the connection is refused and reset (`reject with tcp
+//! reset`). The rules live in a table of the test's own, removed on drop.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::cli::*;
+use common::*;
+
+const IQN: &str = "iqn.2026-12.org.example:multipath";
+const MIB: u64 = 1 << 20;
+const SIZE: u64 = 64 * MIB;
+
+/// Quick path checks, so that the test does not wait for the defaults.
+const FAST: [&str; 8] = [
+    "--path-check-interval",
+    "1s",
+    "--path-timeout",
+    "2s",
+    "--nop-interval",
+    "1s",
+    "--nop-timeout",
+    "2s",
+];
+
+/// An nftables table of this test's; deleted on drop.
+struct Cut {
+    table: String,
+}
+
+impl Cut {
+    fn new(tag: &str) -> Cut {
+        let table = format!("rlun_mp_{}_{tag}", std::process::id());
+        nft(&["add", "table", "inet", &table]);
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            &table,
+            "input",
+            "{ type filter hook input priority 0; }",
+        ]);
+        Cut { table }
+    }
+
+    /// Both directions of `addr:port` vanish (`drop`) or are reset.
+    fn cut(&self, addr: &str, port: u16, reset: bool) {
+        let verdict = if reset {
+            vec!["reject", "with", "tcp", "reset"]
+        } else {
+            vec!["drop"]
+        };
+        let p = port.to_string();
+        for (a, dir) in [("daddr", "dport"), ("saddr", "sport")] {
+            let mut args = vec![
+                "add",
+                "rule",
+                "inet",
+                &self.table,
+                "input",
+                "ip",
+                a,
+                addr,
+                "tcp",
+                dir,
+                &p,
+            ];
+            args.extend(&verdict);
+            nft(&args);
+        }
+    }
+
+    /// Every path is whole again.
+    fn restore(&self) {
+        nft(&["flush", "chain", "inet", &self.table, "input"]);
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .output();
+    }
+}
+
+fn nft(args: &[&str]) {
+    let out = run_with_timeout(Command::new("nft").args(args), Duration::from_secs(10));
+    assert!(out.status.success(), "nft {args:?}: {}", both(&out));
+}
+
+/// tgtd with target IQN (LUNs 1 and 2 on files) on its own portal and on
+/// 127.0.0.2 at the same port.
+fn two_portal_tgtd(dir: &Path) -> (Tgtd, PathBuf, PathBuf) {
+    let one = make_backing_file(dir, SIZE, 31);
+    let two = make_backing_file(dir, SIZE, 32);
+    let mut tgtd = Tgtd::start().expect("start tgtd");
+    tgtd.add_target(IQN)
+        .lun_file(1, &one, 512)
+        .lun_file(2, &two, 512)
+        .create()
+        .expect("create target");
+    let second = format!("portal=127.0.0.2:{}", tgtd.port());
+    tgtd.tgtadm(&["--op", "new", "--mode", "portal", "--param", &second])
+        .expect("tgtd listens on 127.0.0.2 too");
+    (tgtd, one, two)
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_rlun_mount(mp: &Path) -> bool {
+    let info = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    rlun::fuse::find_mount(&info, &mp.to_string_lossy()).is_some_and(|m| m.fstype == "fuse.rlun")
+}
+
+/// fio verify, as scripts/soak.sh runs it, for `secs` seconds; its JSON
+/// goes to `out`.
+fn fio(target: &[&str], secs: u32, out: &Path) -> ChildGuard {
+    let runtime = format!("--runtime={secs}");
+    let output = format!("--output={}", out.display());
+    ChildGuard(
+        Command::new("fio")
+            .args([
+                "--name=mp",
+                "--rw=randwrite",
+                "--bsrange=4k-64k",
+                "--size=16M",
+                "--verify=crc32c",
+                "--verify_backlog=32",
+                "--do_verify=1",
+                "--continue_on_error=all",
+                "--verify_state_save=0",
+                "--time_based",
+                &runtime,
+                "--output-format=json",
+                &output,
+            ])
+            .args(target)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fio"),
+    )
+}
+
+/// fio's errors (I/O and verify), and the bytes it wrote.
+fn fio_result(mut child: ChildGuard, out: &Path) -> (u64, u64, String) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("poll fio") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "fio did not finish");
+        thread::sleep(Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = child.0.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut stderr);
+    }
+    let text = fs::read_to_string(out).unwrap_or_default();
+    let start = text.find('{').unwrap_or(0);
+    let v = json(&text[start..]);
+    let job = &v["jobs"][0];
+    let errors = job["error"].as_u64().unwrap_or(u64::MAX) + job["total_err"].as_u64().unwrap_or(0);
+    let written = job["write"]["io_bytes"].as_u64().unwrap_or(0);
+    (
+        errors + u64::from(!status.success()),
+        written,
+        format!("{status}: {stderr}"),
+    )
+}
+
+#[test]
+fn fio_verify_through_mount_and_serve_survives_cut_reset_and_restored_paths() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, one, two) = two_portal_tgtd(dir.path());
+    let port = tgtd.port();
+    let second = format!("127.0.0.2:{port}");
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).expect("mount point");
+    let socket = dir.path().join("nbd.sock");
+
+    let mut margs = vec![
+        "mount".to_string(),
+        tgtd.url(IQN, 1),
+        mp.display().to_string(),
+        "--portal".into(),
+        second.clone(),
+        "-v".into(),
+    ];
+    margs.extend(FAST.iter().map(|s| s.to_string()));
+    let m_log = dir.path().join("mount.log");
+    let s_log = dir.path().join("serve.log");
+    let mut mount = spawn_logged(&margs, &m_log);
+    let mut sargs = vec![
+        "serve".to_string(),
+        tgtd.url(IQN, 2),
+        "--socket".into(),
+        socket.display().to_string(),
+        "--portal".into(),
+        second.clone(),
+        "--multipath-policy".into(),
+        "round-robin".into(),
+        "-v".into(),
+    ];
+    sargs.extend(FAST.iter().map(|s| s.to_string()));
+    let mut serve = spawn_logged(&sargs, &s_log);
+    wait_for("the mount", Duration::from_secs(30), || is_rlun_mount(&mp));
+    wait_for("the NBD socket", Duration::from_secs(30), || {
+        socket.exists()
+    });
+
+    let secs = 34;
+    let out_m = dir.path().join("fio-mount.json");
+    let out_s = dir.path().join("fio-nbd.json");
+    let file = format!("--filename={}", mp.join("lun1").display());
+    let uri = format!("--uri=nbd+unix:///lun2?socket={}", socket.display());
+    let fio_m = fio(&["--ioengine=psync", &file], secs, &out_m);
+    let fio_s = fio(&["--ioengine=nbd", &uri], secs, &out_s);
+
+    let cut = Cut::new("fio");
+    let phase = |what: &str, secs: u64| {
+        eprintln!("{what} for {secs} s");
+        thread::sleep(Duration::from_secs(secs));
+    };
+    phase("warm-up", 3);
+    cut.cut("127.0.0.1", port, false);
+    phase("the first portal black-holed", 7);
+    cut.restore();
+    phase("restored", 4);
+    cut.cut("127.0.0.1", port, true);
+    phase("the first portal reset", 3);
+    cut.restore();
+    phase("restored", 4);
+    cut.cut("127.0.0.2", port, false);
+    phase("the second portal black-holed", 4);
+    cut.restore();
+    phase("restored", 3);
+    cut.cut("127.0.0.1", port, false);
+    cut.cut("127.0.0.2", port, false);
+    phase(
+        "both portals black-holed (less than the replacement timeout)",
+        3,
+    );
+    cut.restore();
+
+    let (err_m, wrote_m, status_m) = fio_result(fio_m, &out_m);
+    let (err_s, wrote_s, status_s) = fio_result(fio_s, &out_s);
+
+    // Read back what fio left through the mount, then stop both and
+    // compare with the backing files.
+    let through_mount = fs::read(mp.join("lun1")).expect("read lun1 through the mount");
+    let through_nbd = dir.path().join("lun2.copy");
+    let copy = run_with_timeout(
+        Command::new("nbdcopy").args([
+            &format!("nbd+unix:///lun2?socket={}", socket.display()),
+            &through_nbd.display().to_string(),
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(copy.status.success(), "nbdcopy: {}", both(&copy));
+    let _ = Command::new("fusermount3").arg("-u").arg(&mp).output();
+    let _ = Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .output();
+    let m_exit = wait_exit(&mut mount);
+    let s_exit = wait_exit(&mut serve);
+    let m_log = fs::read_to_string(&m_log).unwrap_or_default();
+    let s_log = fs::read_to_string(&s_log).unwrap_or_default();
+
+    assert_eq!(err_m, 0, "fio through the mount: {status_m}\n{m_log}");
+    assert_eq!(err_s, 0, "fio through NBD: {status_s}\n{s_log}");
+    assert!(wrote_m > 0 && wrote_s > 0, "fio wrote nothing");
+    assert_eq!(m_exit, Some(0), "rlun mount exit:\n{m_log}");
+    assert_eq!(s_exit, Some(0), "rlun serve exit:\n{s_log}");
+    assert_same_bytes(
+        &fs::read(&one).expect("backing 1"),
+        &through_mount,
+        "LUN 1: backing file vs. the mount",
+    );
+    assert_same_bytes(
+        &fs::read(&two).expect("backing 2"),
+        &fs::read(&through_nbd).expect("copy"),
+        "LUN 2: backing file vs. NBD",
+    );
+    // The paths really failed and came back, in both processes.
+    for (what, log) in [("mount", &m_log), ("serve", &s_log)] {
+        assert!(
+            log.contains("path failed"),
+            "{what}: no path failed:\n{log}"
+        );
+        assert!(
+            log.contains("path is back"),
+            "{what}: no path came back:\n{log}"
+        );
+    }
+    assert!(
+        m_log.contains("I/O moves to another path"),
+        "mount never failed over:\n{m_log}"
+    );
+}
+
+/// Exit code of a child that was asked to stop.
+fn wait_exit(child: &mut ChildGuard) -> Option<i32> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(s) = child.try_wait().expect("poll") {
+            return s.code();
+        }
+        assert!(Instant::now() < deadline, "rlun did not exit");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Start `rlun ARGS...` with its stderr (the log) going to `log`.
+fn spawn_logged(args: &[String], log: &Path) -> ChildGuard {
+    let file = fs::File::create(log).expect("log file");
+    ChildGuard(
+        Command::new(rlun_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start rlun"),
+    )
+}
+
+#[test]
+fn a_write_in_flight_on_a_cut_path_does_not_land_after_its_retry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, one, _) = two_portal_tgtd(dir.path());
+    let port = tgtd.port();
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).expect("mount point");
+    let mut args = vec![
+        "mount".to_string(),
+        tgtd.url(IQN, 1),
+        mp.display().to_string(),
+        "--portal".into(),
+        format!("127.0.0.2:{port}"),
+        "--cache".into(),
+        "none".into(),
+        "-v".into(),
+    ];
+    args.extend(FAST.iter().map(|s| s.to_string()));
+    let log = dir.path().join("mount.log");
+    let mut mount = spawn_logged(&args, &log);
+    wait_for("the mount", Duration::from_secs(30), || is_rlun_mount(&mp));
+    let lun = mp.join("lun1");
+    let at = 100 * 4096u64;
+    let write = |byte: u8| {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(&lun)
+            .expect("open lun1");
+        f.write_all_at(&[byte; 4096], at).expect("write");
+        f.sync_all().expect("fsync");
+    };
+
+    let cut = Cut::new("stale");
+    // The first portal carries I/O (failover, preferred). Cut it, then
+    // write "O": the write goes out on it and is lost in the network,
+    // until the path is given up and it is sent again on the other.
+    cut.cut("127.0.0.1", port, false);
+    let started = Instant::now();
+    write(b'O');
+    let stall = started.elapsed();
+    // Then "N" over the other path, and the network comes back: the first
+    // write, still in our socket's send queue when the path was given up,
+    // must not reach the target now.
+    write(b'N');
+    cut.restore();
+    thread::sleep(Duration::from_secs(12));
+    let _ = Command::new("fusermount3").arg("-u").arg(&mp).output();
+    let exit = wait_exit(&mut mount);
+    let log = fs::read_to_string(&log).unwrap_or_default();
+
+    use std::os::unix::fs::FileExt;
+    let mut got = [0u8; 4096];
+    fs::File::open(&one)
+        .expect("backing")
+        .read_exact_at(&mut got, at)
+        .expect("read backing");
+    assert_eq!(exit, Some(0), "{log}");
+    assert!(
+        got.iter().all(|&b| b == b'N'),
+        "the later write was overwritten by the one sent on the cut path (first byte {:?}):\n{log}",
+        got[0] as char
+    );
+    assert!(
+        stall >= Duration::from_secs(2),
+        "the first write did not wait for the cut path ({stall:?}): the test proves nothing"
+    );
+    assert!(log.contains("I/O moves to another path"), "{log}");
+}
+
+#[test]
+fn paths_that_reach_two_different_logical_units_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = make_backing_file(dir.path(), 8 * MIB, 1);
+    let b = make_backing_file(dir.path(), 8 * MIB, 2);
+    let mut first = Tgtd::start().expect("tgtd 1");
+    first
+        .add_target(IQN)
+        .lun_file(1, &a, 512)
+        .create()
+        .expect("target 1");
+    let mut other = Tgtd::start().expect("tgtd 2");
+    let tid = other
+        .add_target(IQN)
+        .lun_file(1, &b, 512)
+        .create()
+        .expect("target 2");
+    // tgtd derives the serial number from tid and LUN: make the second
+    // unit say who it is.
+    other
+        .tgtadm(&[
+            "--op",
+            "update",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            &tid.to_string(),
+            "--lun",
+            "1",
+            "--params",
+            "scsi_sn=OTHERUNIT,scsi_id=other-unit",
+        ])
+        .expect("set the serial");
+    let out = run_rlun(
+        ["info", &first.url(IQN, 1), "--portal", &other.portal()],
+        &[],
+    );
+    assert_failure(&out, 2, &["reaches another logical unit", &other.portal()]);
+
+    // The same unit through one portal given twice is refused as a usage
+    // error before any login.
+    let out = run_rlun(
+        ["info", &first.url(IQN, 1), "--portal", &first.portal()],
+        &[],
+    );
+    assert_failure(&out, 2, &["already a path"]);
+}
