@@ -78,6 +78,9 @@ pub struct LunSnapshot {
     #[serde(default)]
     pub errors: BTreeMap<String, u64>,
     pub cache: CacheStats,
+    /// Its paths, when it is reached through several portals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multipath: Option<crate::multipath::PathsReport>,
 }
 
 /// The answer to `stats`.
@@ -137,6 +140,7 @@ impl Source {
                     other: m.other.counts(),
                     errors: m.errors(),
                     cache: e.device().stats(),
+                    multipath: e.device().backend().route().router().map(|r| r.report()),
                 }
             })
             .collect();

@@ -386,8 +386,12 @@ async fn report_health(line: daemon::StatusLine, source: Arc<control::Source>) {
 pub fn health(s: &control::Snapshot) -> String {
     let dirty: u64 = s.luns.iter().map(|l| l.cache.dirty_bytes).sum();
     let n = s.luns.len();
+    let paths = match paths_usable(s) {
+        Some((usable, all)) => format!(", {usable}/{all} paths"),
+        None => String::new(),
+    };
     format!(
-        "{} {}: {n} LUN{}, session {}, {} dirty, {} reconnect{}",
+        "{} {}: {n} LUN{}, session {}{paths}, {} dirty, {} reconnect{}",
         s.kind,
         match s.what.strip_prefix("nbd-") {
             Some(addr) => format!("nbd://{addr}"),
@@ -399,6 +403,16 @@ pub fn health(s: &control::Snapshot) -> String {
         s.reconnects,
         if s.reconnects == 1 { "" } else { "s" },
     )
+}
+
+/// With several paths: the fewest any LUN can use now, and how many
+/// there are.
+pub fn paths_usable(s: &control::Snapshot) -> Option<(usize, usize)> {
+    s.luns
+        .iter()
+        .filter_map(|l| l.multipath.as_ref())
+        .map(|m| (m.usable, m.paths.len()))
+        .min()
 }
 
 /// The description beside the pid file (`rlun list`, `rlun rescan`),

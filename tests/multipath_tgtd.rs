@@ -249,7 +249,18 @@ fn fio_verify_through_mount_and_serve_survives_cut_reset_and_restored_paths() {
     phase("warm-up", 3);
     cut.cut("127.0.0.1", port, false);
     phase("the first portal black-holed", 7);
+    // `rlun paths` sees it: the first path down, I/O on the second.
+    let out = run_rlun(["paths", &mp.display().to_string(), "--json"], &[]);
+    let text = assert_success(&out, "rlun paths");
+    let v = json(&text);
+    let m = &v[0]["luns"][0]["multipath"];
+    let down = m["paths"].as_array().expect("paths");
     cut.restore();
+    assert_eq!(m["policy"], "failover", "{text}");
+    assert_eq!(down.len(), 2, "{text}");
+    assert_eq!(down[0]["up"], false, "the cut path is shown down: {text}");
+    assert_eq!(down[1]["in_use"], true, "I/O is on the other path: {text}");
+    assert!(m["failovers"].as_u64() >= Some(1), "{text}");
     phase("restored", 4);
     cut.cut("127.0.0.1", port, true);
     phase("the first portal reset", 3);

@@ -52,6 +52,9 @@ _rlun() {
             rlun,mount)
                 cmd="rlun__subcmd__mount"
                 ;;
+            rlun,paths)
+                cmd="rlun__subcmd__paths"
+                ;;
             rlun,rescan)
                 cmd="rlun__subcmd__rescan"
                 ;;
@@ -103,6 +106,9 @@ _rlun() {
             rlun__subcmd__help,mount)
                 cmd="rlun__subcmd__help__subcmd__mount"
                 ;;
+            rlun__subcmd__help,paths)
+                cmd="rlun__subcmd__help__subcmd__paths"
+                ;;
             rlun__subcmd__help,rescan)
                 cmd="rlun__subcmd__help__subcmd__rescan"
                 ;;
@@ -125,7 +131,7 @@ _rlun() {
 
     case "${cmd}" in
         rlun)
-            opts="-v -q -h -V --verbose --quiet --log-format --threads --config --help --version discover ls info cp bench mount umount serve attach detach rescan stats list completions ublk-guard generate-man help"
+            opts="-v -q -h -V --verbose --quiet --log-format --threads --config --help --version discover ls info cp bench mount umount serve attach detach rescan stats list paths completions ublk-guard generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -705,7 +711,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help)
-            opts="discover ls info cp bench mount umount serve attach detach rescan stats list completions ublk-guard generate-man help"
+            opts="discover ls info cp bench mount umount serve attach detach rescan stats list paths completions ublk-guard generate-man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -873,6 +879,20 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__help__subcmd__mount)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__help__subcmd__paths)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1293,6 +1313,32 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
+                    return 0
+                    ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rlun__subcmd__paths)
+            opts="-v -q -h -V --json --verbose --quiet --log-format --threads --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --log-format)
                     COMPREPLY=($(compgen -W "auto text json journal" -- "${cur}"))
                     return 0

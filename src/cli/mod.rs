@@ -493,7 +493,7 @@ pub enum Command {
     /// One line each with kind (mounted, served, attached), where (mount
     /// point, socket path, nbd://ADDR, device), pid, LUNs, STATE (the
     /// session `up`, `down` while it reconnects, `?` when the process did
-    /// not answer), DIRTY (cached data not yet written to the target) and
+    /// not answer; with several paths the usable ones of all, `2/2`), DIRTY (cached data not yet written to the target) and
     /// target. Each process is asked over its control socket (see `rlun
     /// stats`).
     ///
@@ -501,12 +501,28 @@ pub enum Command {
     /// `endpoints` (the NBD URIs of a server, else `what`), `target`,
     /// `portal`, `luns` (numbers), `pid`, `session_up`, `reconnects`,
     /// `down_seconds` (time without a connection), `dirty_bytes`, `health`
-    /// (the one-line summary systemd's status shows). A process that did
+    /// (the one-line summary systemd's status shows), and with several
+    /// paths `paths_usable` and `paths` (see `rlun paths`). A process that did
     /// not answer has `session_up` null and `control_error` (why); its
     /// other fields come from the description beside its pid file
     /// (`target` and `portal` null for an older rlun).
     List {
         /// Print JSON instead of a table (fields in rlun-list(8)).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the paths of a LUN reached through several portals (multipath).
+    ///
+    /// Asks the rlun that serves WHAT (a mount point, /dev/nbdN, an NBD
+    /// socket, nbd://ADDR, or a control socket; every one of this user's
+    /// when left out) and prints one line per path of each LUN: portal,
+    /// transport, target port group and its ALUA state, whether the path
+    /// is up and carries I/O now, commands in flight and completed,
+    /// failures and the last one's reason. A LUN with one path says so.
+    Paths {
+        /// Mount point, /dev/nbdN, NBD socket, nbd://ADDR or control socket.
+        what: Option<String>,
+        /// Print JSON: per process, per LUN, the policy, failovers and paths.
         #[arg(long)]
         json: bool,
     },

@@ -48,6 +48,10 @@ async fn row(what: &str, kind: &str, pid: u32) -> Value {
             r["down_seconds"] = json!(s.down_seconds);
             r["dirty_bytes"] = json!(s.luns.iter().map(|l| l.cache.dirty_bytes).sum::<u64>());
             r["health"] = json!(crate::service::health(&s));
+            if let Some((usable, all)) = crate::service::paths_usable(&s) {
+                r["paths_usable"] = json!(usable);
+                r["paths"] = json!(all);
+            }
         }
         Err(e) => {
             r["session_up"] = Value::Null;
@@ -58,8 +62,11 @@ async fn row(what: &str, kind: &str, pid: u32) -> Value {
 }
 
 /// The STATE column: `up`, `down` (reconnecting), or `?` when the process
-/// did not answer.
+/// did not answer; with several paths, the usable ones out of all (`2/2`).
 fn state(r: &Value) -> String {
+    if let (Some(u), Some(n)) = (r["paths_usable"].as_u64(), r["paths"].as_u64()) {
+        return format!("{u}/{n}");
+    }
     match r["session_up"].as_bool() {
         Some(true) => "up".into(),
         Some(false) => "down".into(),

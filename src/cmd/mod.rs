@@ -30,6 +30,7 @@ mod info;
 mod list;
 mod ls;
 pub mod mount;
+mod paths;
 mod rescan;
 pub mod serve;
 mod stats;
@@ -304,6 +305,7 @@ async fn run_command(ctx: &Ctx, cli: Cli) -> Result<(), CliError> {
         }
         Command::Detach { device, timeout } => attach::detach(&device, timeout).await,
         Command::List { json } => list::list(json).await,
+        Command::Paths { what, json } => paths::paths(what.as_deref(), json).await,
         Command::Rescan { what, timeout } => rescan::rescan(what.as_deref(), timeout).await,
         Command::Stats { what, watch, json } => stats::stats(what.as_deref(), watch, json).await,
         Command::UblkGuard {

@@ -31,7 +31,7 @@ const JSON_VERSION: u32 = 1;
 
 /// The control sockets `what` names: of the processes `rlun list` shows
 /// (all when `None`), or a control socket named directly.
-fn sockets(what: Option<&str>) -> Result<Vec<PathBuf>, CliError> {
+pub(super) fn sockets(what: Option<&str>) -> Result<Vec<PathBuf>, CliError> {
     let chosen = select(held(&daemon::state_dir()), what);
     if !chosen.is_empty() {
         return Ok(chosen
@@ -57,7 +57,7 @@ fn is_socket(path: &str) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
 
-fn control_error(e: ControlError) -> CliError {
+pub(super) fn control_error(e: ControlError) -> CliError {
     CliError::Described {
         kind: e.kind(),
         message: e.to_string(),
@@ -65,7 +65,7 @@ fn control_error(e: ControlError) -> CliError {
 }
 
 /// Ask every socket; the snapshots, and a message for each that failed.
-async fn sample(socks: &[PathBuf]) -> (Vec<Snapshot>, Vec<ControlError>) {
+pub(super) async fn sample(socks: &[PathBuf]) -> (Vec<Snapshot>, Vec<ControlError>) {
     let mut got = Vec::new();
     let mut failed = Vec::new();
     for s in socks {

@@ -220,6 +220,12 @@ impl Selector {
     /// Path `i` failed at `now` for `reason`: down until it is seen up
     /// again. Returns the switch of the failover policy's path it caused.
     pub fn failed(&mut self, i: usize, reason: &str, now: Instant) -> Option<Switch> {
+        // Carrying I/O until now: the failover policy's path, or any
+        // usable one under the others.
+        let in_use = match self.policy {
+            Policy::Failover => self.current == Some(i),
+            _ => self.paths[i].usable(),
+        };
         let p = &mut self.paths[i];
         p.errors += 1;
         if p.up {
@@ -227,7 +233,7 @@ impl Selector {
             p.last_failure = Some((now, reason.to_string()));
         }
         let switch = self.settle();
-        if switch.as_ref().is_some_and(|s| s.from == Some(i)) {
+        if in_use && self.usable() > 0 {
             self.failovers += 1;
             self.last_failover = Some(now);
         }
@@ -335,6 +341,7 @@ mod tests {
         let (mut s, now) = up(3, Policy::RoundRobin, Failback::Immediate);
         assert_eq!(picks(&mut s, 6), vec![0, 1, 2, 0, 1, 2]);
         s.failed(1, "lost", now);
+        assert_eq!(s.failovers, 1, "a path that carried I/O failed");
         assert_eq!(picks(&mut s, 4), vec![0, 2, 0, 2]);
     }
 
