@@ -476,3 +476,51 @@ fn paths_that_reach_two_different_logical_units_are_refused() {
     );
     assert_failure(&out, 2, &["already a path"]);
 }
+
+#[test]
+fn bench_keeps_its_queue_depth_on_the_paths_left_when_one_is_cut() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _, _) = two_portal_tgtd(dir.path());
+    let port = tgtd.port();
+    let log = dir.path().join("bench.log");
+    let mut args = vec![
+        "bench".to_string(),
+        tgtd.url(IQN, 1),
+        "--pattern".into(),
+        "randwrite".into(),
+        "--allow-write".into(),
+        "--qd".into(),
+        "16".into(),
+        "--duration".into(),
+        "10s".into(),
+        "--json".into(),
+        "--portal".into(),
+        format!("127.0.0.2:{port}"),
+        "--multipath-policy".into(),
+        "round-robin".into(),
+        "-v".into(),
+    ];
+    args.extend(FAST.iter().map(|s| s.to_string()));
+    let out_path = dir.path().join("bench.json");
+    let mut bench = ChildGuard(
+        Command::new(rlun_bin())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&out_path).expect("out"))
+            .stderr(fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("start rlun bench"),
+    );
+    let cut = Cut::new("bench");
+    thread::sleep(Duration::from_secs(2));
+    cut.cut("127.0.0.2", port, false);
+    thread::sleep(Duration::from_secs(4));
+    cut.restore();
+    let exit = wait_exit(&mut bench);
+    let log = fs::read_to_string(&log).unwrap_or_default();
+    let out = fs::read_to_string(&out_path).unwrap_or_default();
+    assert_eq!(exit, Some(0), "rlun bench:\n{out}\n{log}");
+    let v = json(out.lines().last().unwrap_or("{}"));
+    assert!(v["ios"].as_u64() > Some(0), "{out}");
+    assert!(log.contains("path failed"), "the cut was not seen:\n{log}");
+}

@@ -22,7 +22,11 @@ use crate::session::{CommandQueue, Completion, SessionError};
 /// the policy in one place.
 pub struct LunQueue {
     lun: Lun,
+    /// On the primary session; every path's commands complete into it.
     q: CommandQueue,
+    /// With several paths, a queue per other path (made when first used),
+    /// completing into `q`.
+    beside: Vec<Option<CommandQueue>>,
     /// Commands in flight, by the queue's own tag (an index here).
     ops: Vec<Option<QueuedOp>>,
     free: Vec<u64>,
@@ -31,6 +35,8 @@ pub struct LunQueue {
 
 struct QueuedOp {
     tag: u64,
+    /// The path it went on, with several.
+    path: Option<usize>,
     lba: u64,
     kind: QueuedKind,
 }
@@ -45,9 +51,11 @@ impl LunQueue {
     /// paths: the first that logged in).
     pub(super) fn new(lun: Lun) -> LunQueue {
         let q = lun.session().queue();
+        let paths = lun.route.router().map_or(0, |r| r.set().paths().len());
         LunQueue {
             lun,
             q,
+            beside: (0..paths).map(|_| None).collect(),
             ops: Vec::new(),
             free: Vec::new(),
             batch: Vec::new(),
@@ -60,7 +68,7 @@ impl LunQueue {
     }
 
     /// Queue one command of this LUN (simple task attribute) for `op`.
-    fn submit(&mut self, cdb: [u8; 16], data_out: Bytes, read_len: u32, op: QueuedOp) {
+    fn submit(&mut self, cdb: [u8; 16], data_out: Bytes, read_len: u32, mut op: QueuedOp) {
         let req = CommandRequest {
             lun: self.lun.raw,
             cdb,
@@ -69,16 +77,32 @@ impl LunQueue {
             attr: TaskAttr::Simple,
         };
         let slot = match self.free.pop() {
-            Some(i) => {
-                self.ops[i as usize] = Some(op);
-                i
-            }
+            Some(i) => i,
             None => {
-                self.ops.push(Some(op));
+                self.ops.push(None);
                 self.ops.len() as u64 - 1
             }
         };
-        self.q.submit(req, slot);
+        // With several paths: the one the policy picks (none usable:
+        // the primary, whose failure sends the command through the
+        // router, which waits for a path).
+        let picked = self.lun.route.router().and_then(|r| {
+            let (i, session) = r.take_path()?;
+            Some((i, session, r.set().primary_index()))
+        });
+        match picked {
+            Some((i, _, primary)) if i == primary => {
+                op.path = Some(i);
+                self.q.submit(req, slot);
+            }
+            Some((i, session, _)) => {
+                op.path = Some(i);
+                let q = self.beside[i].get_or_insert_with(|| session.queue_beside(&self.q));
+                q.submit(req, slot);
+            }
+            None => self.q.submit(req, slot),
+        }
+        self.ops[slot as usize] = Some(op);
     }
 
     /// READ `blocks` blocks at `lba`; completes with `tag` and the data.
@@ -88,6 +112,7 @@ impl LunQueue {
         let read_len = c.expected_transfer_len();
         let op = QueuedOp {
             tag,
+            path: None,
             lba,
             kind: QueuedKind::Read { blocks },
         };
@@ -109,6 +134,7 @@ impl LunQueue {
         let data_out = data.clone();
         let op = QueuedOp {
             tag,
+            path: None,
             lba,
             kind: QueuedKind::Write { data },
         };
@@ -122,6 +148,9 @@ impl LunQueue {
     pub async fn completions(&mut self, out: &mut Vec<(u64, Result<Bytes, ClientError>)>) {
         if self.in_flight() == 0 {
             return;
+        }
+        for q in self.beside.iter_mut().flatten() {
+            q.flush();
         }
         self.q.completions(&mut self.batch).await;
         let mut batch = std::mem::take(&mut self.batch);
@@ -156,10 +185,13 @@ impl LunQueue {
         op: &QueuedOp,
         result: Result<CommandResult, SessionError>,
     ) -> Result<Bytes, ClientError> {
+        if let (Some(i), Some(router)) = (op.path, self.lun.route.router()) {
+            router.finished(i, result.as_ref().map(|_| ()));
+        }
         let r = match result {
             Ok(r) => r,
-            // Several paths: the session of the path this queue uses gave
-            // the command up; the route sends it through another.
+            // Several paths: the session of the path it took gave the
+            // command up; the route sends it through another.
             Err(_) if self.lun.route.router().is_some() => return self.again(op).await,
             Err(e) => return Err(e.into()),
         };

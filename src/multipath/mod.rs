@@ -283,6 +283,11 @@ impl PathSet {
         &self.config
     }
 
+    /// The index of the primary path ([`Route::primary`]).
+    pub fn primary_index(&self) -> usize {
+        self.primary
+    }
+
     fn primary(&self) -> &SessionHandle {
         self.paths[self.primary]
             .session()
@@ -424,6 +429,23 @@ impl Router {
                     self.fail(i, "connection lost");
                 }
             }
+        }
+    }
+
+    /// The path for one command of a caller that sends it itself (a
+    /// queue of many in flight), counted in flight until
+    /// [`Router::finished`]; `None` when no path is usable now.
+    pub fn take_path(&self) -> Option<(usize, SessionHandle)> {
+        self.pick()
+    }
+
+    /// A command sent on path `i` ([`Router::take_path`]) is over:
+    /// `Ok` when the path answered, else why it failed (the path is
+    /// marked failed).
+    pub fn finished(&self, i: usize, outcome: Result<(), &SessionError>) {
+        self.sel().done(i, outcome.is_ok());
+        if let Err(e) = outcome {
+            self.fail(i, &rlun_iscsi::error_chain(e));
         }
     }
 

@@ -211,6 +211,13 @@ impl SessionHandle {
         CommandQueue::new(self.tx.clone())
     }
 
+    /// A queue whose commands go to this session and complete into `q`
+    /// (which may belong to another session): [`CommandQueue::completions`]
+    /// of `q` hands out the answers of both.
+    pub fn queue_beside(&self, q: &CommandQueue) -> CommandQueue {
+        q.sibling(self.tx.clone())
+    }
+
     /// Execute a SCSI command and wait for its result.
     pub async fn command(&self, req: CommandRequest) -> Result<CommandResult, SessionError> {
         self.submit(req).wait().await

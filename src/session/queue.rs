@@ -168,6 +168,17 @@ impl CommandQueue {
         }
     }
 
+    /// A queue that sends its commands through `tx` (another session's
+    /// driver) and completes them into this queue: one reader for the
+    /// commands of several sessions (the paths of a multipath LUN).
+    pub(super) fn sibling(&self, tx: mpsc::UnboundedSender<Request>) -> CommandQueue {
+        CommandQueue {
+            tx,
+            done: self.done.clone(),
+            pending: Vec::new(),
+        }
+    }
+
     /// Queue a SCSI command; its completion comes with `tag`. It goes to
     /// the session at the next [`CommandQueue::completions`] or
     /// [`CommandQueue::flush`].
