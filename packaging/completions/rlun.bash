@@ -157,7 +157,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__attach)
-            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --ublk --queues --queue-depth --recover --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
+            opts="-r -d -v -q -h -V --connections --read-only --io-timeout --ublk --queues --queue-depth --recover --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -239,6 +239,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --multipath)
+                    COMPREPLY=($(compgen -W "off auto" -- "${cur}"))
+                    return 0
+                    ;;
                 --multipath-policy)
                     COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
                     return 0
@@ -295,7 +299,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__bench)
-            opts="-v -q -h -V --pattern --bs --qd --duration --size --json --allow-write --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --pattern --bs --qd --duration --size --json --allow-write --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -371,6 +375,10 @@ _rlun() {
                     ;;
                 --portal)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath)
+                    COMPREPLY=($(compgen -W "off auto" -- "${cur}"))
                     return 0
                     ;;
                 --multipath-policy)
@@ -455,7 +463,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__cp)
-            opts="-v -q -h -V --bs --qd --progress --no-progress --no-sparse --offset --fua --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --bs --qd --progress --no-progress --no-sparse --offset --fua --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -525,6 +533,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --multipath)
+                    COMPREPLY=($(compgen -W "off auto" -- "${cur}"))
+                    return 0
+                    ;;
                 --multipath-policy)
                     COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
                     return 0
@@ -591,7 +603,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__discover)
-            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -647,6 +659,10 @@ _rlun() {
                     ;;
                 --portal)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath)
+                    COMPREPLY=($(compgen -W "off auto" -- "${cur}"))
                     return 0
                     ;;
                 --multipath-policy)
@@ -977,7 +993,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__info)
-            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1033,6 +1049,10 @@ _rlun() {
                     ;;
                 --portal)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath)
+                    COMPREPLY=($(compgen -W "off auto" -- "${cur}"))
                     return 0
                     ;;
                 --multipath-policy)
@@ -1097,7 +1117,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__ls)
-            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
+            opts="-v -q -h -V --json --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath --multipath-policy --failback --path-check-interval --path-timeout --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1155,6 +1175,10 @@ _rlun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --multipath)
+                    COMPREPLY=($(compgen -W "off auto" -- "${cur}"))
+                    return 0
+                    ;;
                 --multipath-policy)
                     COMPREPLY=($(compgen -W "failover round-robin queue-length" -- "${cur}"))
                     return 0
@@ -1191,7 +1215,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__mount)
-            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --no-auto-unmount --fuse-threads --writeback-cache --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
+            opts="-r -d -v -q -h -V --uid --gid --mode --allow-other --read-only --direct-io --no-auto-unmount --fuse-threads --writeback-cache --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1275,6 +1299,10 @@ _rlun() {
                     ;;
                 --portal)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath)
+                    COMPREPLY=($(compgen -W "off auto" -- "${cur}"))
                     return 0
                     ;;
                 --multipath-policy)
@@ -1389,7 +1417,7 @@ _rlun() {
             return 0
             ;;
         rlun__subcmd__serve)
-            opts="-r -d -v -q -h -V --socket --listen --read-only --tls-cert --tls-key --tls-ca --allow-insecure --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
+            opts="-r -d -v -q -h -V --socket --listen --read-only --tls-cert --tls-key --tls-ca --allow-insecure --daemon --log-file --metrics-listen --metrics-allow-remote --initiator-name --chap-user --chap-file --header-digest --data-digest --connect-timeout --login-timeout --replacement-timeout --nop-interval --nop-timeout --max-recv-segment --command-timeout --portal --multipath --multipath-policy --failback --path-check-interval --path-timeout --cache --cache-size --readahead --writeback-delay --stats-interval --verbose --quiet --log-format --threads --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1473,6 +1501,10 @@ _rlun() {
                     ;;
                 --portal)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --multipath)
+                    COMPREPLY=($(compgen -W "off auto" -- "${cur}"))
                     return 0
                     ;;
                 --multipath-policy)

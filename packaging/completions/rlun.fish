@@ -69,6 +69,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand discover" -l nop-timeout -d 'D
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l multipath -d 'Also use every portal discovery reports for the target [default: off]' -r -f -a "off\t'The URL\'s portal and those given with --portal (or `portals`)'
+auto\t'Also every portal SendTargets discovery reports for the target'"
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
 round-robin\t'Every usable path of the best ALUA state in turn'
 queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
@@ -104,6 +106,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand ls" -l nop-timeout -d 'Declare
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l multipath -d 'Also use every portal discovery reports for the target [default: off]' -r -f -a "off\t'The URL\'s portal and those given with --portal (or `portals`)'
+auto\t'Also every portal SendTargets discovery reports for the target'"
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
 round-robin\t'Every usable path of the best ALUA state in turn'
 queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
@@ -139,6 +143,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -l nop-timeout -d 'Decla
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l multipath -d 'Also use every portal discovery reports for the target [default: off]' -r -f -a "off\t'The URL\'s portal and those given with --portal (or `portals`)'
+auto\t'Also every portal SendTargets discovery reports for the target'"
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
 round-robin\t'Every usable path of the best ALUA state in turn'
 queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
@@ -177,6 +183,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l nop-timeout -d 'Declare
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l multipath -d 'Also use every portal discovery reports for the target [default: off]' -r -f -a "off\t'The URL\'s portal and those given with --portal (or `portals`)'
+auto\t'Also every portal SendTargets discovery reports for the target'"
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
 round-robin\t'Every usable path of the best ALUA state in turn'
 queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
@@ -223,6 +231,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l nop-timeout -d 'Decl
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l multipath -d 'Also use every portal discovery reports for the target [default: off]' -r -f -a "off\t'The URL\'s portal and those given with --portal (or `portals`)'
+auto\t'Also every portal SendTargets discovery reports for the target'"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
 round-robin\t'Every usable path of the best ALUA state in turn'
 queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
@@ -275,6 +285,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l nop-timeout -d 'Decl
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l multipath -d 'Also use every portal discovery reports for the target [default: off]' -r -f -a "off\t'The URL\'s portal and those given with --portal (or `portals`)'
+auto\t'Also every portal SendTargets discovery reports for the target'"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
 round-robin\t'Every usable path of the best ALUA state in turn'
 queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
@@ -342,6 +354,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l nop-timeout -d 'Decl
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l multipath -d 'Also use every portal discovery reports for the target [default: off]' -r -f -a "off\t'The URL\'s portal and those given with --portal (or `portals`)'
+auto\t'Also every portal SendTargets discovery reports for the target'"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
 round-robin\t'Every usable path of the best ALUA state in turn'
 queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"
@@ -394,6 +408,8 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l nop-timeout -d 'Dec
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l max-recv-segment -d 'Largest data segment the target may send us in one PDU [default: 256k]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l command-timeout -d 'Abort and retry a SCSI command unanswered this long [default: 30s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l portal -d 'Another portal of the target as one more path (multipath)' -r
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l multipath -d 'Also use every portal discovery reports for the target [default: off]' -r -f -a "off\t'The URL\'s portal and those given with --portal (or `portals`)'
+auto\t'Also every portal SendTargets discovery reports for the target'"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l multipath-policy -d 'How I/O is spread over the paths [default: failover]' -r -f -a "failover\t'One path at a time; another only when it fails'
 round-robin\t'Every usable path of the best ALUA state in turn'
 queue-length\t'The usable path of the best ALUA state with the fewest commands in flight'"

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{parse_duration, parse_segment_size, parse_timeout, DigestChoice};
-use crate::config::settings::{Failback, MultipathPolicy, Settings};
+use crate::config::settings::{Failback, MultipathMode, MultipathPolicy, Settings};
 
 /// Options for connecting and logging in, shared by every subcommand that
 /// logs in. Each but the CHAP ones can also come from the config file
@@ -108,6 +108,21 @@ pub struct ConnectOpts {
     #[arg(long = "portal", value_name = "PORTAL")]
     pub portals: Vec<String>,
 
+    /// Also use every portal discovery reports for the target [default: off].
+    ///
+    /// auto: before logging in, ask the URL's portal (SendTargets) which
+    /// portals the target has, and use each as a path besides the URL's
+    /// and --portal's (as people set up open-iscsi for dm-multipath).
+    /// A target that reports one portal gives one path.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        help_heading = "Multipath options",
+        hide_short_help = true
+    )]
+    pub multipath: Option<MultipathMode>,
+
     /// How I/O is spread over the paths [default: failover].
     ///
     /// failover: one path at a time, another when it fails; round-robin:
@@ -163,6 +178,7 @@ impl ConnectOpts {
             max_recv_segment: self.max_recv_segment,
             header_digest: self.header_digest.map(DigestChoice::pref),
             data_digest: self.data_digest.map(DigestChoice::pref),
+            multipath: self.multipath,
             multipath_policy: self.multipath_policy,
             failback: self.failback,
             path_check_interval: self.path_check_interval,

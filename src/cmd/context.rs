@@ -178,7 +178,8 @@ impl Ctx {
             (_, Some(e)) => e.portals.as_slice(),
             (_, None) => &[],
         };
-        if !portals.is_empty() {
+        let auto = s.multipath == crate::config::settings::MultipathMode::Auto;
+        if !portals.is_empty() || (auto && cfg.target_name.is_some()) {
             cfg.multipath = Some(multipath_config(url, portals, &s)?);
         }
         tracing::debug!(
@@ -373,6 +374,7 @@ fn multipath_config(
     }
     Ok(crate::session::MultipathConfig {
         portals: out,
+        discover: s.multipath == crate::config::settings::MultipathMode::Auto,
         policy: s.multipath_policy,
         failback: s.failback,
         check_interval: s.path_check_interval,

@@ -152,6 +152,9 @@ SETTINGS
     stats_interval = "1m"
         Log each LUN's cache counters at this interval, at info level.
         More than 0. Default: never.
+    multipath = "off" | "auto"
+        "auto": also use, as paths, every portal SendTargets discovery
+        through the URL's portal reports for the target. Default "off".
     multipath_policy = "failover" | "round-robin" | "queue-length"
         With several portals (portals = [...], --portal): how I/O is
         spread over the paths. "failover" uses one path at a time and

@@ -61,6 +61,17 @@ impl MultipathPolicy {
     }
 }
 
+/// Where the paths of a target come from (`--multipath`, `multipath =
+/// "…"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MultipathMode {
+    /// The URL's portal and those given with --portal (or `portals`).
+    Off,
+    /// Also every portal SendTargets discovery reports for the target.
+    Auto,
+}
+
 /// Whether the failover policy goes back to the preferred path when it
 /// returns (`--failback`, `failback = "…"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
@@ -90,6 +101,7 @@ pub struct Settings {
     pub readahead: Option<OnOff>,
     pub writeback_delay: Option<Duration>,
     pub stats_interval: Option<Duration>,
+    pub multipath: Option<MultipathMode>,
     pub multipath_policy: Option<MultipathPolicy>,
     pub failback: Option<Failback>,
     pub path_check_interval: Option<Duration>,
@@ -120,6 +132,7 @@ pub struct Effective {
     pub writeback_delay: Duration,
     /// `None`: no periodic counters.
     pub stats_interval: Option<Duration>,
+    pub multipath: MultipathMode,
     pub multipath_policy: MultipathPolicy,
     pub failback: Failback,
     pub path_check_interval: Duration,
@@ -145,6 +158,7 @@ pub const BUILT_IN: Effective = Effective {
     readahead: OnOff::On,
     writeback_delay: Duration::from_secs(1),
     stats_interval: None,
+    multipath: MultipathMode::Off,
     multipath_policy: MultipathPolicy::Failover,
     failback: Failback::Immediate,
     path_check_interval: Duration::from_secs(5),
@@ -173,6 +187,7 @@ impl Settings {
             readahead: self.readahead.or(lower.readahead),
             writeback_delay: self.writeback_delay.or(lower.writeback_delay),
             stats_interval: self.stats_interval.or(lower.stats_interval),
+            multipath: self.multipath.or(lower.multipath),
             multipath_policy: self.multipath_policy.or(lower.multipath_policy),
             failback: self.failback.or(lower.failback),
             path_check_interval: self.path_check_interval.or(lower.path_check_interval),
@@ -198,6 +213,7 @@ impl Settings {
             readahead: self.readahead.unwrap_or(b.readahead),
             writeback_delay: self.writeback_delay.unwrap_or(b.writeback_delay),
             stats_interval: self.stats_interval.or(b.stats_interval),
+            multipath: self.multipath.unwrap_or(b.multipath),
             multipath_policy: self.multipath_policy.unwrap_or(b.multipath_policy),
             failback: self.failback.unwrap_or(b.failback),
             path_check_interval: self.path_check_interval.unwrap_or(b.path_check_interval),
@@ -244,6 +260,7 @@ macro_rules! settings_table {
             pub writeback_delay: Option<std::time::Duration>,
             #[serde(default, deserialize_with = "crate::config::settings::de::timeout")]
             pub stats_interval: Option<std::time::Duration>,
+            pub multipath: Option<crate::config::settings::MultipathMode>,
             pub multipath_policy: Option<crate::config::settings::MultipathPolicy>,
             pub failback: Option<crate::config::settings::Failback>,
             #[serde(default, deserialize_with = "crate::config::settings::de::timeout")]
@@ -270,6 +287,7 @@ macro_rules! settings_table {
                     readahead: self.readahead,
                     writeback_delay: self.writeback_delay,
                     stats_interval: self.stats_interval,
+                    multipath: self.multipath,
                     multipath_policy: self.multipath_policy,
                     failback: self.failback,
                     path_check_interval: self.path_check_interval,
@@ -283,7 +301,7 @@ pub(crate) use settings_table;
 
 /// The file keys of the settings every table takes (for help texts and
 /// their tests).
-pub const SETTING_KEYS: [&str; 18] = [
+pub const SETTING_KEYS: [&str; 19] = [
     "connect_timeout",
     "login_timeout",
     "replacement_timeout",
@@ -298,6 +316,7 @@ pub const SETTING_KEYS: [&str; 18] = [
     "readahead",
     "writeback_delay",
     "stats_interval",
+    "multipath",
     "multipath_policy",
     "failback",
     "path_check_interval",

@@ -757,6 +757,7 @@ cache_size = "64M"
 readahead = "off"
 writeback_delay = "250ms"
 stats_interval = "1h"
+multipath = "auto"
 multipath_policy = "queue-length"
 failback = "manual"
 path_check_interval = "2s"
@@ -779,6 +780,7 @@ fn every_setting_resolved() -> Effective {
         readahead: OnOff::Off,
         writeback_delay: Duration::from_millis(250),
         stats_interval: Some(Duration::from_secs(3600)),
+        multipath: crate::config::settings::MultipathMode::Auto,
         multipath_policy: crate::config::settings::MultipathPolicy::QueueLength,
         failback: crate::config::settings::Failback::Manual,
         path_check_interval: Duration::from_secs(2),

@@ -42,6 +42,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use rlun_iscsi::proto::connection::{CommandRequest, CommandResult};
+use rlun_iscsi::proto::negotiate::TargetAddress;
 use rlun_iscsi::proto::pdu::TaskAttr;
 use rlun_iscsi::scsi::alua::{self, AluaSense, AluaState, PortIdentity, TargetPortGroups};
 use rlun_iscsi::scsi::vpd::DeviceIdentification;
@@ -213,8 +214,33 @@ impl PathSet {
             .multipath
             .clone()
             .expect("PathSet::login is for a multipath configuration");
-        let portals = std::iter::once((cfg.transport, cfg.host.clone(), cfg.port))
-            .chain(config.portals.iter().cloned());
+        let mut portals: Vec<(TransportKind, String, u16)> =
+            std::iter::once((cfg.transport, cfg.host.clone(), cfg.port))
+                .chain(config.portals.iter().cloned())
+                .collect();
+        if config.discover {
+            match crate::session::discover(cfg.clone()).await {
+                Ok(targets) => {
+                    let name = cfg.target_name.as_deref().unwrap_or_default();
+                    let found = targets
+                        .iter()
+                        .filter(|t| t.name == name)
+                        .flat_map(|t| t.addresses.iter());
+                    let added = add_discovered(&mut portals, found, cfg.transport);
+                    info!(
+                        added,
+                        "discovery through {} reports {} portal(s) of the target",
+                        portal_string(&cfg.host, cfg.port),
+                        portals.len()
+                    );
+                }
+                Err(e) => warn!(
+                    error = %rlun_iscsi::error_chain(&e),
+                    "--multipath auto: discovery failed; using the portals given"
+                ),
+            }
+        }
+        let portals = portals.into_iter();
         let paths: Vec<Path> = portals
             .map(|(transport, host, port)| Path {
                 portal: portal_string(&host, port),
@@ -270,7 +296,7 @@ impl PathSet {
             paths = set.paths.len(),
             up = set.sessions().count(),
             policy = set.config.policy.name(),
-            "logged in through several portals"
+            "multipath: logged in through every portal that answered"
         );
         Ok(set)
     }
@@ -298,6 +324,24 @@ impl PathSet {
     pub fn sessions(&self) -> impl Iterator<Item = &SessionHandle> {
         self.paths.iter().filter_map(Path::session)
     }
+}
+
+/// Add the portals of `found` (SendTargets addresses) that `portals`
+/// does not have yet, over `transport`; how many were added.
+fn add_discovered<'a>(
+    portals: &mut Vec<(TransportKind, String, u16)>,
+    found: impl Iterator<Item = &'a TargetAddress>,
+    transport: TransportKind,
+) -> usize {
+    let mut added = 0;
+    for a in found {
+        let p = (transport, a.host.clone(), a.port_or_default());
+        if !portals.contains(&p) {
+            portals.push(p);
+            added += 1;
+        }
+    }
+    added
 }
 
 /// Log in the paths that did not at start, every check interval, until
@@ -812,5 +856,43 @@ impl Router {
     /// The ALUA state of path `i` as the selector has it.
     pub fn state_of(&self, i: usize) -> AluaState {
         self.sel().paths()[i].alua
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovered_portals_join_once_with_the_default_port() {
+        let mut portals = vec![(TransportKind::Tcp, "10.0.0.1".to_string(), 3260)];
+        let found = [
+            TargetAddress {
+                host: "10.0.0.1".into(),
+                port: Some(3260),
+                portal_group_tag: Some(1),
+            },
+            TargetAddress {
+                host: "10.0.1.1".into(),
+                port: None,
+                portal_group_tag: Some(2),
+            },
+            TargetAddress {
+                host: "10.0.1.1".into(),
+                port: Some(3260),
+                portal_group_tag: Some(2),
+            },
+        ];
+        assert_eq!(
+            add_discovered(&mut portals, found.iter(), TransportKind::Tcp),
+            1
+        );
+        assert_eq!(
+            portals,
+            vec![
+                (TransportKind::Tcp, "10.0.0.1".to_string(), 3260),
+                (TransportKind::Tcp, "10.0.1.1".to_string(), 3260),
+            ]
+        );
     }
 }

@@ -17,6 +17,8 @@ use crate::transport::TransportKind;
 pub struct MultipathConfig {
     /// The other portals (transport, host, port), after the URL's own.
     pub portals: Vec<(TransportKind, String, u16)>,
+    /// Also the portals SendTargets discovery reports for the target.
+    pub discover: bool,
     pub policy: MultipathPolicy,
     pub failback: Failback,
     pub check_interval: Duration,
