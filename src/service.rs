@@ -278,6 +278,13 @@ pub async fn serve<F: FrontEnd>(
                     },
                 })?;
             front.accept(luns.len())?;
+            if let Some(every) = plan.device.stats_interval {
+                for (n, lun) in &luns {
+                    if let Some(r) = lun.route().router() {
+                        r.start_stats(*n, every);
+                    }
+                }
+            }
             let exports = ExportSet::new(luns, &plan.device, plan.read_only)
                 .map_err(ServiceError::Exports)?;
             let exports = Arc::new(exports);

@@ -635,7 +635,9 @@ pub struct CacheOpts {
     /// Log cache counters at this interval [default: never].
     ///
     /// Each LUN's cache counters (hits, misses, read-ahead hits,
-    /// evictions, dirty bytes, flushes), at info level. More than 0.
+    /// evictions, dirty bytes, flushes), at info level; with several
+    /// portals also a line per path (up, ALUA state, in use, commands in
+    /// flight and completed, errors, failovers). More than 0.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout, hide_short_help = true)]
     pub stats_interval: Option<Duration>,
 }

@@ -150,7 +150,8 @@ SETTINGS
         With cache = "write-back", the longest time written data waits in
         memory. "0": write back at once.
     stats_interval = "1m"
-        Log each LUN's cache counters at this interval, at info level.
+        Log each LUN's cache counters (and, with several portals, each
+        path's) at this interval, at info level.
         More than 0. Default: never.
     multipath = "off" | "auto"
         "auto": also use, as paths, every portal SendTargets discovery

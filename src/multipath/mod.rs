@@ -848,6 +848,33 @@ impl Router {
         }
     }
 
+    /// Log each path's counters every `every` (`--stats-interval`), beside
+    /// the cache's line, while the router lives.
+    pub fn start_stats(self: &Arc<Self>, lun: u64, every: Duration) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(r) = weak.upgrade() else { return };
+                let report = r.report();
+                for p in &report.paths {
+                    info!(
+                        lun,
+                        portal = %p.portal,
+                        up = p.up,
+                        alua_state = %p.alua_state,
+                        in_use = p.in_use,
+                        in_flight = p.in_flight,
+                        commands = p.commands,
+                        errors = p.errors,
+                        failovers = report.failovers,
+                        "path"
+                    );
+                }
+            }
+        });
+    }
+
     /// Paths usable now, and all paths, for a status line ("2/2 paths").
     pub fn usable(&self) -> (usize, usize) {
         (self.sel().usable(), self.set.paths.len())
