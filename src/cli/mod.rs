@@ -210,8 +210,9 @@ pub enum Command {
     },
     /// Show everything about one LUN.
     ///
-    /// Its inquiry data, capacity and VPD limits, and the negotiated
-    /// session parameters.
+    /// Its inquiry data, capacity and VPD limits, its ALUA support, and
+    /// the negotiated session parameters; with --portal, each path and its
+    /// ALUA state (`multipath` in --json, as `rlun paths` shows it).
     Info {
         /// LUN URL: iscsi://host[:port]/<iqn>/<lun>.
         url: String,

@@ -7,6 +7,7 @@ use super::error::CliError;
 use crate::cli::ConnectOpts;
 use crate::client::{ClientError, Lun, Target};
 use crate::service::human_size;
+use rlun_iscsi::scsi::inquiry::Tpgs;
 use rlun_iscsi::scsi::vpd::{DeviceIdentification, UnitSerialNumber};
 
 pub async fn run(ctx: &Ctx, arg: &str, as_json: bool, opts: &ConnectOpts) -> Result<(), CliError> {
@@ -74,6 +75,7 @@ async fn describe(target: &Target, lun: &Lun) -> Value {
     let info = target.session().info();
     let p = &info.params;
     let inq = &lun.inquiry;
+    let paths = lun.route().router().map(|r| r.report());
     json!({
         "lun": lun.number(),
         "target": info.target_name,
@@ -98,6 +100,13 @@ async fn describe(target: &Target, lun: &Lun) -> Value {
             "lbpme": rc16.as_ref().map(|r| r.lbpme),
             "lbprz": rc16.as_ref().map(|r| r.lbprz),
         },
+        "alua": match inq.tpgs {
+            Tpgs::NotSupported => "none",
+            Tpgs::Implicit => "implicit",
+            Tpgs::Explicit => "explicit",
+            Tpgs::Both => "implicit and explicit",
+        },
+        "multipath": paths,
         "write_protected": lun.write_protected(),
         "dpofua": lun.dpofua(),
         "block_limits": lun.limits.as_ref().map(|l| json!({
@@ -169,6 +178,26 @@ fn print_text(v: &Value) -> Result<(), CliError> {
     out!("Block size:      {}", s(&c["block_size"]));
     out!("Physical block:  {}", s(&c["physical_block_size"]));
     out!("Thin (LBPME):    {}", s(&c["lbpme"]));
+    out!("ALUA (TPGS):     {}", s(&v["alua"]));
+    if let Some(paths) = v["multipath"]["paths"].as_array() {
+        for p in paths {
+            let group = match &p["group"] {
+                Value::Null => String::new(),
+                g => format!(", port group {g}"),
+            };
+            out!(
+                "Path:            {} ({}), {}{group}, {}",
+                s(&p["portal"]),
+                s(&p["transport"]),
+                s(&p["alua_state"]),
+                if p["up"] == Value::Bool(true) {
+                    "up"
+                } else {
+                    "down"
+                }
+            );
+        }
+    }
     out!("Write protected: {}", s(&v["write_protected"]));
     out!("FUA (DPOFUA):    {}", s(&v["dpofua"]));
     if let Some(l) = v["block_limits"].as_object() {
