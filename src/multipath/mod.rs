@@ -456,8 +456,17 @@ impl Router {
 
     /// Path `i` failed for `reason`.
     fn fail(&self, i: usize, reason: &str) {
-        let switch = self.sel().failed(i, reason, Instant::now());
-        warn!(portal = %self.set.paths[i].portal, "path failed: {reason}");
+        let (was_up, switch) = {
+            let mut s = self.sel();
+            let was_up = s.paths()[i].up;
+            (was_up, s.failed(i, reason, Instant::now()))
+        };
+        // Once per failure, not once per command that was on the path.
+        if was_up {
+            warn!(portal = %self.set.paths[i].portal, "path failed: {reason}");
+        } else {
+            debug!(portal = %self.set.paths[i].portal, "command failed on a failed path: {reason}");
+        }
         self.log_switch(switch, reason);
     }
 
