@@ -468,6 +468,29 @@ fn paths_that_reach_two_different_logical_units_are_refused() {
     );
     assert_failure(&out, 2, &["reaches another logical unit", &other.portal()]);
 
+    // A portal without the target refuses the login: an error at once
+    // (the target is not there, exit 5), not a path to wait for.
+    let mut empty = Tgtd::start().expect("tgtd 3");
+    let c = make_backing_file(dir.path(), MIB, 3);
+    empty
+        .add_target("iqn.2026-12.org.example:another")
+        .lun_file(1, &c, 512)
+        .create()
+        .expect("target 3");
+    let out = run_rlun(
+        ["info", &first.url(IQN, 1), "--portal", &empty.portal()],
+        &[],
+    );
+    assert_failure(
+        &out,
+        5,
+        &[
+            "the path given with --portal",
+            &empty.portal(),
+            "it offers iqn.2026-12.org.example:another",
+        ],
+    );
+
     // The same unit through one portal given twice is refused as a usage
     // error before any login.
     let out = run_rlun(

@@ -62,6 +62,14 @@ async fn explain_unknown_target(ctx: &Ctx, e: CliError) -> CliError {
     use rlun_iscsi::proto::login::LoginError;
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     let mut not_found = false;
+    // With several portals: the one whose login was refused.
+    let path = match &e {
+        CliError::Session(SessionError::PathRefused { portal, .. })
+        | CliError::Client(ClientError::Session(SessionError::PathRefused { portal, .. })) => {
+            crate::url::Portal::parse(portal).ok()
+        }
+        _ => None,
+    };
     while let Some(s) = source {
         if matches!(
             s.downcast_ref::<LoginError>(),
@@ -72,8 +80,15 @@ async fn explain_unknown_target(ctx: &Ctx, e: CliError) -> CliError {
         }
         source = s.source();
     }
-    let Some(cfg) = ctx.last_target().filter(|_| not_found) else {
+    let Some(mut cfg) = ctx.last_target().filter(|_| not_found) else {
         return e;
+    };
+    let through = match path {
+        Some(p) => {
+            (cfg.host, cfg.port) = p.host_port();
+            "the path given with --portal: "
+        }
+        None => "",
     };
     let name = cfg.target_name.clone().unwrap_or_default();
     let portal = session::portal_string(&cfg.host, cfg.port);
@@ -90,7 +105,7 @@ async fn explain_unknown_target(ctx: &Ctx, e: CliError) -> CliError {
     };
     CliError::Described {
         message: format!(
-            "target {name} not found at portal {portal} (login status 0x0203); {offered}"
+            "{through}target {name} not found at portal {portal} (login status 0x0203); {offered}"
         ),
         kind: e.kind(),
     }

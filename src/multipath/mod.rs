@@ -269,6 +269,15 @@ impl PathSet {
                     let _ = paths[i].session.set(s);
                     primary.get_or_insert(i);
                 }
+                // A portal that refuses the login (credentials, no such
+                // target there) is a mistake in the paths given, not an
+                // outage to wait out: say so now.
+                Err(e) if e.kind() != rlun_iscsi::ErrorKind::Unreachable => {
+                    return Err(SessionError::PathRefused {
+                        portal: paths[i].portal.clone(),
+                        source: Arc::new(e),
+                    });
+                }
                 Err(e) => {
                     warn!(
                         portal = %paths[i].portal,

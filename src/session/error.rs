@@ -70,6 +70,13 @@ pub enum SessionError {
     /// The connection was given up on purpose ([`super::SessionHandle::abandon`]).
     #[error("connection given up: {0}")]
     Abandoned(String),
+    /// Several portals given, and one of them refused the login.
+    #[error("the path through {portal} cannot log in")]
+    PathRefused {
+        portal: String,
+        #[source]
+        source: Arc<SessionError>,
+    },
     /// Several paths, none usable for this long (the replacement timeout).
     #[error("no usable path to the target for {0:?}")]
     NoPath(Duration),
@@ -91,6 +98,7 @@ impl SessionError {
             | SessionError::NoPath(_)
             | SessionError::Abandoned(_) => ErrorKind::Unreachable,
             SessionError::StillUnreachable(last) => last.kind(),
+            SessionError::PathRefused { source, .. } => source.kind(),
             SessionError::LoginTransport { source, .. } => source.kind(),
             SessionError::Login { source, .. } => source.kind(),
             SessionError::Protocol(_) | SessionError::BadDiscovery(_) => ErrorKind::Protocol,
