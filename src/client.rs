@@ -462,7 +462,7 @@ impl Lun {
             .map(|b| b as u64 * bs)
             .unwrap_or(DEFAULT_MAX_TRANSFER);
         let mut max = from_vpd.min(DEFAULT_MAX_TRANSFER);
-        if let Some(transport_max) = self.session().info().max_transfer {
+        if let Some(transport_max) = self.route.max_transfer() {
             max = max.min(transport_max);
         }
         (max / bs).max(1) * bs

@@ -124,6 +124,20 @@ impl Route {
         }
     }
 
+    /// The most one command may move: the session's, or with several
+    /// paths the least any of them carries (a command may go on any).
+    pub fn max_transfer(&self) -> Option<u64> {
+        match self {
+            Route::One(s) => s.info().max_transfer,
+            Route::Many(r) => r
+                .set
+                .paths
+                .iter()
+                .filter_map(|p| crate::transport::max_transfer_of(p.transport))
+                .min(),
+        }
+    }
+
     /// The router, when there are several paths.
     pub fn router(&self) -> Option<&Arc<Router>> {
         match self {
