@@ -181,6 +181,14 @@ impl Ctx {
         let auto = s.multipath == crate::config::settings::MultipathMode::Auto;
         if !portals.is_empty() || (auto && cfg.target_name.is_some()) {
             cfg.multipath = Some(multipath_config(url, portals, &s)?);
+        } else if opts.multipath_policy.is_some()
+            || opts.failback.is_some()
+            || opts.path_check_interval.is_some()
+            || opts.path_timeout.is_some()
+        {
+            tracing::warn!(
+                "the multipath options take effect with more than one portal: give --portal (or --multipath auto)"
+            );
         }
         tracing::debug!(
             connect_timeout = ?s.connect_timeout,
