@@ -265,6 +265,7 @@ impl PathSet {
                     port,
                     replacement_timeout: config.path_timeout,
                     multipath: None,
+                    one_of_several_paths: true,
                     ..cfg.clone()
                 },
                 session: OnceLock::new(),
@@ -416,6 +417,11 @@ pub struct Router {
     same_unit: OnceLock<SameUnit>,
     alua: OnceLock<bool>,
 }
+
+/// The least time TEST UNIT READY gets before a path counts as failed
+/// (else the check interval): a host that stalls for a second (a busy
+/// VM) must not fail a healthy path.
+const MIN_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Sleep between tries while every path is transitioning.
 const TRANSITION_PAUSE: Duration = Duration::from_millis(200);
@@ -721,8 +727,16 @@ impl Router {
             let Some(g) = group else { continue };
             let switch = {
                 let mut s = self.sel();
-                let was = s.paths()[i].alua;
-                if was != g.state {
+                let (was, known) = (s.paths()[i].alua, s.paths()[i].group.is_some());
+                if !known {
+                    info!(
+                        portal = %self.set.paths[i].portal,
+                        group = g.id,
+                        state = %g.state,
+                        preferred = g.preferred,
+                        "ALUA: the path's target port group"
+                    );
+                } else if was != g.state {
                     info!(
                         portal = %self.set.paths[i].portal,
                         group = g.id,
@@ -772,7 +786,7 @@ impl Router {
                 }
             }
             let tur = tokio::time::timeout(
-                interval.max(Duration::from_secs(1)),
+                interval.max(MIN_CHECK_TIMEOUT),
                 self.on_path(i, &cdb::test_unit_ready()),
             )
             .await;
@@ -793,7 +807,10 @@ impl Router {
                     Ok(())
                 }
                 Ok(Err(e)) => Err(rlun_iscsi::error_chain(&e)),
-                Err(_) => Err(format!("TEST UNIT READY unanswered for {interval:?}")),
+                Err(_) => Err(format!(
+                    "TEST UNIT READY unanswered for {:?}",
+                    interval.max(MIN_CHECK_TIMEOUT)
+                )),
             };
             let was_up = self.sel().paths()[i].up;
             match verdict {

@@ -47,7 +47,7 @@ pub struct PathState {
     pub in_flight: u32,
     /// Commands completed through the path.
     pub commands: u64,
-    /// Times the path failed (a command lost on it, or a check).
+    /// Times the path failed (went down: a command lost on it, or a check).
     pub errors: u64,
     /// When the path last went down, and why.
     pub last_failure: Option<(Instant, String)>,
@@ -227,8 +227,9 @@ impl Selector {
             _ => self.paths[i].usable(),
         };
         let p = &mut self.paths[i];
-        p.errors += 1;
+        // Once per failure, not once per command that was on the path.
         if p.up {
+            p.errors += 1;
             p.up = false;
             p.last_failure = Some((now, reason.to_string()));
         }

@@ -57,6 +57,10 @@ pub struct SessionConfig {
     pub replacement_timeout: Duration,
     /// More portals of the same target, used as paths (`None`: one path).
     pub multipath: Option<MultipathConfig>,
+    /// This session is one path of several: giving its commands up past
+    /// the replacement timeout (the path timeout) moves them to another
+    /// path rather than failing them, and is logged so.
+    pub one_of_several_paths: bool,
 }
 
 impl SessionConfig {
@@ -78,6 +82,7 @@ impl SessionConfig {
             command_timeout: Duration::from_secs(30),
             replacement_timeout: Duration::from_secs(120),
             multipath: None,
+            one_of_several_paths: false,
         }
     }
 }

@@ -674,6 +674,12 @@ impl<T: Transport> Driver<T> {
                 "{count} reconnects in a row failed right after login: {}; backing off",
                 error_chain(&*self.last)
             ),
+            // One path of several: its commands go on through another.
+            Notice::GaveUp { failed } if self.cfg.one_of_several_paths => info!(
+                error = %error_chain(&*self.last),
+                failed,
+                "path unreachable past the path timeout; its commands move to another path"
+            ),
             Notice::GaveUp { failed } => warn!(
                 error = %error_chain(&*self.last),
                 failed,
