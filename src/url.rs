@@ -171,6 +171,16 @@ pub enum TransportKind {
 }
 
 impl TransportKind {
+    /// The most one command may move over this transport, known before
+    /// connecting (the transport's own `Transport::MAX_TRANSFER`): none for
+    /// TCP, 512 KiB for iSER (see `transport::iser::MAX_DIRECT_TRANSFER`).
+    pub fn max_transfer(self) -> Option<u64> {
+        match self {
+            TransportKind::Tcp => None,
+            TransportKind::Iser => Some(512 * 1024),
+        }
+    }
+
     /// The URL scheme for this transport, without `://`.
     pub fn scheme(self) -> &'static str {
         match self {

@@ -133,7 +133,7 @@ impl Route {
                 .set
                 .paths
                 .iter()
-                .filter_map(|p| crate::transport::max_transfer_of(p.transport))
+                .filter_map(|p| p.transport.max_transfer())
                 .min(),
         }
     }

@@ -69,16 +69,6 @@ pub use rlun_iscsi::proto::connection::{
 pub mod iser;
 pub mod tcp;
 
-/// The most one command may move over a transport of this kind
-/// ([`Transport::MAX_TRANSFER`]), known before connecting: for a path that
-/// has not logged in yet.
-pub fn max_transfer_of(kind: TransportKind) -> Option<u64> {
-    match kind {
-        TransportKind::Tcp => None,
-        TransportKind::Iser => Some(iser::MAX_DIRECT_TRANSFER),
-    }
-}
-
 /// Errors of a transport: reaching the portal, and the byte or message
 /// stream once connected.
 #[derive(Debug, Error)]
@@ -338,23 +328,5 @@ pub trait FrameWriter: Send + Sized + 'static {
             // target sees the end.
             self.shutdown().await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_limit_known_before_connecting_is_the_transports_own() {
-        assert_eq!(
-            max_transfer_of(TransportKind::Tcp),
-            <tcp::TcpTransport as Transport>::MAX_TRANSFER
-        );
-        #[cfg(feature = "rdma")]
-        assert_eq!(
-            max_transfer_of(TransportKind::Iser),
-            <iser::IserTransport as Transport>::MAX_TRANSFER
-        );
     }
 }

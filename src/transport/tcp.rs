@@ -654,6 +654,14 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
     use crate::transport::NoPlacement;
+
+    #[test]
+    fn the_limit_known_before_connecting_is_this_one() {
+        assert_eq!(
+            crate::url::TransportKind::Tcp.max_transfer(),
+            <TcpTransport as Transport>::MAX_TRANSFER
+        );
+    }
     use bytes::Bytes;
     use rlun_iscsi::proto::pdu::{Bhs, Digests, NopIn, RESERVED_TAG};
 

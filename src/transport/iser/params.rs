@@ -102,6 +102,14 @@ pub fn iser_limits(l: FrameLimits) -> FrameLimits {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn the_limit_known_before_connecting_is_this_one() {
+        assert_eq!(
+            crate::url::TransportKind::Iser.max_transfer(),
+            Some(super::MAX_DIRECT_TRANSFER)
+        );
+    }
+
+    #[test]
     fn registration_mode_from_the_environment() {
         use super::Registration;
         assert_eq!(Registration::parse(None), Ok(Registration::Pool));
