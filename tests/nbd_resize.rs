@@ -187,6 +187,8 @@ fn grow_and_shrink(how: Interface) {
         "needs root and the nbd module (modprobe nbd)"
     );
     let _one = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    let t0 = std::time::Instant::now();
+    let step = |what: &str| eprintln!("[{:6.2}s] {how:?}: {what}", t0.elapsed().as_secs_f64());
     let dev = Device::connect(how, 4 * MIB);
     let i = dev.index;
     assert_eq!(kernel::device_size(i).unwrap(), 4 * MIB);
@@ -197,6 +199,7 @@ fn grow_and_shrink(how: Interface) {
         "nothing past the end yet"
     );
 
+    step("connected, first 4 MiB read");
     // Grow: the LUN first, then the device.
     dev.set_data_len(12 * MIB, 2);
     kernel::resize(i, 12 * MIB, BLOCK, how).unwrap();
@@ -214,6 +217,7 @@ fn grow_and_shrink(how: Interface) {
         "the new part is the server's"
     );
 
+    step("grown to 12 MiB and read");
     // A write past the old end reaches the server.
     let written = pattern(MIB, 3);
     let f = dev.open();
@@ -226,6 +230,7 @@ fn grow_and_shrink(how: Interface) {
         "the write past the old end on the server"
     );
 
+    step("written past the old end");
     // The other interface is refused and changes nothing.
     let other = match how {
         Interface::Netlink => Interface::Ioctl,
@@ -242,6 +247,7 @@ fn grow_and_shrink(how: Interface) {
     }
     assert_eq!(kernel::device_size(i).unwrap(), 12 * MIB);
 
+    step("the other interface refused");
     // Shrink: the device ends at the new size at once.
     kernel::resize(i, 2 * MIB, BLOCK, how).unwrap();
     assert_eq!(kernel::device_size(i).unwrap(), 2 * MIB);
@@ -251,7 +257,10 @@ fn grow_and_shrink(how: Interface) {
     );
     assert_eq!(dev.read_at(0, 2 * MIB), before[..2 * MIB as usize]);
     dev.set_data_len(2 * MIB, 0);
+    step("shrunk to 2 MiB");
     std::thread::sleep(Duration::from_millis(100));
+    drop(dev);
+    step("disconnected");
 }
 
 #[test]

@@ -518,7 +518,13 @@ impl IoctlSession {
 
 /// Configure `/dev/nbdN` (the named one, or the first free one) over the
 /// ioctls and start it on `socks`; returns once the kernel shows the device
-/// connected. The kernel holds its own references to the sockets.
+/// connected at its size. The kernel holds its own references to the
+/// sockets.
+///
+/// The `pid` file is not enough: `nbd_start_device` creates it before it
+/// gives the disk its capacity (`nbd_set_size` at its end), so a device
+/// seen connected can still be 0 bytes for a moment, and a reader opening
+/// it then finds an empty disk.
 pub fn connect_ioctl(p: &ConnectParams, socks: &[OwnedFd]) -> Result<IoctlSession, KernelError> {
     let index = match p.index {
         Some(i) => i,
@@ -557,7 +563,9 @@ pub fn connect_ioctl(p: &ConnectParams, socks: &[OwnedFd]) -> Result<IoctlSessio
             r
         })?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !connected(index) {
+    let size = p.size / p.block_size.max(1) * p.block_size.max(1);
+    let started = || connected(index) && device_size(index).ok() == Some(size);
+    while !started() {
         if thread.is_finished() {
             let r = thread.join();
             return Err(match r {

@@ -206,6 +206,10 @@ def install() -> Path:
     raise SystemExit("lab: tests/lab/install.sh did not report vng")
 
 
+# Lines of a failed scenario's log repeated in the summary.
+FAIL_TAIL_LINES = 30
+
+
 def default_vng() -> Path:
     cache = Path(os.environ.get("RLUN_LAB_CACHE", "/var/cache/rlun-lab"))
     return cache / "venv" / "bin" / "vng"
@@ -560,7 +564,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         log = out / "logs" / f"{r.name}.log"
         if r.status == "FAIL" and log.exists():
-            say(f"lab: {r.name} failed; log: {log}")
+            # The last lines here too: CI keeps this output, not the logs.
+            tail = log.read_text(errors="replace").splitlines()[-FAIL_TAIL_LINES:]
+            say(f"lab: {r.name} failed; log: {log}; its last {len(tail)} lines:")
+            for line in tail:
+                say(f"  | {line}")
     say(f"lab: logs in {out}/logs, console in {out}/console.log")
     say(counts_line(results))
     return exit_code(results, booted)

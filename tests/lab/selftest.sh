@@ -45,6 +45,7 @@ check "the failing scenario is in the summary with its reason" "$tmp/lab.log" \
     "^selftest-fail +FAIL +[0-9]+ +self-test: LUN 0 vs a file that differs on purpose: data differs"
 check "the counts say one failed" "$tmp/lab.log" "^lab: [0-9]+ passed, 1 failed, [0-9]+ skipped"
 check "the log of the failing scenario is named" "$tmp/lab.log" "selftest-fail failed; log: .*/logs/selftest-fail.log"
+check "the end of the failing scenario's log is shown" "$tmp/lab.log" "^  \| .*data differs"
 # The lab's own verdict: every scenario but the broken one passed or was
 # skipped (the condition of a plain run's exit code 0).
 if python3 - "$lab_out/summary.json" <<'PY'
