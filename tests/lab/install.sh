@@ -30,6 +30,9 @@ VIRTME_NG_VERSION=1.42
 #   busybox-static    virtme-ng builds its small initramfs with it
 #   rdma-core ibverbs-utils rdmacm-utils   soft-RoCE tools (rdma, ibv_devices, rping)
 #   open-iscsi        iscsid/iscsiadm: the kernel initiator to compare with
+#   multipath-tools   multipathd: dm-multipath over open-iscsi, the anchor of
+#                     rlun's multipath (39-dm-multipath-alua); nothing starts
+#                     it on the host
 #   tgt               tgtd, the second target
 #   nbd-client        attaches NBD exports to /dev/nbdX
 #   fio e2fsprogs kmod iproute2 procps jq   workloads, ext4, modprobe, ip, sysctl, JSON
@@ -45,6 +48,7 @@ PACKAGES=(
     ibverbs-utils
     rdmacm-utils
     open-iscsi
+    multipath-tools
     tgt
     nbd-client
     fio
