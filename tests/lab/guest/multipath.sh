@@ -33,6 +33,7 @@ MP_NBD=               # rlun's /dev/nbdN, once attached
 MP_PID=               # and its process
 MP_LOG=               # and its log
 MP_FIO_DEV=           # the device the fio loop writes (default: MP_NBD)
+MP_B_URL=$PB          # how mp_attach names path B (iser://... for iSER)
 MP_PATHS_CHECKED=no   # whether `rlun paths` was there to check
 
 mp_setup() {
@@ -237,7 +238,7 @@ mp_attach() {
     shift
     MP_LOG=$W/$name.log
     on_exit "cp '$MP_LOG' '$LAB_OUT/logs/$LAB_SCENARIO-$name.log' 2>/dev/null; true"
-    RUST_LOG=rlun=info setsid "$RLUN" attach "iscsi://$PA/$MP_IQN/0" --portal "$PB" \
+    RUST_LOG=rlun=info setsid "$RLUN" attach "iscsi://$PA/$MP_IQN/0" --portal "$MP_B_URL" \
         --path-check-interval 1s --path-timeout 2s "$@" \
         </dev/null >"$W/$name.out" 2>"$MP_LOG" &
     MP_PID=$!

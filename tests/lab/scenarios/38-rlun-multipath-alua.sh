@@ -17,7 +17,7 @@ scenario() {
     need lio
     need nbd
     local W=$LAB_WORK t0 mark mark_log line a0 b0 fio_max
-    local swap_data trans_data cut_data failback_data swap_secs trans_secs cut_fail_secs cut_move_secs back_secs failback_secs rr_fail_secs rr_back_secs
+    local swap_data trans_data cut_data failback_data both_back eio_secs swap_secs trans_secs cut_fail_secs cut_move_secs back_secs failback_secs rr_fail_secs rr_back_secs
     mp_setup
     mp_show "LIO set up: group A (tpgt_1, $PA) active/optimized, group B (tpgt_2, $PB) standby"
     mp_sg_rtpg
@@ -131,7 +131,48 @@ scenario() {
     mp_figures mp-rlun.txt errors=0 "fio_max_ms=$fio_max" "swap_s=$swap_data" "trans_s=$trans_data" \
         "cut_s=$cut_data" "failback_s=$failback_data" "mibs=$(fio_mibs failover)"
     grep -F 'stall_ms=' "$MP_LOG" | sed 's/^/  | rlun: /' | head -n 12
+
+    # --- 3d. both paths cut for a few seconds, well inside the replacement
+    # timeout (120 s): I/O waits and goes on, no error.
+    mp_fio_start both
+    io_on "3d. before both are cut: I/O on B" 2 1
+    mark_log=$(log_mark)
+    mp_cut "$LAB_IP_T"
+    mp_cut "$MP_IP_B"
+    t0=$MP_CUT_T
+    expect_line "no usable path left" 30 "$mark_log" "$t0" "no usable path left"
+    sleep 2
+    t0=$EPOCHREALTIME
+    mp_restore
+    both_back=$(follow_secs "$t0" 2 90) || fail "no I/O through B within 90 s of both paths' return"
+    log "both paths back: 32 commands through B ${both_back}s after the restore"
+    io_on "3d. both back: I/O on B" 2 1
+    mp_fio_stop both
     dmesg_clean "$mark" "the path changes under failover"
+    mp_detach
+
+    # --- 3e. both paths cut for longer than --replacement-timeout: a read
+    # of the device fails with EIO, it does not hang; once the paths are
+    # back the device reads again (rlun kept running).
+    mp_attach attach-eio --replacement-timeout 6s --cache none
+    mark=$(dmesg | wc -l)
+    run "a read through both paths" 60 dd if="$MP_NBD" of=/dev/null bs=4k count=16 iflag=direct status=none
+    mp_cut "$LAB_IP_T"
+    mp_cut "$MP_IP_B"
+    t0=$SECONDS
+    local rc=0
+    timeout -k 5 90 dd if="$MP_NBD" of=/dev/null bs=4k count=1 skip=1000 iflag=direct status=none 2>"$W/eio.err" || rc=$?
+    eio_secs=$((SECONDS - t0))
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "3e. the read hung with both paths cut (over 90 s; --replacement-timeout 6s)"
+    [ "$rc" -ne 0 ] || fail "3e. the read succeeded with both paths cut"
+    grep -q 'Input/output error' "$W/eio.err" || fail "3e. the read failed, but not with EIO: $(cat "$W/eio.err")"
+    log "ok: 3e. both paths cut: the read failed with EIO after ${eio_secs}s (--replacement-timeout 6s): $(head -n 1 "$W/eio.err")"
+    kill -0 "$MP_PID" || fail "3e. rlun exited after the EIO"
+    mark_log=$(log_mark)
+    t0=$EPOCHREALTIME
+    mp_restore
+    expect_line "a path is back after both were cut" 90 "$mark_log" "$t0" "path is back"
+    run "3e. a read after the paths returned" 60 dd if="$MP_NBD" of=/dev/null bs=4k count=16 skip=1000 iflag=direct status=none
     mp_detach
 
     # --- 4. round-robin keeps to the best ALUA state present: with A
@@ -139,7 +180,7 @@ scenario() {
     # About 70 s more: by hand (lab.py --set LAB_MULTIPATH_RR=1 ...); the
     # host tests cover round-robin failover, the unit tests its ALUA ranks.
     if [ "${LAB_MULTIPATH_RR:-0}" != 1 ]; then
-        note "I/O followed the ALUA swap in ${swap_secs}s; back on B ${trans_secs}s after its transition ended; cut: path failed ${cut_fail_secs}s, I/O moved ${cut_move_secs}s; restored: back ${back_secs}s, failback ${failback_secs}s; longest fio I/O ${fio_max} ms; rlun paths checked: $MP_PATHS_CHECKED; $MP_RTPG; round-robin phase not run (LAB_MULTIPATH_RR=1 runs it)"
+        note "I/O followed the ALUA swap in ${swap_secs}s; back on B ${trans_secs}s after its transition ended; cut: path failed ${cut_fail_secs}s, I/O moved ${cut_move_secs}s; restored: back ${back_secs}s, failback ${failback_secs}s; longest fio I/O ${fio_max} ms; both cut 2 s: no error, I/O again ${both_back}s after; both cut past --replacement-timeout 6s: EIO in ${eio_secs}s, reads again after; rlun paths checked: $MP_PATHS_CHECKED; $MP_RTPG; round-robin phase not run (LAB_MULTIPATH_RR=1 runs it)"
         return 0
     fi
     mp_attach attach-rr --multipath-policy round-robin
