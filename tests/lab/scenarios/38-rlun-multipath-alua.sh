@@ -17,7 +17,7 @@ scenario() {
     need lio
     need nbd
     local W=$LAB_WORK t0 mark mark_log line a0 b0 fio_max
-    local swap_data trans_data cut_data failback_data both_back eio_secs swap_secs trans_secs cut_fail_secs cut_move_secs back_secs failback_secs rr_fail_secs rr_back_secs
+    local swap_data trans_data cut_data failback_data both_back eio_secs rr_table swap_secs trans_secs cut_fail_secs cut_move_secs back_secs failback_secs rr_fail_secs rr_back_secs
     mp_setup
     mp_show "LIO set up: group A (tpgt_1, $PA) active/optimized, group B (tpgt_2, $PB) standby"
     mp_sg_rtpg
@@ -175,14 +175,42 @@ scenario() {
     run "3e. a read after the paths returned" 60 dd if="$MP_NBD" of=/dev/null bs=4k count=16 skip=1000 iflag=direct status=none
     mp_detach
 
+    # --- 3f. round-robin over two paths against one path, both groups
+    # active/optimized: rlun bench, alternating, medians of LAB_MP_BENCH_ROUNDS.
+    mp_alua a 0 1
+    mp_alua b 0 0
+    local rounds=${LAB_MP_BENCH_ROUNDS:-2} r case one rr url="iscsi://$PA/$MP_IQN/0"
+    rr_table=""
+    for case in "randread 4096 32" "read 131072 8"; do
+        set -- $case
+        : >"$W/bench-one.txt"
+        : >"$W/bench-rr.txt"
+        for ((r = 1; r <= rounds; r++)); do
+            capture "bench $1 $2 one path (round $r)" 60 "$W/b.json" \
+                "$RLUN" bench "$url" --pattern "$1" --bs "$2" --qd "$3" --duration 3s --json
+            jq .mib_per_s "$W/b.json" >>"$W/bench-one.txt"
+            capture "bench $1 $2 round-robin over both (round $r)" 60 "$W/b.json" \
+                "$RLUN" bench "$url" --portal "$PB" --multipath-policy round-robin \
+                --pattern "$1" --bs "$2" --qd "$3" --duration 3s --json
+            jq .mib_per_s "$W/b.json" >>"$W/bench-rr.txt"
+        done
+        one=$(sort -g "$W/bench-one.txt" | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.1f", m}')
+        rr=$(sort -g "$W/bench-rr.txt" | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.1f", m}')
+        awk -v a="$one" 'BEGIN { exit !(a > 0) }' || fail "3f. rlun bench through one path measured nothing"
+        log "3f. $1 $2 QD$3: one path $one MiB/s, round-robin over two $rr MiB/s ($(awk -v a="$one" -v b="$rr" 'BEGIN { printf "%.2f", b / a }')x; medians of $rounds)"
+        rr_table="$rr_table $1 ${2}B: $(awk -v a="$one" -v b="$rr" 'BEGIN { printf "%.2f", b / a }')x;"
+    done
+
     # --- 4. round-robin keeps to the best ALUA state present: with A
     # non-optimized only B carries I/O; with both optimized, both do.
     # About 70 s more: by hand (lab.py --set LAB_MULTIPATH_RR=1 ...); the
     # host tests cover round-robin failover, the unit tests its ALUA ranks.
     if [ "${LAB_MULTIPATH_RR:-0}" != 1 ]; then
-        note "I/O followed the ALUA swap in ${swap_secs}s; back on B ${trans_secs}s after its transition ended; cut: path failed ${cut_fail_secs}s, I/O moved ${cut_move_secs}s; restored: back ${back_secs}s, failback ${failback_secs}s; longest fio I/O ${fio_max} ms; both cut 2 s: no error, I/O again ${both_back}s after; both cut past --replacement-timeout 6s: EIO in ${eio_secs}s, reads again after; rlun paths checked: $MP_PATHS_CHECKED; $MP_RTPG; round-robin phase not run (LAB_MULTIPATH_RR=1 runs it)"
+        note "I/O followed the ALUA swap in ${swap_secs}s; back on B ${trans_secs}s after its transition ended; cut: path failed ${cut_fail_secs}s, I/O moved ${cut_move_secs}s; restored: back ${back_secs}s, failback ${failback_secs}s; longest fio I/O ${fio_max} ms; both cut 2 s: no error, I/O again ${both_back}s after; both cut past --replacement-timeout 6s: EIO in ${eio_secs}s, reads again after; round-robin/one path:${rr_table} rlun paths checked: $MP_PATHS_CHECKED; $MP_RTPG; round-robin phase not run (LAB_MULTIPATH_RR=1 runs it)"
         return 0
     fi
+    mp_alua a 1 0 # as the failover run left them before 3f
+    mp_alua b 0 1
     mp_attach attach-rr --multipath-policy round-robin
     mark=$(dmesg | wc -l)
     grep -F "logged in through" "$MP_LOG" | grep -qF 'policy="round-robin"' ||
