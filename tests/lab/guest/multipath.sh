@@ -33,6 +33,7 @@ MP_NBD=               # rlun's /dev/nbdN, once attached
 MP_PID=               # and its process
 MP_LOG=               # and its log
 MP_FIO_DEV=           # the device the fio loop writes (default: MP_NBD)
+MP_FIO_SIZE=${MP_MIB}M # how much of it
 MP_B_URL=$PB          # how mp_attach names path B (iser://... for iSER)
 MP_PATHS_CHECKED=no   # whether `rlun paths` was there to check
 
@@ -277,7 +278,7 @@ mp_fio_loop() { # mp_fio_loop TAG
         rc=0
         echo "$i start $EPOCHREALTIME" >>"$p.passes"
         fio --name=mp --filename="${MP_FIO_DEV:-$MP_NBD}" --rw=randwrite --bsrange=4k-64k --ioengine=libaio \
-            --iodepth=8 --direct=1 --size="${MP_MIB}M" --randseed=$((7919 * i)) \
+            --iodepth=8 --direct=1 --size="$MP_FIO_SIZE" --randseed=$((7919 * i)) \
             --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 \
             --output-format=json --output="$p-$i.json" </dev/null >/dev/null 2>"$p-$i.err" || rc=$?
         echo "$i end $EPOCHREALTIME rc=$rc" >>"$p.passes"
