@@ -565,9 +565,9 @@ def main(argv: list[str] | None = None) -> int:
         log = out / "logs" / f"{r.name}.log"
         if r.status == "FAIL" and log.exists():
             # The last lines here too: CI keeps this output, not the logs.
-            tail = log.read_text(errors="replace").splitlines()[-FAIL_TAIL_LINES:]
-            say(f"lab: {r.name} failed; log: {log}; its last {len(tail)} lines:")
-            for line in tail:
+            last = log.read_text(errors="replace").splitlines()[-FAIL_TAIL_LINES:]
+            say(f"lab: {r.name} failed; log: {log}; its last {len(last)} lines:")
+            for line in last:
                 say(f"  | {line}")
     say(f"lab: logs in {out}/logs, console in {out}/console.log")
     say(counts_line(results))

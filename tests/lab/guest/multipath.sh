@@ -173,6 +173,22 @@ follow_secs() {
     awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'
 }
 
+# longest_in TAG T0 T1: the longest I/O (ms) of the fio passes of TAG that
+# ran at some time between T0 and T1 (epoch seconds): the stall a change
+# at T0 caused, to the resolution of a pass (a few seconds). Call it
+# after the loop stopped.
+longest_in() {
+    local p=$LAB_WORK/fio-$1 n s e max=0 v
+    while read -r n s; do
+        e=$(awk -v n="$n" '$1 == n && $2 == "end" {print $3}' "$p.passes")
+        [ -n "$e" ] || continue
+        awk -v s="$s" -v e="$e" -v a="$2" -v b="$3" 'BEGIN { exit !(s <= b && e >= a) }' || continue
+        v=$(jq '[.jobs[0] | .write.clat_ns.max, .read.clat_ns.max] | max / 1000000 | floor' "$p-$n.json" 2>/dev/null) || continue
+        [ "${v:-0}" -gt "$max" ] && max=$v
+    done < <(awk '$2 == "start" {print $1, $3}' "$p.passes")
+    echo "$max"
+}
+
 # fio_mibs TAG: MiB/s of the fio loop's passes (written plus verified data
 # over the passes' run time).
 fio_mibs() {
@@ -233,14 +249,16 @@ expect_line() {
 log_mark() { wc -l <"$MP_LOG"; }
 
 # mp_attach NAME ARGS...: rlun attach through both portals, its log in
-# $LAB_WORK/NAME.log; sets MP_NBD, MP_PID, MP_LOG.
+# $LAB_WORK/NAME.log; tuned as 39 tunes dm-multipath and open-iscsi: a
+# path check every second, 2 s path timeout, NOP-Out after 1 s of silence
+# answered within 1 s. Sets MP_NBD, MP_PID, MP_LOG.
 mp_attach() {
     local name=$1 W=$LAB_WORK
     shift
     MP_LOG=$W/$name.log
     on_exit "cp '$MP_LOG' '$LAB_OUT/logs/$LAB_SCENARIO-$name.log' 2>/dev/null; true"
     RUST_LOG=rlun=info setsid "$RLUN" attach "iscsi://$PA/$MP_IQN/0" --portal "$MP_B_URL" \
-        --path-check-interval 1s --path-timeout 2s "$@" \
+        --path-check-interval 1s --path-timeout 2s --nop-interval 1s --nop-timeout 1s "$@" \
         </dev/null >"$W/$name.out" 2>"$MP_LOG" &
     MP_PID=$!
     wait_for "rlun attach ($name) printed its device" 90 grep -q '^/dev/nbd' "$W/$name.out"

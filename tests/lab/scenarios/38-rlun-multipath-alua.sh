@@ -17,7 +17,7 @@ scenario() {
     need lio
     need nbd
     local W=$LAB_WORK t0 mark mark_log line a0 b0 fio_max
-    local swap_data trans_data cut_data failback_data both_back eio_secs rr_table swap_secs trans_secs cut_fail_secs cut_move_secs back_secs failback_secs rr_fail_secs rr_back_secs
+    local swap_data trans_data cut_data failback_data both_back eio_secs rr_table t_swap t_cut swap_secs trans_secs cut_fail_secs cut_move_secs back_secs failback_secs rr_fail_secs rr_back_secs
     mp_setup
     mp_show "LIO set up: group A (tpgt_1, $PA) active/optimized, group B (tpgt_2, $PB) standby"
     mp_sg_rtpg
@@ -44,6 +44,7 @@ scenario() {
     mp_alua a 2 0
     mp_alua b 0 1
     log "swapped at $t0: A standby, B active/optimized"
+    t_swap=$t0
     swap_data=$(follow_secs "$t0" 2) || fail "no data through B within 30 s of the swap"
     log "32 commands through B (LIO's counter) ${swap_data}s after the swap"
     expect_line "B ($PB) is active/optimized" 30 "$mark_log" "$t0" \
@@ -101,6 +102,7 @@ scenario() {
     mark_log=$(log_mark)
     mp_cut "$MP_IP_B"
     t0=$MP_CUT_T
+    t_cut=$t0
     cut_data=$(follow_secs "$t0" 1) || fail "no data through A within 30 s of B's cut [last rlun path failure: $(last_path_failure)]"
     expect_line "path B ($PB) failed" 30 "$mark_log" "$t0" "path failed" "portal=$PB"
     cut_fail_secs=$EXPECT_SECS
@@ -129,7 +131,9 @@ scenario() {
     mp_fio_stop failover
     fio_max=$FIO_MAX_MS
     mp_figures mp-rlun.txt errors=0 "fio_max_ms=$fio_max" "swap_s=$swap_data" "trans_s=$trans_data" \
-        "cut_s=$cut_data" "failback_s=$failback_data" "mibs=$(fio_mibs failover)"
+        "cut_s=$cut_data" "failback_s=$failback_data" "mibs=$(fio_mibs failover)" \
+        "swap_max_ms=$(longest_in failover "$t_swap" "$(awk -v t="$t_swap" 'BEGIN { printf "%.6f", t + 3 }')")" \
+        "cut_max_ms=$(longest_in failover "$t_cut" "$(awk -v t="$t_cut" 'BEGIN { printf "%.6f", t + 8 }')")"
     grep -F 'stall_ms=' "$MP_LOG" | sed 's/^/  | rlun: /' | head -n 12
 
     # --- 3d. both paths cut for a few seconds, well inside the replacement

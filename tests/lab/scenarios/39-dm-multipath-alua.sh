@@ -98,6 +98,8 @@ rlun, dm = figures("mp-rlun.txt"), figures("mp-dm.txt")
 rows = [
     ("application (fio) errors", "errors"),
     ("longest fio I/O, whole run (ms)", "fio_max_ms"),
+    ("longest fio I/O of the passes around the swap (ms)", "swap_max_ms"),
+    ("longest fio I/O of the passes around the cut (ms)", "cut_max_ms"),
     ("ALUA swap: 32 commands through B (s)", "swap_s"),
     ("B's transition ended: 32 commands through B (s)", "trans_s"),
     ("B cut: 32 commands through A (s)", "cut_s"),
@@ -109,10 +111,12 @@ table = ["multipath with ALUA, LIO, same LUN, same fio loop and path changes (38
 for label, key in rows:
     table.append(f"{label:48} {rlun.get(key, 'not run'):>14} {dm.get(key, 'not run'):>14}")
 table.append("")
-table.append("timeouts: rlun --path-check-interval 1s --path-timeout 2s; dm: polling_interval 1, checker_timeout 2,")
+table.append("timeouts: rlun --path-check-interval 1s --path-timeout 2s --nop-interval 1s --nop-timeout 1s;")
+table.append("  dm: polling_interval 1, checker_timeout 2,")
 table.append("  open-iscsi noop_out 1/1, replacement_timeout 2, fast_io_fail_tmo 2. Seconds: from the change until")
 table.append("  LIO's per-port counter shows 32 more commands through that port (polled every 0.1 s; includes the")
-table.append("  pause between two fio passes when the change fell into one). One run each: single samples.")
+table.append("  pause between two fio passes when the change fell into one). \"Around\": the fio passes that ran")
+table.append("  within 3 s (swap) or 8 s (cut) of the change. One run each: single samples.")
 (out / "compare-multipath.json").write_text(json.dumps({"rlun": rlun, "dm": dm, "table": table}, indent=1))
 print("\n".join(table))
 PY
@@ -124,7 +128,7 @@ scenario() {
     command -v nft >/dev/null || skip "nft (nftables) is not installed: the path cut needs it"
     need lio
     need iscsid
-    local W=$LAB_WORK sda sdb t0 swap trans cut failback
+    local W=$LAB_WORK sda sdb t0 t_swap swap trans cut failback
     modules dm_multipath dm_service_time scsi_dh_alua
     mp_setup
     on_exit "nft delete table inet rlun_mp 2>/dev/null; true"
@@ -180,11 +184,13 @@ EOF
 
     # 2. the states swap, as in 38.
     t0=$EPOCHREALTIME
+    t_swap=$t0
     mp_alua a 2 0
     mp_alua b 0 1
     swap=$(follow_secs "$t0" 2) || swap="over 30"
     log "dm: 32 commands through B ${swap}s after the swap"
     dm_paths "after the swap"
+    sleep 5 # as 38's checks take: the next change falls into another fio pass
 
     # 2b. B transitioning for 5 s, then active/optimized again.
     mp_alua b 15 1
@@ -211,7 +217,9 @@ EOF
     dm_fio_stop
     mp_figures mp-dm.txt "errors=$([ "$DM_ERRORS" = 0 ] && echo 0 || echo yes)" "fio_max_ms=$FIO_MAX_MS" \
         "swap_s=$swap" "trans_s=$trans" "cut_s=$cut" "failback_s=$failback" \
-        "mibs=$(fio_mibs dm)"
+        "mibs=$(fio_mibs dm)" \
+        "swap_max_ms=$(longest_in dm "$t_swap" "$(awk -v t="$t_swap" 'BEGIN { printf "%.6f", t + 3 }')")" \
+        "cut_max_ms=$(longest_in dm "$MP_CUT_T" "$(awk -v t="$MP_CUT_T" 'BEGIN { printf "%.6f", t + 8 }')")"
     compare_table | sed 's/^/  | /'
     [ -e "$LAB_OUT/mp-rlun.txt" ] || log "38-rlun-multipath-alua did not run in this boot: rlun's column is empty"
     note "dm-multipath: errors: $DM_ERRORS; longest fio I/O ${FIO_MAX_MS} ms; swap ${swap}s, after transition ${trans}s, cut ${cut}s, failback ${failback}s (table: compare-multipath.json)"

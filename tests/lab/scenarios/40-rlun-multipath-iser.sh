@@ -103,7 +103,8 @@ scenario() {
     MP_LOG=$W/mount.log
     on_exit "cp '$MP_LOG' '$LAB_OUT/logs/$LAB_SCENARIO-mount.log' 2>/dev/null; true"
     RUST_LOG=rlun=info setsid "$RLUN" mount "iscsi://$PA/$MP_IQN/0" "$fmnt" --portal "$MP_B_URL" \
-        --path-check-interval 1s --path-timeout 2s </dev/null >"$W/mount.out" 2>"$MP_LOG" &
+        --path-check-interval 1s --path-timeout 2s --nop-interval 1s --nop-timeout 1s \
+        </dev/null >"$W/mount.out" 2>"$MP_LOG" &
     pid=$!
     on_exit "fusermount3 -u '$fmnt' 2>/dev/null || umount -l '$fmnt' 2>/dev/null; sleep 1; kill $pid 2>/dev/null; true"
     wait_for "the LUN's file in the rlun mount" 60 bash -c "find '$fmnt' -maxdepth 2 -type f | grep -q ."
