@@ -33,6 +33,37 @@ pub mod opcode {
     pub const MAINTENANCE_IN: u8 = 0xA3;
 }
 
+/// Whether a command with operation code `op` can change neither the
+/// medium nor the logical unit's state: the reads and inquiries rlun
+/// sends (READ, INQUIRY, capacity, REPORT LUNS, mode and log pages,
+/// REPORT TARGET PORT GROUPS, TEST UNIT READY, VERIFY). Such a command
+/// may be sent again elsewhere while a copy of it is still on its way: a
+/// late answer changes nothing. Anything not listed counts as changing
+/// something.
+pub fn changes_nothing(op: u8) -> bool {
+    matches!(
+        op,
+        opcode::TEST_UNIT_READY
+            | opcode::REQUEST_SENSE
+            | 0x08 // READ(6)
+            | opcode::INQUIRY
+            | opcode::MODE_SENSE_6
+            | opcode::READ_CAPACITY_10
+            | opcode::READ_10
+            | 0x2F // VERIFY(10)
+            | 0x4D // LOG SENSE
+            | opcode::MODE_SENSE_10
+            | 0x5E // PERSISTENT RESERVE IN
+            | opcode::READ_16
+            | 0x8F // VERIFY(16)
+            | opcode::SERVICE_ACTION_IN_16
+            | opcode::REPORT_LUNS
+            | opcode::MAINTENANCE_IN
+            | 0xA8 // READ(12)
+            | 0xAF // VERIFY(12)
+    )
+}
+
 /// SERVICE ACTION IN(16) service action of READ CAPACITY(16) (SBC-4 5.21).
 pub const SA_READ_CAPACITY_16: u8 = 0x10;
 /// SERVICE ACTION IN(16) service action of GET LBA STATUS (SBC-4 5.8).
@@ -794,6 +825,29 @@ pub fn blocks_u16(command: &'static str, blocks: u64) -> Result<u16, CdbError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_reads_and_inquiries_change_nothing() {
+        for c in [
+            read(0, 1, 512).unwrap(),
+            inquiry_vpd(0x83, 255),
+            test_unit_ready(),
+        ] {
+            assert!(changes_nothing(c.padded()[0]), "{c:?}");
+        }
+        for op in [
+            opcode::WRITE_10,
+            opcode::WRITE_16,
+            opcode::UNMAP,
+            opcode::WRITE_SAME_16,
+            opcode::SYNCHRONIZE_CACHE_10,
+            0x89, // COMPARE AND WRITE
+            0x5F, // PERSISTENT RESERVE OUT
+            0xFF,
+        ] {
+            assert!(!changes_nothing(op), "{op:#x}");
+        }
+    }
 
     #[test]
     fn test_unit_ready_is_six_zero_bytes_without_data() {

@@ -82,8 +82,11 @@ impl Connection {
     }
 
     /// LOGICAL UNIT RESET (§11.5.1): every task on the LUN is terminated.
+    /// Commands submitted until it is answered wait (see
+    /// `resets_outstanding`).
     pub fn lun_reset(&mut self, lun: [u8; 8]) -> TaskId {
         let id = self.alloc_task_id();
+        self.resets_outstanding += 1;
         self.send_tmf(id, tmf::LOGICAL_UNIT_RESET, lun, RESERVED_TAG, self.cmd_sn);
         id
     }
@@ -472,5 +475,60 @@ mod tests {
             .collect();
         assert_eq!(aborted, vec![a, b]);
         assert_eq!(s.outstanding(), 1);
+    }
+
+    #[test]
+    fn commands_submitted_during_a_lun_reset_wait_for_its_answer_and_are_not_ended_by_it() {
+        let mut s = connection(params(), 10);
+        let before = s.submit(read(512));
+        drain(&mut s);
+        s.lun_reset([0; 8]);
+        let after = s.submit(read(512));
+        let sent = drain(&mut s);
+        let [Pdu {
+            bhs: Bhs::TaskMgmtRequest(t),
+            ..
+        }] = &sent[..]
+        else {
+            panic!("only the reset goes out while it is unanswered: {sent:?}")
+        };
+        s.handle_pdu(
+            Pdu::new(Bhs::TaskMgmtResponse(crate::proto::pdu::TaskMgmtResponse {
+                response: 0,
+                itt: t.itt,
+                stat_sn: 1,
+                exp_cmd_sn: 2,
+                max_cmd_sn: 10,
+            })),
+            Instant::now(),
+        )
+        .unwrap();
+        let aborted: Vec<TaskId> = std::iter::from_fn(|| s.poll_event())
+            .filter_map(|e| match e {
+                Event::Command {
+                    id,
+                    result: Err(TaskError::Aborted),
+                } => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            aborted,
+            vec![before],
+            "only the command sent before the reset"
+        );
+        let sent = drain(&mut s);
+        assert!(
+            matches!(
+                &sent[..],
+                [Pdu {
+                    bhs: Bhs::ScsiCommand(_),
+                    ..
+                }]
+            ),
+            "the held command goes once the reset answered: {sent:?}"
+        );
+        assert_eq!(s.outstanding(), 1);
+        let _ = after;
     }
 }

@@ -16,7 +16,7 @@ use super::api::{
 use super::inband::{Lent, Payload};
 use super::state::Connection;
 use super::tasks::TaskKind;
-use crate::proto::pdu::{Bhs, NopOut, Pdu, TextRequest, RESERVED_TAG};
+use crate::proto::pdu::{tmf, Bhs, NopOut, Pdu, TextRequest, RESERVED_TAG};
 
 impl Connection {
     /// A Data-In whose payload the receive path read into the buffer
@@ -187,6 +187,9 @@ impl Connection {
                     ref_itt,
                 } = task.kind
                 {
+                    if function == tmf::LOGICAL_UNIT_RESET {
+                        self.resets_outstanding = self.resets_outstanding.saturating_sub(1);
+                    }
                     self.terminate_after_tmf(function, lun, ref_itt, outcome);
                 }
                 self.events.push_back(Event::TaskMgmt {

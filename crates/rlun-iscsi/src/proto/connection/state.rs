@@ -33,6 +33,12 @@ pub struct Connection {
     pub(super) tasks: TaskTable,
     /// Non-immediate requests waiting for the window.
     pub(super) waiting: VecDeque<Queued>,
+    /// LOGICAL UNIT RESETs sent and not answered: commands wait until
+    /// they are, so that every command on the wire when the answer comes
+    /// was sent before the reset and is ended by it (a reset may affect
+    /// commands sent after it or not, RFC 7143 §11.5.1: the answer would
+    /// leave those in doubt).
+    pub(super) resets_outstanding: u32,
     /// SCSI commands in flight (counted against `queue_depth`).
     pub(super) commands_in_flight: u32,
     pub(super) transmit: VecDeque<Transmit>,
@@ -64,6 +70,7 @@ impl Connection {
             next_task: 1,
             tasks: TaskTable::default(),
             waiting: VecDeque::new(),
+            resets_outstanding: 0,
             commands_in_flight: 0,
             transmit: VecDeque::new(),
             events: VecDeque::new(),

@@ -68,6 +68,7 @@ impl Connection {
         // Nothing waits and the window and queue depth allow it: straight
         // out, without a trip through the queue (the usual case).
         if self.waiting.is_empty()
+            && self.resets_outstanding == 0
             && self.window_open()
             && self.commands_in_flight < self.params.queue_depth
         {
@@ -94,7 +95,8 @@ impl Connection {
                 break;
             };
             if matches!(front, Queued::Command(..))
-                && self.commands_in_flight >= self.params.queue_depth
+                && (self.commands_in_flight >= self.params.queue_depth
+                    || self.resets_outstanding > 0)
             {
                 break;
             }

@@ -130,6 +130,24 @@ pub enum Failure {
     ReplacementTimeout,
     /// The session is closed (logged out, or closing).
     Closed,
+    /// Given back while the connection was down, for its caller to send
+    /// through another path ([`Recovery::handle_release`]).
+    ///
+    /// [`Recovery::handle_release`]: crate::proto::recovery::Recovery::handle_release
+    Released,
+}
+
+/// What [`Recovery::handle_release`] did.
+///
+/// [`Recovery::handle_release`]: crate::proto::recovery::Recovery::handle_release
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Released {
+    /// Commands given back.
+    pub released: usize,
+    /// Commands of the LUN still kept for the next connection (ones that
+    /// may change the medium, when only the others were asked for); 0
+    /// while a connection is live.
+    pub kept: usize,
 }
 
 /// What the driver must do or deliver. `W` is what the driver handed in

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::api::{Failure, Loss, Notice, Output, RequestId};
+use super::api::{Failure, Loss, Notice, Output, Released, RequestId};
 use super::deadlines::next_backoff;
 use super::machine::Recovery;
 use super::records::{not_live_failure, CmdRecord, Conn, LogoutBy, Other};
 use crate::proto::connection::{CommandRequest, Connection, Lent, TaskHold, Transmit};
 use crate::proto::pdu::{DataIn, Pdu};
+use crate::scsi::cdb::changes_nothing;
 
 impl<W> Recovery<W> {
     // ---- requests from callers -------------------------------------------------
@@ -100,7 +101,7 @@ impl<W> Recovery<W> {
         match &mut self.conn {
             Conn::Live(core) => {
                 let task = core.lun_reset(lun);
-                self.others.insert(task, Other::Tmf(id));
+                self.others.insert(task, Other::Tmf(id, now));
                 self.drain_core(now);
             }
             conn => {
@@ -277,6 +278,57 @@ impl<W> Recovery<W> {
         }
     }
 
+    /// While the connection is down, give back at once the kept commands
+    /// of `lun` that cannot change anything (reads, inquiries: see
+    /// [`cdb::changes_nothing`]), and with `all` the others too; each
+    /// fails with [`Failure::Released`], oldest first, for its caller to
+    /// send through another path. Does nothing while a connection is
+    /// live (its commands are on their way again) or once the session is
+    /// closed.
+    ///
+    /// For the others this is safe only once the caller knows that what
+    /// the lost connection carried can no longer reach the medium: the
+    /// multipath router asks for them after a LOGICAL UNIT RESET through
+    /// another path, which ended every task the target still held.
+    ///
+    /// [`cdb::changes_nothing`]: crate::scsi::cdb::changes_nothing
+    pub fn handle_release(&mut self, lun: [u8; 8], all: bool) -> Released {
+        if !matches!(self.conn, Conn::Down { .. }) {
+            return Released::default();
+        }
+        let mut ids: Vec<u64> = self
+            .cmds
+            .keys()
+            .filter(|&id| {
+                self.cmds
+                    .get(id)
+                    .is_some_and(|c| c.req.lun == lun && (all || changes_nothing(c.req.cdb[0])))
+            })
+            .collect();
+        ids.sort_unstable();
+        for &id in &ids {
+            if let Some(c) = self.cmds.remove(id) {
+                self.outputs.push_back(Output::Command {
+                    id: RequestId(id),
+                    result: Err(Failure::Released),
+                    waiter: c.waiter,
+                });
+            }
+        }
+        if self.cmds.is_empty() {
+            // Nobody waits for the connection any more: the next stall
+            // starts afresh.
+            self.stall_since = None;
+            if !self.requests_open {
+                self.finish(Failure::Closed);
+            }
+        }
+        Released {
+            released: ids.len(),
+            kept: self.cmds.values().filter(|c| c.req.lun == lun).count(),
+        }
+    }
+
     // ---- outputs ---------------------------------------------------------------
 
     /// Next PDU to send on the current connection (with the task's buffers
@@ -329,6 +381,7 @@ mod tests {
     use crate::proto::connection::*;
     use crate::proto::pdu::*;
     use crate::proto::recovery::*;
+    use crate::scsi::cdb;
     use bytes::Bytes;
     use std::time::Duration;
 
@@ -664,5 +717,86 @@ mod tests {
             "the task (and its buffers) still lives in the retired core"
         );
         assert!(h.r.take_retired().is_empty());
+    }
+
+    #[test]
+    fn release_while_down_gives_back_reads_at_once_and_the_rest_only_when_asked() {
+        let mut h = Harness::new();
+        let r10 = h.cmd(cdb::opcode::READ_10, 0.0);
+        let w10 = h.cmd(cdb::opcode::WRITE_10, 0.1);
+        let r16 = h.cmd(cdb::opcode::READ_16, 0.2);
+        let mut other_lun = read(cdb::opcode::READ_10);
+        other_lun.lun = [0, 2, 0, 0, 0, 0, 0, 0];
+        let other = h.r.handle_command(other_lun, (), h.at(0.3));
+        h.sent();
+        h.lose(1.0);
+        h.outputs();
+
+        assert_eq!(
+            h.r.handle_release([0; 8], false),
+            Released {
+                released: 2,
+                kept: 1
+            }
+        );
+        assert_eq!(
+            command_results(&h.outputs()),
+            vec![(r10, Err(Failure::Released)), (r16, Err(Failure::Released))],
+            "the reads of that LUN, oldest first; the write and the other LUN's read stay"
+        );
+        assert_eq!(
+            h.r.handle_release([0; 8], true),
+            Released {
+                released: 1,
+                kept: 0
+            }
+        );
+        assert_eq!(
+            command_results(&h.outputs()),
+            vec![(w10, Err(Failure::Released))]
+        );
+
+        h.timeout(3.0);
+        h.outputs();
+        h.connected(3.5);
+        assert!(h
+            .outputs()
+            .iter()
+            .any(|o| matches!(o, Output::Reconnected { reissued: 1, .. })));
+        let sent = h.sent();
+        assert_eq!(
+            sent.len(),
+            1,
+            "only the other LUN's read goes again: {sent:?}"
+        );
+        h.answer(Harness::itt_of(&sent, cdb::opcode::READ_10), GOOD, 4.0);
+        assert_eq!(command_results(&h.outputs()), vec![(other, Ok(GOOD))]);
+    }
+
+    #[test]
+    fn release_does_nothing_while_a_connection_is_live() {
+        let mut h = Harness::new();
+        let r = h.cmd(cdb::opcode::READ_10, 0.0);
+        h.cmd(cdb::opcode::WRITE_10, 0.0);
+        let sent = h.sent();
+        assert_eq!(
+            h.r.handle_release([0; 8], true),
+            Released::default(),
+            "nothing is kept for a next connection"
+        );
+        assert!(command_results(&h.outputs()).is_empty());
+        h.answer(Harness::itt_of(&sent, cdb::opcode::READ_10), GOOD, 1.0);
+        assert_eq!(command_results(&h.outputs()), vec![(r, Ok(GOOD))]);
+    }
+
+    #[test]
+    fn a_session_whose_handles_are_gone_ends_once_its_last_command_is_released() {
+        let mut h = Harness::new();
+        h.cmd(cdb::opcode::READ_10, 0.0);
+        h.lose(1.0);
+        h.r.handle_requests_closed();
+        h.outputs();
+        h.r.handle_release([0; 8], false);
+        assert!(finished(&h.outputs()));
     }
 }

@@ -369,7 +369,7 @@ impl<W> Recovery<W> {
                     .outputs
                     .push_back(Output::Notice(Notice::TaskMgmtDone { result })),
             }
-        } else if let Some(Other::Tmf(rid)) = self.others.remove(&task) {
+        } else if let Some(Other::Tmf(rid, _)) = self.others.remove(&task) {
             self.outputs.push_back(Output::TaskMgmt {
                 id: rid,
                 result: result.map_err(Failure::Task),
@@ -518,7 +518,7 @@ impl<W> Recovery<W> {
                     id,
                     result: Err(f.clone()),
                 },
-                Other::Tmf(id) => Output::TaskMgmt {
+                Other::Tmf(id, _) => Output::TaskMgmt {
                     id,
                     result: Err(f.clone()),
                 },

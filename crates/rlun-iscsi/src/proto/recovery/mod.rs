@@ -90,7 +90,7 @@ mod records;
 mod timers;
 
 pub use api::{
-    Failure, Loss, Notice, Output, RecoveryConfig, RequestId, FLAP_WINDOW, MAX_BACKOFF,
+    Failure, Loss, Notice, Output, RecoveryConfig, Released, RequestId, FLAP_WINDOW, MAX_BACKOFF,
     MAX_FLAP_BACKOFF, MAX_TIMEOUT_RETRIES, MIN_BACKOFF, QUEUED_RECHECK, TMF_TIMEOUT,
 };
 pub use machine::Recovery;

@@ -37,7 +37,8 @@ pub(super) struct CmdRecord<W> {
 pub(super) enum Other {
     Text(RequestId),
     Ping(RequestId),
-    Tmf(RequestId),
+    /// A caller's task management request, and when it was sent.
+    Tmf(RequestId, Instant),
 }
 
 /// A task management request of our own.

@@ -10,10 +10,18 @@ use std::time::Instant;
 
 use super::api::{Failure, Loss, Notice, Output, QUEUED_RECHECK};
 use super::machine::Recovery;
-use super::records::{Conn, OwnTmf};
+use super::records::{Conn, Other, OwnTmf};
 use crate::proto::connection::{ProtocolError, TaskId};
 
 impl<W> Recovery<W> {
+    /// When each caller's task management request now unanswered was sent.
+    fn caller_tmfs_sent(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.others.values().filter_map(|o| match o {
+            Other::Tmf(_, sent) => Some(*sent),
+            _ => None,
+        })
+    }
+
     /// When [`Recovery::handle_timeout`] should next be called, if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.conn {
@@ -23,11 +31,11 @@ impl<W> Recovery<W> {
                     .tmfs
                     .values()
                     .map(|t| match t {
-                        OwnTmf::Abort { sent, .. } | OwnTmf::Reset { sent } => {
-                            *sent + self.cfg.tmf_timeout
-                        }
+                        OwnTmf::Abort { sent, .. } | OwnTmf::Reset { sent } => *sent,
                     })
-                    .min();
+                    .chain(self.caller_tmfs_sent())
+                    .min()
+                    .map(|sent| sent + self.cfg.tmf_timeout);
                 [core.poll_timeout(), cmd, tmf].into_iter().flatten().min()
             }
             Conn::Down { wake, .. } => [*wake, self.give_up_at()].into_iter().flatten().min(),
@@ -86,9 +94,16 @@ impl<W> Recovery<W> {
             .map(|(id, t)| (*id, *t))
             .collect();
         expired.sort_by_key(|(id, _)| *id);
-        if expired
-            .iter()
-            .any(|(_, t)| matches!(t, OwnTmf::Reset { .. }))
+        // A LOGICAL UNIT RESET, ours or a caller's, holds the
+        // connection's commands until it answers: one that does not
+        // within the TMF timeout costs the connection.
+        let caller_expired = self
+            .caller_tmfs_sent()
+            .any(|sent| now >= sent + self.cfg.tmf_timeout);
+        if caller_expired
+            || expired
+                .iter()
+                .any(|(_, t)| matches!(t, OwnTmf::Reset { .. }))
         {
             self.lose(Loss::TaskManagementTimeout(self.cfg.tmf_timeout), now);
             return false;
@@ -423,6 +438,41 @@ mod tests {
         let itt = Harness::itt_of(&h.sent(), 0xa1);
         h.answer(itt, GOOD, 53.0);
         assert!(command_results(&h.outputs()).contains(&(id, Ok(GOOD))));
+    }
+
+    #[test]
+    fn a_callers_lun_reset_that_never_answers_drops_the_connection_and_fails_the_reset() {
+        let mut h = Harness::new();
+        let id = h.cmd(0xa1, 0.0);
+        h.sent();
+        let reset = h.r.handle_lun_reset([0; 8], h.at(1.0));
+        let held = h.cmd(0xa2, 1.5);
+        let sent = h.sent();
+        assert!(
+            matches!(sent[..], [Sent::Tmf(tmf::LOGICAL_UNIT_RESET, _, _)]),
+            "the command waits behind the reset: {sent:?}"
+        );
+        h.run_until(10.9);
+        assert!(h.r.is_live(), "not before the TMF timeout");
+        h.run_until(11.0);
+        let out = h.outputs();
+        assert_eq!(
+            disconnect(&out),
+            Some((Loss::TaskManagementTimeout(TMF_TIMEOUT), true))
+        );
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::TaskMgmt { id: r, result: Err(_) } if *r == reset)));
+        h.run_until(13.0);
+        h.connected(13.5);
+        let sent = h.sent();
+        h.answer(Harness::itt_of(&sent, 0xa1), GOOD, 14.0);
+        h.answer(Harness::itt_of(&sent, 0xa2), GOOD, 14.0);
+        assert_eq!(
+            command_results(&h.outputs()),
+            vec![(id, Ok(GOOD)), (held, Ok(GOOD))],
+            "both commands go again on the new connection"
+        );
     }
 
     #[test]
