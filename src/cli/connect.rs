@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{parse_duration, parse_segment_size, parse_timeout, DigestChoice};
-use crate::config::settings::{Failback, MultipathMode, MultipathPolicy, Settings};
+use crate::config::settings::{Failback, MultipathMode, MultipathPolicy, PathFence, Settings};
 
 /// Options for connecting and logging in, shared by every subcommand that
 /// logs in. Each but the CHAP ones can also come from the config file
@@ -163,6 +163,24 @@ pub struct ConnectOpts {
     /// --replacement-timeout applies when no path is usable.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout, help_heading = "Multipath options", hide_short_help = true)]
     pub path_timeout: Option<Duration>,
+
+    /// How a write caught on a failed path is kept from landing after its retry [default: lun-reset].
+    ///
+    /// lun-reset: once the path is given up, LOGICAL UNIT RESET through a
+    /// working path ends every task the target still holds, and the
+    /// path's writes are sent again there at once. path-timeout: they
+    /// wait for --path-timeout first, as with dm-multipath. Reads move at
+    /// once either way. A reset also aborts other hosts' commands on the
+    /// LUN (they retry): choose path-timeout for a LUN that other hosts
+    /// use at the same time.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "HOW",
+        help_heading = "Multipath options",
+        hide_short_help = true
+    )]
+    pub path_fence: Option<PathFence>,
 }
 
 impl ConnectOpts {
@@ -183,6 +201,7 @@ impl ConnectOpts {
             failback: self.failback,
             path_check_interval: self.path_check_interval,
             path_timeout: self.path_timeout,
+            path_fence: self.path_fence,
             ..Settings::default()
         }
     }

@@ -185,6 +185,7 @@ impl Ctx {
             || opts.failback.is_some()
             || opts.path_check_interval.is_some()
             || opts.path_timeout.is_some()
+            || opts.path_fence.is_some()
         {
             tracing::warn!(
                 "the multipath options take effect with more than one portal: give --portal (or --multipath auto)"
@@ -387,6 +388,7 @@ fn multipath_config(
         failback: s.failback,
         check_interval: s.path_check_interval,
         path_timeout: s.path_timeout,
+        fence: s.path_fence,
     })
 }
 

@@ -83,6 +83,27 @@ pub enum Failback {
     Manual,
 }
 
+/// How a write caught on a failed path is kept from landing after its
+/// retry on another (`--path-fence`, `path_fence = "…"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathFence {
+    /// LOGICAL UNIT RESET through a working path, then send it again
+    /// there at once.
+    LunReset,
+    /// Wait out the path timeout, then send it again (dm-multipath's way).
+    PathTimeout,
+}
+
+impl PathFence {
+    pub fn name(self) -> &'static str {
+        match self {
+            PathFence::LunReset => "lun-reset",
+            PathFence::PathTimeout => "path-timeout",
+        }
+    }
+}
+
 /// Every setting that the command line, a `[targets.<name>]` entry and
 /// `[defaults]` can each give; `None` where that source leaves it unset.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -106,6 +127,7 @@ pub struct Settings {
     pub failback: Option<Failback>,
     pub path_check_interval: Option<Duration>,
     pub path_timeout: Option<Duration>,
+    pub path_fence: Option<PathFence>,
 }
 
 /// The settings in effect: every one given by some source or built in.
@@ -139,6 +161,7 @@ pub struct Effective {
     /// How long a lost path keeps its commands before they move to
     /// another path.
     pub path_timeout: Duration,
+    pub path_fence: PathFence,
 }
 
 /// The built-in defaults, the one place they are written. The help texts
@@ -163,6 +186,7 @@ pub const BUILT_IN: Effective = Effective {
     failback: Failback::Immediate,
     path_check_interval: Duration::from_secs(5),
     path_timeout: Duration::from_secs(5),
+    path_fence: PathFence::LunReset,
 };
 
 /// Worker threads of the async runtime when neither `--threads` nor
@@ -192,6 +216,7 @@ impl Settings {
             failback: self.failback.or(lower.failback),
             path_check_interval: self.path_check_interval.or(lower.path_check_interval),
             path_timeout: self.path_timeout.or(lower.path_timeout),
+            path_fence: self.path_fence.or(lower.path_fence),
         }
     }
 
@@ -218,6 +243,7 @@ impl Settings {
             failback: self.failback.unwrap_or(b.failback),
             path_check_interval: self.path_check_interval.unwrap_or(b.path_check_interval),
             path_timeout: self.path_timeout.unwrap_or(b.path_timeout),
+            path_fence: self.path_fence.unwrap_or(b.path_fence),
         }
     }
 }
@@ -267,6 +293,7 @@ macro_rules! settings_table {
             pub path_check_interval: Option<std::time::Duration>,
             #[serde(default, deserialize_with = "crate::config::settings::de::timeout")]
             pub path_timeout: Option<std::time::Duration>,
+            pub path_fence: Option<crate::config::settings::PathFence>,
         }
 
         impl $name {
@@ -292,6 +319,7 @@ macro_rules! settings_table {
                     failback: self.failback,
                     path_check_interval: self.path_check_interval,
                     path_timeout: self.path_timeout,
+                    path_fence: self.path_fence,
                 }
             }
         }
@@ -301,7 +329,7 @@ pub(crate) use settings_table;
 
 /// The file keys of the settings every table takes (for help texts and
 /// their tests).
-pub const SETTING_KEYS: [&str; 19] = [
+pub const SETTING_KEYS: [&str; 20] = [
     "connect_timeout",
     "login_timeout",
     "replacement_timeout",
@@ -321,6 +349,7 @@ pub const SETTING_KEYS: [&str; 19] = [
     "failback",
     "path_check_interval",
     "path_timeout",
+    "path_fence",
 ];
 
 /// Parse durations like `10s`, `500ms`, `2m`, `1h`, or plain seconds `10`.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rlun_iscsi::proto::login::ChapSettings;
 use rlun_iscsi::proto::negotiate::InitiatorProposal;
 
-use crate::config::settings::{Failback, MultipathPolicy};
+use crate::config::settings::{Failback, MultipathPolicy, PathFence};
 use crate::transport::TransportKind;
 
 /// The other paths to the same target and how to use them (`--portal`
@@ -25,6 +25,8 @@ pub struct MultipathConfig {
     /// Each path's own replacement timeout: how long a lost path keeps
     /// its commands before they move to another path.
     pub path_timeout: Duration,
+    /// How writes caught on a failed path are fenced before they move.
+    pub fence: PathFence,
 }
 
 /// How to reach and log in to a target (or a portal, for discovery).

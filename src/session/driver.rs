@@ -53,6 +53,9 @@ pub(super) struct Shared {
     pub(super) outages: std::sync::Mutex<Outages>,
     /// Bumped after either count moved, for whoever follows the target.
     pub(super) changes: tokio::sync::watch::Sender<u64>,
+    /// Bumped each time the connection is lost, for whoever must act at
+    /// once (the multipath router).
+    pub(super) losses: tokio::sync::watch::Sender<u64>,
 }
 
 /// The session's time without a connection, for `rlun stats`.
@@ -126,6 +129,7 @@ pub(super) fn start_driver<T: Transport>(
         lun_changes: AtomicU64::new(0),
         outages: std::sync::Mutex::new(Outages::default()),
         changes: tokio::sync::watch::Sender::new(0),
+        losses: tokio::sync::watch::Sender::new(0),
     });
     let (tx, rx) = mpsc::unbounded_channel();
     let policy = RecoveryConfig::new(
@@ -442,6 +446,10 @@ impl<T: Transport> Driver<T> {
                 }
                 return;
             }
+            Request::Release { lun, all, tx } => {
+                let _ = tx.send(self.machine.handle_release(lun, all));
+                return;
+            }
             Request::Reconnect(tx) => {
                 if self.machine.handle_reconnect_now() {
                     self.reconnecting.push(tx);
@@ -570,6 +578,7 @@ impl<T: Transport> Driver<T> {
                     self.live = None;
                     self.shared.up.store(false, Ordering::Relaxed);
                     self.shared.went_down();
+                    self.shared.losses.send_modify(|n| *n += 1);
                     drop(self.machine.take_retired());
                     if let Some(e) = loss_error(&cause) {
                         self.last = Arc::new(e);
@@ -635,6 +644,7 @@ impl<T: Transport> Driver<T> {
                 last: self.last.clone(),
             },
             Failure::Closed => SessionError::Closed,
+            Failure::Released => SessionError::Released(self.last.clone()),
         }
     }
 

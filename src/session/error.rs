@@ -77,6 +77,11 @@ pub enum SessionError {
         #[source]
         source: Arc<SessionError>,
     },
+    /// Given back by a path whose connection is down, to be sent through
+    /// another ([`super::SessionHandle::release`]); `last` is why the
+    /// connection went.
+    #[error("handed to another path")]
+    Released(#[source] Arc<SessionError>),
     /// Several paths, none usable for this long (the replacement timeout).
     #[error("no usable path to the target for {0:?}")]
     NoPath(Duration),
@@ -96,7 +101,8 @@ impl SessionError {
             | SessionError::LogoutRequested
             | SessionError::NotResponding(_)
             | SessionError::NoPath(_)
-            | SessionError::Abandoned(_) => ErrorKind::Unreachable,
+            | SessionError::Abandoned(_)
+            | SessionError::Released(_) => ErrorKind::Unreachable,
             SessionError::StillUnreachable(last) => last.kind(),
             SessionError::PathRefused { source, .. } => source.kind(),
             SessionError::LoginTransport { source, .. } => source.kind(),
@@ -119,6 +125,7 @@ impl SessionError {
                 | SessionError::StillUnreachable(_)
                 | SessionError::NoPath(_)
                 | SessionError::Abandoned(_)
+                | SessionError::Released(_)
                 | SessionError::Task(TaskError::ConnectionLost(_))
         )
     }

@@ -68,6 +68,7 @@ use bytes::Bytes;
 use rlun_iscsi::proto::connection::{CommandRequest, CommandResult, TmfOutcome};
 use rlun_iscsi::proto::negotiate::{parse_send_targets, DiscoveredTarget};
 use rlun_iscsi::proto::pdu;
+use rlun_iscsi::proto::recovery::Released;
 use rlun_iscsi::proto::text::{encode_text, parse_text};
 use rlun_iscsi::scsi::TargetChange;
 use tokio::sync::{mpsc, oneshot};
@@ -144,6 +145,11 @@ impl SessionHandle {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Changes each time the session loses its connection.
+    pub fn losses(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.losses.subscribe()
     }
 
     /// Whether the session has a logged-in connection now (false from a
@@ -275,6 +281,21 @@ impl SessionHandle {
     /// the ping timeout too. `reason` is logged.
     pub fn abandon(&self, reason: String) {
         let _ = self.tx.send(Request::Abandon(reason));
+    }
+
+    /// While the connection is down, give back the commands of LUN `lun`
+    /// that it keeps for the next one: those that change nothing
+    /// (reads), and with `all` the rest too. Each fails with
+    /// [`SessionError::Released`] for the multipath router to send
+    /// through another path. Nothing happens while a connection is live.
+    /// Sent after [`SessionHandle::abandon`], it acts once the connection
+    /// is given up (requests are handled in order).
+    pub async fn release(&self, lun: [u8; 8], all: bool) -> Released {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Request::Release { lun, all, tx }).is_err() {
+            return Released::default();
+        }
+        rx.await.unwrap_or_default()
     }
 
     /// Log out cleanly (waits for in-flight commands to finish first).

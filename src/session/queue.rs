@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rlun_iscsi::proto::connection::{CommandRequest, CommandResult, TmfOutcome};
+use rlun_iscsi::proto::recovery::Released;
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::SessionError;
@@ -32,6 +33,13 @@ pub(super) enum Request {
     /// the multipath checker found dead): its commands wait for a new
     /// one, for at most the replacement timeout.
     Abandon(String),
+    /// While the connection is down, give back the kept commands of a
+    /// LUN for another path ([`super::SessionHandle::release`]).
+    Release {
+        lun: [u8; 8],
+        all: bool,
+        tx: oneshot::Sender<Released>,
+    },
 }
 
 /// How a command's answer reaches its caller. It travels inside the
