@@ -362,6 +362,32 @@ fn spawn_logged(args: &[String], log: &Path) -> ChildGuard {
 
 #[test]
 fn a_write_in_flight_on_a_cut_path_does_not_land_after_its_retry() {
+    let log = stale_write_case("lun-reset");
+    assert!(
+        log.contains("LOGICAL UNIT RESET through another path ended the failed path's tasks; its writes move now")
+            && log.contains("commands=1"),
+        "the write did not move after a LUN reset:\n{log}"
+    );
+}
+
+#[test]
+fn with_path_timeout_fencing_a_caught_write_waits_out_the_path_timeout() {
+    let log = stale_write_case("path-timeout");
+    assert!(
+        !log.contains("LOGICAL UNIT RESET"),
+        "a reset was sent with --path-fence path-timeout:\n{log}"
+    );
+    assert!(
+        log.contains("path unreachable past the path timeout; its commands move to another path"),
+        "the write did not wait for the path timeout:\n{log}"
+    );
+}
+
+/// Write "O" through a mount whose preferred path was just cut, then "N"
+/// once it moved, restore the network and check that "N" stays: the
+/// first write, caught on the cut path, never lands after its retry.
+/// With `fence` as `--path-fence`; returns rlun's log.
+fn stale_write_case(fence: &str) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, one, _) = two_portal_tgtd(dir.path());
     let port = tgtd.port();
@@ -375,6 +401,8 @@ fn a_write_in_flight_on_a_cut_path_does_not_land_after_its_retry() {
         format!("127.0.0.2:{port}"),
         "--cache".into(),
         "none".into(),
+        "--path-fence".into(),
+        fence.into(),
         "-v".into(),
     ];
     args.extend(FAST.iter().map(|s| s.to_string()));
@@ -428,6 +456,8 @@ fn a_write_in_flight_on_a_cut_path_does_not_land_after_its_retry() {
         "the first write did not wait for the cut path ({stall:?}): the test proves nothing"
     );
     assert!(log.contains("I/O moves to another path"), "{log}");
+    eprintln!("--path-fence {fence}: the caught write completed after {stall:?}");
+    log
 }
 
 #[test]

@@ -20,23 +20,44 @@
 //!   path every check interval, reads the target port groups (REPORT
 //!   TARGET PORT GROUPS) when the LUN has ALUA, and brings paths back.
 //!
-//! # A write in flight on a path that failed
+//! # A command caught on a path that failed
 //!
-//! A command is never outstanding on two paths: it is re-issued on another
-//! path only after the session of the first gave it up. Each path's
-//! session keeps the commands of a lost connection for the path timeout
-//! (`--path-timeout`, the session's replacement timeout); when it logs in
-//! again in that time it resends them itself after the login, and that
-//! login is a session reinstatement (same ISID, RFC 7143 §6.3.5), by which
-//! the target has ended every task of the old connection first. Past the
-//! path timeout the session fails them up to the router, which sends them
-//! on another path. This is what dm-multipath over open-iscsi does
-//! (replacement_timeout, then the request is requeued on another path),
-//! and it leaves the same window: a write the target had fully received
-//! on the failed path and still holds in its back end after the path
-//! timeout could land after its retry. The bound is the target's own
-//! command processing time; raise `--path-timeout` above it for targets
-//! whose back ends stall for longer.
+//! A command is never outstanding on two paths: it moves to another path
+//! only after the session of the first gave it up. When a path fails
+//! (its connection lost, reset, or given up because the check found it
+//! unanswering), its session keeps the commands of the lost connection
+//! for its next one, and the router at once asks for them back:
+//!
+//! - Reads (anything that changes nothing, `cdb::changes_nothing`) move
+//!   to another path at once: a copy still on its way on the failed
+//!   path can only be answered into a connection that no longer exists.
+//! - Writes with `--path-fence lun-reset` (the default) move once a
+//!   LOGICAL UNIT RESET sent through another path has completed. The
+//!   failed connection was closed with a TCP reset first, so nothing
+//!   rlun had queued on it is delivered later; the LUN reset ends every
+//!   task of the LUN the target still holds, from every I_T nexus (SAM-5
+//!   §7.11), including a write of the failed path that the target had
+//!   wholly received and still held in its back end. After the reset
+//!   answered, no copy of the write is left to land after its retry.
+//!   Commands of other hosts on the LUN are aborted by the reset too (they
+//!   retry, as after any LUN reset a SCSI error handler sends): that is
+//!   the price, and `path-timeout` avoids it for shared LUNs.
+//! - Writes with `--path-fence path-timeout`, or when no other path can
+//!   carry the reset or it fails, wait for the path timeout
+//!   (`--path-timeout`, the session's replacement timeout). If the path
+//!   logs in again within it, its session resends them itself after a
+//!   session reinstatement (same ISID, RFC 7143 §6.3.5), by which the
+//!   target has ended every task of the old connection first; past it
+//!   they move on. This is what dm-multipath over open-iscsi does
+//!   (replacement_timeout, then the request is requeued on another path),
+//!   and it leaves a window: a write the target had fully received on the
+//!   failed path and still holds in its back end after the path timeout
+//!   could land after its retry. Its bound is the target's own command
+//!   processing time.
+//!
+//! Either way a write still held in the network itself (a link that
+//! delays rather than drops, for longer than detection takes) is beyond
+//! any initiator's reach; dm-multipath has the same exposure.
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -50,53 +71,19 @@ use rlun_iscsi::scsi::{cdb, Cdb, ScsiError, Status};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
+use rlun_iscsi::proto::connection::TmfOutcome;
+use rlun_iscsi::proto::recovery::TMF_TIMEOUT;
+
+use crate::config::settings::PathFence;
 use crate::session::{portal_string, MultipathConfig, SessionConfig, SessionError, SessionHandle};
 use crate::transport::TransportKind;
 
+mod report;
 pub mod select;
 
+pub use report::{PathReport, PathsReport};
+
 pub use select::{Failback, PathState, Policy, Selector, Switch};
-
-/// One path as `rlun paths` shows it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PathReport {
-    pub portal: String,
-    /// `iscsi` or `iser`.
-    pub transport: String,
-    /// The path's session exists (a portal that could not log in at start
-    /// has none until it does).
-    pub logged_in: bool,
-    /// Logged in and its last check passed.
-    pub up: bool,
-    /// Up and in a state that carries I/O.
-    pub usable: bool,
-    /// Its asymmetric access state ("active/optimized" without ALUA).
-    pub alua_state: String,
-    /// Its target port group, when the target reports ALUA.
-    pub group: Option<u16>,
-    pub preferred: bool,
-    /// Commands go to it now.
-    pub in_use: bool,
-    pub in_flight: u32,
-    /// Commands completed through it.
-    pub commands: u64,
-    /// Times it failed.
-    pub errors: u64,
-    pub last_failure: Option<String>,
-    pub last_failure_seconds_ago: Option<f64>,
-}
-
-/// A LUN's paths as `rlun paths` shows them.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PathsReport {
-    pub policy: String,
-    /// Paths that can carry I/O now.
-    pub usable: usize,
-    /// Times I/O moved off a failed path.
-    pub failovers: u64,
-    pub last_failover_seconds_ago: Option<f64>,
-    pub paths: Vec<PathReport>,
-}
 
 /// Where a command goes: one session, or a router over several.
 #[derive(Clone)]
@@ -320,6 +307,7 @@ impl PathSet {
             paths = set.paths.len(),
             up = set.sessions().count(),
             policy = set.config.policy.name(),
+            fence = set.config.fence.name(),
             "multipath: logged in through every portal that answered"
         );
         Ok(set)
@@ -403,6 +391,8 @@ pub type SameUnit = Box<dyn Fn(Option<&[u8]>, Option<&[u8]>) -> bool + Send + Sy
 
 /// One LUN's paths (see the module docs).
 pub struct Router {
+    /// This router, for the tasks it starts on a path failure.
+    me: Weak<Router>,
     set: Arc<PathSet>,
     lun: [u8; 8],
     sel: Mutex<Selector>,
@@ -436,7 +426,8 @@ impl Router {
         for (i, p) in set.paths.iter().enumerate() {
             sel.set_up(i, p.session().is_some_and(|s| s.is_up()), now);
         }
-        Arc::new(Router {
+        Arc::new_cyclic(|me| Router {
+            me: me.clone(),
             set,
             lun,
             sel: Mutex::new(sel),
@@ -493,6 +484,9 @@ impl Router {
         // Once per failure, not once per command that was on the path.
         if was_up {
             warn!(portal = %self.set.paths[i].portal, "path failed: {reason}");
+            if let (Some(me), Ok(rt)) = (self.me.upgrade(), tokio::runtime::Handle::try_current()) {
+                rt.spawn(me.move_kept(i));
+            }
         } else {
             debug!(portal = %self.set.paths[i].portal, "command failed on a failed path: {reason}");
         }
@@ -510,6 +504,19 @@ impl Router {
                     self.sel().done(i, false);
                     self.fail(i, "connection lost");
                 }
+            }
+        }
+    }
+
+    /// While no path is usable, an up path in transition and its session
+    /// (see [`Selector::pick_transitioning`]).
+    fn pick_transitioning(&self) -> Option<(usize, SessionHandle)> {
+        let i = self.sel().pick_transitioning()?;
+        match self.set.paths[i].session() {
+            Some(s) if s.is_up() => Some((i, s.clone())),
+            _ => {
+                self.sel().done(i, false);
+                None
             }
         }
     }
@@ -538,8 +545,20 @@ impl Router {
         let start = Instant::now();
         let mut last_error: Option<SessionError> = None;
         let mut moved = false;
+        // After a pause with no usable path: try a transitioning one.
+        let mut probe_due = false;
         loop {
-            let Some((i, session)) = self.pick() else {
+            let mut probe = false;
+            let picked = match self.pick() {
+                None if probe_due => {
+                    probe_due = false;
+                    let p = self.pick_transitioning();
+                    probe = p.is_some();
+                    p
+                }
+                p => p,
+            };
+            let Some((i, session)) = picked else {
                 let waited = start.elapsed();
                 if waited >= self.set.replacement_timeout {
                     return Err(last_error.unwrap_or(SessionError::NoPath(waited)));
@@ -548,9 +567,19 @@ impl Router {
                 let _ =
                     tokio::time::timeout(left.min(TRANSITION_PAUSE), self.changed.notified()).await;
                 self.revive();
+                probe_due = true;
                 continue;
             };
             let result = session.command(req.clone()).await;
+            if probe
+                && result
+                    .as_ref()
+                    .is_ok_and(|r| Status::from(r.status).is_success())
+            {
+                // Its transition is over: read the groups' states now.
+                debug!(portal = %self.set.paths[i].portal, "a transitioning path answered");
+                self.look.notify_one();
+            }
             match result {
                 Ok(r) if !Status::from(r.status).is_success() => {
                     let err = ScsiError::from_status_and_sense_bytes(
@@ -600,6 +629,68 @@ impl Router {
                     last_error = Some(e);
                     moved = true;
                 }
+            }
+        }
+    }
+
+    /// Path `i` failed: move the commands its session keeps for its next
+    /// connection to another path, once that connection is given up (a
+    /// live one is sending them again; then nothing happens). Reads move
+    /// at once: a late answer to them changes nothing. The rest (writes)
+    /// move with `--path-fence lun-reset` after a LOGICAL UNIT RESET
+    /// through another path has ended every task of this LUN the target
+    /// still holds, including any of the failed path's that reached it;
+    /// otherwise, or when no path can carry the reset, they wait for the
+    /// path timeout (see the module docs).
+    async fn move_kept(self: Arc<Self>, i: usize) {
+        let Some(session) = self.set.paths[i].session().cloned() else {
+            return;
+        };
+        let portal = &self.set.paths[i].portal;
+        let reads = session.release(self.lun, false).await;
+        if reads.released > 0 {
+            info!(%portal, commands = reads.released, "reads caught on the failed path move to another path");
+        }
+        if reads.kept == 0 || self.set.config.fence != PathFence::LunReset {
+            return;
+        }
+        let picked = match self.pick() {
+            Some((j, _)) if j == i => {
+                self.sel().done(j, false);
+                None
+            }
+            other => other,
+        };
+        let Some((j, other)) = picked else {
+            info!(%portal, commands = reads.kept, "no other path for a LOGICAL UNIT RESET: the failed path's writes wait for the path timeout");
+            return;
+        };
+        let started = Instant::now();
+        let reset = tokio::time::timeout(TMF_TIMEOUT, other.lun_reset(self.lun)).await;
+        // `pick` counted the reset in flight on `j`.
+        self.sel().done(j, matches!(reset, Ok(Ok(_))));
+        match reset {
+            Ok(Ok(TmfOutcome::Complete)) => {
+                let writes = session.release(self.lun, true).await;
+                info!(
+                    %portal,
+                    through = %self.set.paths[j].portal,
+                    reset_ms = started.elapsed().as_millis() as u64,
+                    commands = writes.released,
+                    "LOGICAL UNIT RESET through another path ended the failed path's tasks; its writes move now"
+                );
+            }
+            other => {
+                let why = match other {
+                    Ok(Ok(outcome)) => format!("{outcome:?}"),
+                    Ok(Err(e)) => rlun_iscsi::error_chain(&e),
+                    Err(_) => format!("no answer within {TMF_TIMEOUT:?}"),
+                };
+                warn!(
+                    %portal,
+                    through = %self.set.paths[j].portal,
+                    "LOGICAL UNIT RESET failed ({why}): the failed path's writes wait for the path timeout"
+                );
             }
         }
     }
@@ -838,6 +929,21 @@ impl Router {
     pub fn start_checker(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         let look = self.look.clone();
+        // A path's connection lost (NOP-Out unanswered, a reset): look now,
+        // not at the next round, so that what it keeps moves on at once.
+        for s in self.set.sessions() {
+            let mut losses = s.losses();
+            let look = look.clone();
+            let weak = weak.clone();
+            tokio::spawn(async move {
+                while losses.changed().await.is_ok() {
+                    if weak.strong_count() == 0 {
+                        return;
+                    }
+                    look.notify_one();
+                }
+            });
+        }
         let interval = self.set.config.check_interval;
         tokio::spawn(async move {
             loop {
@@ -848,78 +954,6 @@ impl Router {
                 // Held only for a round: the router goes when its LUN does.
                 let Some(r) = weak.upgrade() else { return };
                 r.check().await;
-            }
-        });
-    }
-
-    /// What `rlun paths`, `rlun list` and the status line show.
-    pub fn report(&self) -> PathsReport {
-        let now = Instant::now();
-        let s = self.sel();
-        let ago = |t: Instant| now.saturating_duration_since(t).as_secs_f64();
-        let paths = s
-            .paths()
-            .iter()
-            .zip(&self.set.paths)
-            .enumerate()
-            .map(|(i, (p, path))| PathReport {
-                portal: path.portal.clone(),
-                transport: path.transport.scheme().to_string(),
-                logged_in: path.session().is_some(),
-                up: p.up,
-                usable: p.usable(),
-                alua_state: p.alua.name().to_string(),
-                group: p.group,
-                preferred: p.preferred,
-                in_use: match s.policy() {
-                    Policy::Failover => s.current() == Some(i),
-                    _ => {
-                        p.usable()
-                            && s.paths()
-                                .iter()
-                                .filter(|q| q.usable())
-                                .all(|q| q.alua.rank() >= p.alua.rank())
-                    }
-                },
-                in_flight: p.in_flight,
-                commands: p.commands,
-                errors: p.errors,
-                last_failure: p.last_failure.as_ref().map(|(_, why)| why.clone()),
-                last_failure_seconds_ago: p.last_failure.as_ref().map(|(t, _)| ago(*t)),
-            })
-            .collect();
-        PathsReport {
-            policy: s.policy().name().to_string(),
-            usable: s.usable(),
-            failovers: s.failovers,
-            last_failover_seconds_ago: s.last_failover.map(ago),
-            paths,
-        }
-    }
-
-    /// Log each path's counters every `every` (`--stats-interval`), beside
-    /// the cache's line, while the router lives.
-    pub fn start_stats(self: &Arc<Self>, lun: u64, every: Duration) {
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(r) = weak.upgrade() else { return };
-                let report = r.report();
-                for p in &report.paths {
-                    info!(
-                        lun,
-                        portal = %p.portal,
-                        up = p.up,
-                        alua_state = %p.alua_state,
-                        in_use = p.in_use,
-                        in_flight = p.in_flight,
-                        commands = p.commands,
-                        errors = p.errors,
-                        failovers = report.failovers,
-                        "path"
-                    );
-                }
             }
         });
     }

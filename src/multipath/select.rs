@@ -156,6 +156,23 @@ impl Selector {
         Some(i)
     }
 
+    /// While no path is usable: an up path in the transitioning state,
+    /// the preferred one first, counted in flight like [`Selector::pick`]
+    /// — a command may go there to learn whether its transition has
+    /// ended (the target answers it or says "transitioning" again).
+    pub fn pick_transitioning(&mut self) -> Option<usize> {
+        if self.usable() > 0 {
+            return None;
+        }
+        let n = self.paths.len();
+        let probe = |p: &PathState| p.up && p.alua == AluaState::Transitioning;
+        let i = (0..n)
+            .find(|&i| self.paths[i].preferred && probe(&self.paths[i]))
+            .or_else(|| (0..n).find(|&i| probe(&self.paths[i])))?;
+        self.paths[i].in_flight += 1;
+        Some(i)
+    }
+
     /// Bring the failover policy's current path in line with the states;
     /// the switch made, if any.
     pub fn settle(&mut self) -> Option<Switch> {
@@ -292,6 +309,28 @@ mod tests {
                 i
             })
             .collect()
+    }
+
+    #[test]
+    fn only_while_no_path_is_usable_a_transitioning_one_may_be_tried() {
+        let (mut s, now) = up(3, Policy::Failover, Failback::Immediate);
+        s.set_alua(0, AluaState::Standby, Some(1), false);
+        s.set_alua(1, AluaState::Transitioning, Some(2), false);
+        s.set_alua(2, AluaState::Transitioning, Some(2), true);
+        assert_eq!(s.pick(), None);
+        assert_eq!(s.pick_transitioning(), Some(2), "the preferred one first");
+        assert_eq!(s.paths()[2].in_flight, 1);
+        s.done(2, false);
+        s.failed(2, "connection lost", now);
+        assert_eq!(
+            s.pick_transitioning(),
+            Some(1),
+            "a failed path is not tried"
+        );
+        s.done(1, false);
+        s.set_alua(0, AluaState::ActiveNonOptimized, Some(1), false);
+        assert_eq!(s.pick_transitioning(), None, "a usable path carries I/O");
+        assert_eq!(s.pick(), Some(0));
     }
 
     #[test]
