@@ -59,6 +59,7 @@
 //! delays rather than drops, for longer than detection takes) is beyond
 //! any initiator's reach; dm-multipath has the same exposure.
 
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -406,6 +407,8 @@ pub struct Router {
     refused: Mutex<Vec<bool>>,
     same_unit: OnceLock<SameUnit>,
     alua: OnceLock<bool>,
+    /// A command is trying a transitioning path.
+    probing: AtomicBool,
 }
 
 /// The least time TEST UNIT READY gets before a path counts as failed
@@ -413,8 +416,12 @@ pub struct Router {
 /// VM) must not fail a healthy path.
 const MIN_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Sleep between tries while every path is transitioning.
+/// Sleep between looks while no path is usable.
 const TRANSITION_PAUSE: Duration = Duration::from_millis(200);
+
+/// Sleep between tries through a transitioning path while no path is
+/// usable (Linux retries such a command after a few milliseconds).
+const PROBE_PAUSE: Duration = Duration::from_millis(20);
 
 impl Router {
     /// A router for LUN `lun` over `set`: paths logged in now are up.
@@ -437,6 +444,7 @@ impl Router {
             refused: Mutex::new(vec![false; n]),
             same_unit: OnceLock::new(),
             alua: OnceLock::new(),
+            probing: AtomicBool::new(false),
         })
     }
 
@@ -508,6 +516,26 @@ impl Router {
         }
     }
 
+    /// A command went through path `i`, which was transitioning: its
+    /// transition is over. It carries I/O again now (as active/
+    /// non-optimized until the groups, read at once, say better), and
+    /// the commands waiting are woken.
+    fn transition_over(&self, i: usize) {
+        let switch = {
+            let mut s = self.sel();
+            let p = &s.paths()[i];
+            if p.alua != AluaState::Transitioning {
+                return;
+            }
+            let (group, preferred) = (p.group, p.preferred);
+            s.set_alua(i, AluaState::ActiveNonOptimized, group, preferred)
+        };
+        info!(portal = %self.set.paths[i].portal, "a transitioning path answered: I/O resumes through it");
+        self.log_switch(switch, "a transitioning path answered");
+        self.changed.notify_waiters();
+        self.look.notify_one();
+    }
+
     /// While no path is usable, an up path in transition and its session
     /// (see [`Selector::pick_transitioning`]).
     fn pick_transitioning(&self) -> Option<(usize, SessionHandle)> {
@@ -545,40 +573,67 @@ impl Router {
         let start = Instant::now();
         let mut last_error: Option<SessionError> = None;
         let mut moved = false;
-        // After a pause with no usable path: try a transitioning one.
+        // After a pause with no usable path: try a transitioning one
+        // (one command of the LUN at a time; it tries again after a short
+        // pause while the others wait to be woken).
         let mut probe_due = false;
+        let mut probed = false;
         loop {
             let mut probe = false;
             let picked = match self.pick() {
-                None if probe_due => {
-                    probe_due = false;
+                None if probe_due
+                    && self
+                        .probing
+                        .compare_exchange(
+                            false,
+                            true,
+                            AtomicOrdering::AcqRel,
+                            AtomicOrdering::Acquire,
+                        )
+                        .is_ok() =>
+                {
                     let p = self.pick_transitioning();
                     probe = p.is_some();
+                    if !probe {
+                        self.probing.store(false, AtomicOrdering::Release);
+                    }
                     p
                 }
                 p => p,
             };
+            probe_due = false;
             let Some((i, session)) = picked else {
                 let waited = start.elapsed();
                 if waited >= self.set.replacement_timeout {
                     return Err(last_error.unwrap_or(SessionError::NoPath(waited)));
                 }
                 let left = self.set.replacement_timeout - waited;
-                let _ =
-                    tokio::time::timeout(left.min(TRANSITION_PAUSE), self.changed.notified()).await;
+                let pause = if probed {
+                    PROBE_PAUSE
+                } else {
+                    TRANSITION_PAUSE
+                };
+                probed = false;
+                let _ = tokio::time::timeout(left.min(pause), self.changed.notified()).await;
                 self.revive();
                 probe_due = true;
                 continue;
             };
             let result = session.command(req.clone()).await;
-            if probe
-                && result
-                    .as_ref()
-                    .is_ok_and(|r| Status::from(r.status).is_success())
-            {
-                // Its transition is over: read the groups' states now.
-                debug!(portal = %self.set.paths[i].portal, "a transitioning path answered");
-                self.look.notify_one();
+            if probe {
+                self.probing.store(false, AtomicOrdering::Release);
+                let over = result.as_ref().is_ok_and(|r| {
+                    AluaSense::of(&ScsiError::from_status_and_sense_bytes(
+                        Status::from(r.status),
+                        r.sense.as_deref().unwrap_or(&[]),
+                    ))
+                    .is_none()
+                });
+                if over {
+                    self.transition_over(i);
+                } else {
+                    probed = true;
+                }
             }
             match result {
                 Ok(r) if !Status::from(r.status).is_success() => {
