@@ -596,10 +596,13 @@ impl ScsiError {
 
     /// Worth sending the same command again: UNIT ATTENTION, NOT READY while
     /// becoming ready (0x04/0x01) or in an ALUA transition (0x04/0x0A), and
-    /// the BUSY and TASK SET FULL statuses.
+    /// the BUSY, TASK SET FULL and TASK ABORTED statuses.
     pub fn is_retryable(&self) -> bool {
         match self.status {
             Status::Busy | Status::TaskSetFull => true,
+            // Aborted by another I_T nexus's task management (a LUN reset
+            // elsewhere, with TAS set): not this command's fault.
+            Status::TaskAborted => true,
             Status::CheckCondition => {
                 self.is_unit_attention()
                     || (self.has_key(SenseKey::NotReady)
@@ -947,6 +950,7 @@ mod tests {
         assert!(check_condition(0x02, 0x04, 0x01).is_retryable());
         assert!(ScsiError::new(Status::Busy, None).is_retryable());
         assert!(ScsiError::new(Status::TaskSetFull, None).is_retryable());
+        assert!(ScsiError::new(Status::TaskAborted, None).is_retryable());
     }
 
     #[test]
