@@ -533,21 +533,30 @@ fn paths_that_reach_two_different_logical_units_are_refused() {
 
 #[test]
 fn bench_keeps_its_queue_depth_on_the_paths_left_when_one_is_cut() {
-    bench_under_a_cut("round-robin");
+    bench_under_a_cut("round-robin", &[]);
 }
 
 #[test]
 fn queue_length_keeps_the_queue_on_the_path_left_when_one_is_cut() {
-    bench_under_a_cut("queue-length");
+    bench_under_a_cut("queue-length", &[]);
 }
 
 /// `rlun bench` spreading its queue over two paths with `policy`, one of
 /// them black-holed for 4 s of its 10: it ends normally, with I/O done
 /// and the cut seen.
-fn bench_under_a_cut(policy: &str) {
+/// `rlun bench` (random writes, QD16) through 127.0.0.1 and 127.0.0.2 and
+/// the `more` addresses of the same tgtd, under `policy`, with the
+/// second portal cut for 4 s: it finishes and completes I/O. Returns its
+/// log.
+fn bench_under_a_cut(policy: &str, more: &[&str]) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, _, _) = two_portal_tgtd(dir.path());
     let port = tgtd.port();
+    for host in more {
+        let portal = format!("portal={host}:{port}");
+        tgtd.tgtadm(&["--op", "new", "--mode", "portal", "--param", &portal])
+            .expect("tgtd listens on one more address");
+    }
     let log = dir.path().join("bench.log");
     let mut args = vec![
         "bench".to_string(),
@@ -566,6 +575,9 @@ fn bench_under_a_cut(policy: &str) {
         policy.into(),
         "-v".into(),
     ];
+    for host in more {
+        args.extend(["--portal".to_string(), format!("{host}:{port}")]);
+    }
     args.extend(FAST.iter().map(|s| s.to_string()));
     let out_path = dir.path().join("bench.json");
     let mut bench = ChildGuard(
@@ -593,6 +605,22 @@ fn bench_under_a_cut(policy: &str) {
     let v = json(out.lines().last().unwrap_or("{}"));
     assert!(v["ios"].as_u64() > Some(0), "{out}");
     assert!(log.contains("path failed"), "the cut was not seen:\n{log}");
+    log
+}
+
+#[test]
+fn with_a_third_path_carrying_io_the_cut_paths_writes_wait_instead_of_a_lun_reset() {
+    // Round-robin over three paths: a LUN reset through one of the two
+    // left would abort the commands in flight on the other.
+    let log = bench_under_a_cut("round-robin", &["127.0.0.3"]);
+    assert!(
+        log.contains("another path carries this LUN's I/O"),
+        "the third path's I/O was not considered:\n{log}"
+    );
+    assert!(
+        !log.contains("LOGICAL UNIT RESET through another path ended"),
+        "a LUN reset was sent while a third path carried I/O:\n{log}"
+    );
 }
 
 /// `--failback manual`: after a failover the I/O stays on the path it

@@ -42,6 +42,9 @@
 //!   Commands of other hosts on the LUN are aborted by the reset too (they
 //!   retry, as after any LUN reset a SCSI error handler sends): that is
 //!   the price, and `path-timeout` avoids it for shared LUNs.
+//!   With three or more paths the reset is sent only while no third path
+//!   carries (or, under round-robin and queue-length, may be given) this
+//!   LUN's commands: it would abort them there too.
 //! - Writes with `--path-fence path-timeout`, or when no other path can
 //!   carry the reset or it fails, wait for the path timeout
 //!   (`--path-timeout`, the session's replacement timeout). If the path
@@ -719,6 +722,22 @@ impl Router {
             info!(%portal, commands = reads.kept, "no other path for a LOGICAL UNIT RESET: the failed path's writes wait for the path timeout");
             return;
         };
+        // The reset would also abort this LUN's commands on a third path
+        // (a nexus of ours that neither sent it nor is dead): only fence
+        // while no third path carries or may be given any.
+        let third_busy = {
+            let s = self.sel();
+            let spreads = s.policy() != Policy::Failover;
+            s.paths()
+                .iter()
+                .enumerate()
+                .any(|(k, p)| k != i && k != j && (p.in_flight > 0 || (spreads && p.usable())))
+        };
+        if third_busy {
+            self.sel().done(j, false);
+            info!(%portal, commands = reads.kept, "another path carries this LUN's I/O, which a LOGICAL UNIT RESET would abort: the failed path's writes wait for the path timeout");
+            return;
+        }
         let started = Instant::now();
         let reset = tokio::time::timeout(TMF_TIMEOUT, other.lun_reset(self.lun)).await;
         // `pick` counted the reset in flight on `j`.
