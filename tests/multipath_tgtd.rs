@@ -45,8 +45,12 @@ struct Cut {
 }
 
 impl Cut {
+    /// A table named after the process, `tag` and a count: tests run in
+    /// parallel, several with the same tag.
     fn new(tag: &str) -> Cut {
-        let table = format!("rlun_mp_{}_{tag}", std::process::id());
+        static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let table = format!("rlun_mp_{}_{tag}_{n}", std::process::id());
         nft(&["add", "table", "inet", &table]);
         nft(&[
             "add",
