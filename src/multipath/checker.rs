@@ -231,16 +231,21 @@ impl Router {
     pub fn start_checker(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         let look = self.look.clone();
-        // A path's connection lost (NOP-Out unanswered, a reset): look now,
-        // not at the next round, so that what it keeps moves on at once.
-        for s in self.set.sessions() {
+        // A path's connection lost (NOP-Out unanswered, a reset): the path
+        // fails now, not when the checker next looks (it may be waiting
+        // out a TEST UNIT READY on that very path), so that what it keeps
+        // moves on at once.
+        for (i, p) in self.set.paths.iter().enumerate() {
+            let Some(s) = p.session() else { continue };
             let mut losses = s.losses();
             let look = look.clone();
             let weak = weak.clone();
             tokio::spawn(async move {
                 while losses.changed().await.is_ok() {
-                    if weak.strong_count() == 0 {
-                        return;
+                    let Some(r) = weak.upgrade() else { return };
+                    let down = r.set.paths[i].session().is_some_and(|s| !s.is_up());
+                    if down && r.sel().paths()[i].up {
+                        r.fail(i, "connection lost");
                     }
                     look.notify_one();
                 }
