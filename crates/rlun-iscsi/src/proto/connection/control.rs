@@ -439,6 +439,31 @@ mod tests {
         assert_eq!(s.outstanding(), 1, "{other:?} is still running");
     }
 
+    /// The target answers LUN reset `itt` with "function complete"; the
+    /// commands the core then ended as aborted.
+    fn reset_completes(s: &mut Connection, itt: u32, exp_cmd_sn: u32) -> Vec<TaskId> {
+        s.handle_pdu(
+            Pdu::new(Bhs::TaskMgmtResponse(crate::proto::pdu::TaskMgmtResponse {
+                response: 0,
+                itt,
+                stat_sn: 1,
+                exp_cmd_sn,
+                max_cmd_sn: 10,
+            })),
+            Instant::now(),
+        )
+        .unwrap();
+        std::iter::from_fn(|| s.poll_event())
+            .filter_map(|e| match e {
+                Event::Command {
+                    id,
+                    result: Err(TaskError::Aborted),
+                } => Some(id),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn completed_lun_reset_terminates_every_command_on_that_lun() {
         let mut s = connection(params(), 10);
@@ -453,26 +478,7 @@ mod tests {
             Bhs::TaskMgmtRequest(t) => t.itt,
             other => panic!("{other:?}"),
         };
-        s.handle_pdu(
-            Pdu::new(Bhs::TaskMgmtResponse(crate::proto::pdu::TaskMgmtResponse {
-                response: 0,
-                itt,
-                stat_sn: 1,
-                exp_cmd_sn: 4,
-                max_cmd_sn: 10,
-            })),
-            Instant::now(),
-        )
-        .unwrap();
-        let aborted: Vec<TaskId> = std::iter::from_fn(|| s.poll_event())
-            .filter_map(|e| match e {
-                Event::Command {
-                    id,
-                    result: Err(TaskError::Aborted),
-                } => Some(id),
-                _ => None,
-            })
-            .collect();
+        let aborted = reset_completes(&mut s, itt, 4);
         assert_eq!(aborted, vec![a, b]);
         assert_eq!(s.outstanding(), 1);
     }
@@ -492,26 +498,7 @@ mod tests {
         else {
             panic!("only the reset goes out while it is unanswered: {sent:?}")
         };
-        s.handle_pdu(
-            Pdu::new(Bhs::TaskMgmtResponse(crate::proto::pdu::TaskMgmtResponse {
-                response: 0,
-                itt: t.itt,
-                stat_sn: 1,
-                exp_cmd_sn: 2,
-                max_cmd_sn: 10,
-            })),
-            Instant::now(),
-        )
-        .unwrap();
-        let aborted: Vec<TaskId> = std::iter::from_fn(|| s.poll_event())
-            .filter_map(|e| match e {
-                Event::Command {
-                    id,
-                    result: Err(TaskError::Aborted),
-                } => Some(id),
-                _ => None,
-            })
-            .collect();
+        let aborted = reset_completes(&mut s, t.itt, 2);
         assert_eq!(
             aborted,
             vec![before],
