@@ -4,8 +4,10 @@
 //! robin) while paths are black-holed, reset and restored, one at a time
 //! and both together; a write in flight on a cut path must not land after
 //! its retry; `rlun bench` under a cut with round-robin and queue-length;
-//! `--failback manual` keeping I/O where it moved; and paths that reach
-//! two different logical units are refused.
+//! `--failback manual` keeping I/O where it moved; another initiator's
+//! I/O on the same LUN (libiscsi's iscsi-perf) running through rlun's
+//! failover; and paths that reach two different logical units are
+//! refused.
 //!
 //! Paths are cut with nftables rules in the input hook that match only
 //! this tgtd's port on one address: packets vanish as on a dead link
@@ -464,6 +466,104 @@ fn stale_write_case(fence: &str) -> String {
     log
 }
 
+/// Another host's initiator (libiscsi's iscsi-perf, 32 reads in flight
+/// through the second portal) on the LUN that a mount fails over, with
+/// the default `--path-fence path-timeout`: no LUN reset is sent, and
+/// its run ends in time and without an error. With `--path-fence
+/// lun-reset` (tried by hand) the reset, sent when a write was caught on
+/// the cut path, aborts the other host's reads, which tgtd then never
+/// answers (no TAS): iscsi-perf, which has no command timeout, hung in 4
+/// of 6 tries where the reset was sent.
+#[test]
+fn other_hosts_io_on_the_lun_runs_through_a_failover_with_the_default_fence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (tgtd, _, _) = two_portal_tgtd(dir.path());
+    let port = tgtd.port();
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).expect("mount point");
+    let mut args = vec![
+        "mount".to_string(),
+        tgtd.url(IQN, 1),
+        mp.display().to_string(),
+        "--portal".into(),
+        format!("127.0.0.2:{port}"),
+        "--cache".into(),
+        "none".into(),
+        "-v".into(),
+    ];
+    args.extend(FAST.iter().map(|s| s.to_string()));
+    let log = dir.path().join("mount.log");
+    let mut mount = spawn_logged(&args, &log);
+    wait_for("the mount", Duration::from_secs(30), || is_rlun_mount(&mp));
+    let out = dir.path().join("fio.json");
+    let file = format!("--filename={}", mp.join("lun1").display());
+    let fio_m = fio(
+        &["--ioengine=libaio", "--iodepth=4", "--direct=1", &file],
+        14,
+        &out,
+    );
+    let perf_out = dir.path().join("perf.txt");
+    let url = format!("iscsi://127.0.0.2:{port}/{IQN}/1");
+    let mut perf = ChildGuard(
+        Command::new("iscsi-perf")
+            .args(["-i", "iqn.2026-12.org.example:other-host", "-m", "32"])
+            .args(["-t", "12", "-r", &url])
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&perf_out).expect("perf out"))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start iscsi-perf (libiscsi-bin)"),
+    );
+    let cut = Cut::new("otherhost");
+    thread::sleep(Duration::from_secs(3));
+    // The mount's path (the URL's portal) vanishes; the other host's
+    // path (127.0.0.2) stays.
+    cut.cut("127.0.0.1", port, false);
+    thread::sleep(Duration::from_secs(6));
+    cut.restore();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let perf_exit = loop {
+        if let Some(s) = perf.try_wait().expect("poll iscsi-perf") {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    let perf_text = fs::read_to_string(&perf_out).unwrap_or_default();
+    let perf_tail: String = perf_text
+        .chars()
+        .rev()
+        .take(600)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let (errors, wrote, status) = fio_result(fio_m, &out);
+    let _ = Command::new("fusermount3").arg("-u").arg(&mp).output();
+    let exit = wait_exit(&mut mount);
+    let log = fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        log.contains("I/O moves to another path"),
+        "the mount did not fail over:\n{log}"
+    );
+    assert!(
+        !log.contains("LOGICAL UNIT RESET"),
+        "a LUN reset was sent with the default fence:\n{log}"
+    );
+    let perf_exit = perf_exit.unwrap_or_else(|| {
+        panic!("the other host's iscsi-perf (12 s) had not ended 40 s after the cut was restored: its reads were lost\n{perf_tail}\n{log}")
+    });
+    assert!(
+        perf_exit.success() && perf_text.contains("iops average"),
+        "the other host's iscsi-perf failed ({perf_exit}):\n{perf_tail}"
+    );
+    assert_eq!(errors, 0, "fio through the mount: {status}\n{log}");
+    assert!(wrote > 0, "fio wrote nothing");
+    assert_eq!(exit, Some(0), "rlun mount exit:\n{log}");
+}
+
 #[test]
 fn paths_that_reach_two_different_logical_units_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -537,22 +637,22 @@ fn paths_that_reach_two_different_logical_units_are_refused() {
 
 #[test]
 fn bench_keeps_its_queue_depth_on_the_paths_left_when_one_is_cut() {
-    bench_under_a_cut("round-robin", &[]);
+    bench_under_a_cut("round-robin", &[], &[]);
 }
 
 #[test]
 fn queue_length_keeps_the_queue_on_the_path_left_when_one_is_cut() {
-    bench_under_a_cut("queue-length", &[]);
+    bench_under_a_cut("queue-length", &[], &[]);
 }
 
 /// `rlun bench` spreading its queue over two paths with `policy`, one of
 /// them black-holed for 4 s of its 10: it ends normally, with I/O done
 /// and the cut seen.
 /// `rlun bench` (random writes, QD16) through 127.0.0.1 and 127.0.0.2 and
-/// the `more` addresses of the same tgtd, under `policy`, with the
-/// second portal cut for 4 s: it finishes and completes I/O. Returns its
-/// log.
-fn bench_under_a_cut(policy: &str, more: &[&str]) -> String {
+/// the `more` addresses of the same tgtd, under `policy` (and `extra`
+/// arguments), with the second portal cut for 4 s: it finishes and
+/// completes I/O. Returns its log.
+fn bench_under_a_cut(policy: &str, more: &[&str], extra: &[&str]) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, _, _) = two_portal_tgtd(dir.path());
     let port = tgtd.port();
@@ -582,7 +682,7 @@ fn bench_under_a_cut(policy: &str, more: &[&str]) -> String {
     for host in more {
         args.extend(["--portal".to_string(), format!("{host}:{port}")]);
     }
-    args.extend(FAST.iter().map(|s| s.to_string()));
+    args.extend(FAST.iter().chain(extra).map(|s| s.to_string()));
     let out_path = dir.path().join("bench.json");
     let mut bench = ChildGuard(
         Command::new(rlun_bin())
@@ -616,7 +716,11 @@ fn bench_under_a_cut(policy: &str, more: &[&str]) -> String {
 fn with_a_third_path_carrying_io_the_cut_paths_writes_wait_instead_of_a_lun_reset() {
     // Round-robin over three paths: a LUN reset through one of the two
     // left would abort the commands in flight on the other.
-    let log = bench_under_a_cut("round-robin", &["127.0.0.3"]);
+    let log = bench_under_a_cut(
+        "round-robin",
+        &["127.0.0.3"],
+        &["--path-fence", "lun-reset"],
+    );
     assert!(
         log.contains("another path carries this LUN's I/O"),
         "the third path's I/O was not considered:\n{log}"

@@ -78,7 +78,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand discover" -l failback -d 'Whet
 manual\t'Only when the path in use fails'"
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand discover" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: lun-reset]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
+complete -c rlun -n "__fish_rlun_using_subcommand discover" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: path-timeout]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
 path-timeout\t'Wait out the path timeout, then send it again (dm-multipath\'s way)'"
 complete -c rlun -n "__fish_rlun_using_subcommand discover" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
 text\t'Human-readable lines'
@@ -117,7 +117,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand ls" -l failback -d 'Whether fa
 manual\t'Only when the path in use fails'"
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand ls" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: lun-reset]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
+complete -c rlun -n "__fish_rlun_using_subcommand ls" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: path-timeout]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
 path-timeout\t'Wait out the path timeout, then send it again (dm-multipath\'s way)'"
 complete -c rlun -n "__fish_rlun_using_subcommand ls" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
 text\t'Human-readable lines'
@@ -156,7 +156,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand info" -l failback -d 'Whether 
 manual\t'Only when the path in use fails'"
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand info" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: lun-reset]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
+complete -c rlun -n "__fish_rlun_using_subcommand info" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: path-timeout]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
 path-timeout\t'Wait out the path timeout, then send it again (dm-multipath\'s way)'"
 complete -c rlun -n "__fish_rlun_using_subcommand info" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
 text\t'Human-readable lines'
@@ -198,7 +198,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand cp" -l failback -d 'Whether fa
 manual\t'Only when the path in use fails'"
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand cp" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: lun-reset]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
+complete -c rlun -n "__fish_rlun_using_subcommand cp" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: path-timeout]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
 path-timeout\t'Wait out the path timeout, then send it again (dm-multipath\'s way)'"
 complete -c rlun -n "__fish_rlun_using_subcommand cp" -l log-format -d 'How log lines are written: text for people, json for machines, journal for systemd\'s journal' -r -f -a "auto\t'Text, or journal when stderr is systemd\'s journal stream'
 text\t'Human-readable lines'
@@ -248,7 +248,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand bench" -l failback -d 'Whether
 manual\t'Only when the path in use fails'"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand bench" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: lun-reset]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
+complete -c rlun -n "__fish_rlun_using_subcommand bench" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: path-timeout]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
 path-timeout\t'Wait out the path timeout, then send it again (dm-multipath\'s way)'"
 complete -c rlun -n "__fish_rlun_using_subcommand bench" -l cache -d 'Cache mode' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
@@ -304,7 +304,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand mount" -l failback -d 'Whether
 manual\t'Only when the path in use fails'"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand mount" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: lun-reset]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
+complete -c rlun -n "__fish_rlun_using_subcommand mount" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: path-timeout]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
 path-timeout\t'Wait out the path timeout, then send it again (dm-multipath\'s way)'"
 complete -c rlun -n "__fish_rlun_using_subcommand mount" -l cache -d 'Cache mode' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
@@ -375,7 +375,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand serve" -l failback -d 'Whether
 manual\t'Only when the path in use fails'"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand serve" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: lun-reset]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
+complete -c rlun -n "__fish_rlun_using_subcommand serve" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: path-timeout]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
 path-timeout\t'Wait out the path timeout, then send it again (dm-multipath\'s way)'"
 complete -c rlun -n "__fish_rlun_using_subcommand serve" -l cache -d 'Cache mode' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'
@@ -431,7 +431,7 @@ complete -c rlun -n "__fish_rlun_using_subcommand attach" -l failback -d 'Whethe
 manual\t'Only when the path in use fails'"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l path-check-interval -d 'How often each path is checked (TEST UNIT READY, ALUA states) [default: 5s]' -r
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l path-timeout -d 'How long a lost path keeps its commands before they move to another path [default: 5s]' -r
-complete -c rlun -n "__fish_rlun_using_subcommand attach" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: lun-reset]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
+complete -c rlun -n "__fish_rlun_using_subcommand attach" -l path-fence -d 'How a write caught on a failed path is kept from landing after its retry [default: path-timeout]' -r -f -a "lun-reset\t'LOGICAL UNIT RESET through a working path, then send it again there at once'
 path-timeout\t'Wait out the path timeout, then send it again (dm-multipath\'s way)'"
 complete -c rlun -n "__fish_rlun_using_subcommand attach" -l cache -d 'Cache mode' -r -f -a "none\t'Through LunDevice, but every I/O goes to the target'
 write-through\t'Reads cached; writes complete when the target has them'

@@ -164,15 +164,17 @@ pub struct ConnectOpts {
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout, help_heading = "Multipath options", hide_short_help = true)]
     pub path_timeout: Option<Duration>,
 
-    /// How a write caught on a failed path is kept from landing after its retry [default: lun-reset].
+    /// How a write caught on a failed path is kept from landing after its retry [default: path-timeout].
     ///
-    /// lun-reset: once the path is given up, LOGICAL UNIT RESET through a
-    /// working path ends every task the target still holds, and the
-    /// path's writes are sent again there at once. path-timeout: they
-    /// wait for --path-timeout first, as with dm-multipath. Reads move at
-    /// once either way. A reset also aborts other hosts' commands on the
-    /// LUN (they retry): choose path-timeout for a LUN that other hosts
-    /// use at the same time.
+    /// path-timeout: the path's writes wait for --path-timeout, then move
+    /// to another path, as with dm-multipath. lun-reset: once the path is
+    /// given up, LOGICAL UNIT RESET through a working path ends every task
+    /// the target still holds, and the writes are sent again there at
+    /// once (a shorter stall, and no held write can land late). The reset
+    /// also aborts other hosts' commands on the LUN, and a target may end
+    /// them without an answer, so those hosts wait for their own command
+    /// timeouts: choose lun-reset only for a LUN no other host uses. Reads
+    /// move at once either way.
     #[arg(
         long,
         value_enum,

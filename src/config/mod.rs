@@ -174,15 +174,16 @@ SETTINGS
         How long a lost path keeps its commands (its session may log in
         again and resend them itself) before they move to another path.
         More than 0. replacement_timeout applies when no path is usable.
-    path_fence = "lun-reset" | "path-timeout"
+    path_fence = "path-timeout" | "lun-reset"
         How a write caught on a failed path is kept from landing after
-        its retry on another: "lun-reset" sends LOGICAL UNIT RESET
+        its retry on another: "path-timeout" waits out path_timeout
+        first (dm-multipath's way); "lun-reset" sends LOGICAL UNIT RESET
         through a working path once the failed one is given up (it ends
         every task the target still holds) and then the write again at
-        once; "path-timeout" waits out path_timeout first. Reads move at
-        once either way. A reset also aborts other hosts' commands on
-        the LUN: use "path-timeout" for a LUN shared with other hosts.
-        Default "lun-reset".
+        once. Reads move at once either way. A reset also aborts other
+        hosts' commands on the LUN, which may then wait for their own
+        command timeouts: use "lun-reset" only for a LUN no other host
+        uses. Default "path-timeout".
     Deprecated: connect_timeout_secs = 10 and login_timeout_secs = 15
     (whole seconds, in [defaults] only) still work, with a warning; give
     either the old or the new key, not both.

@@ -186,7 +186,7 @@ pub const BUILT_IN: Effective = Effective {
     failback: Failback::Immediate,
     path_check_interval: Duration::from_secs(5),
     path_timeout: Duration::from_secs(5),
-    path_fence: PathFence::LunReset,
+    path_fence: PathFence::PathTimeout,
 };
 
 /// Worker threads of the async runtime when neither `--threads` nor

@@ -762,7 +762,7 @@ multipath_policy = "queue-length"
 failback = "manual"
 path_check_interval = "2s"
 path_timeout = "15s"
-path_fence = "path-timeout"
+path_fence = "lun-reset"
 "#;
 
 fn every_setting_resolved() -> Effective {
@@ -786,7 +786,7 @@ fn every_setting_resolved() -> Effective {
         failback: crate::config::settings::Failback::Manual,
         path_check_interval: Duration::from_secs(2),
         path_timeout: Duration::from_secs(15),
-        path_fence: crate::config::settings::PathFence::PathTimeout,
+        path_fence: crate::config::settings::PathFence::LunReset,
     }
 }
 

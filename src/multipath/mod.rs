@@ -31,7 +31,7 @@
 //! - Reads (anything that changes nothing, `cdb::changes_nothing`) move
 //!   to another path at once: a copy still on its way on the failed
 //!   path can only be answered into a connection that no longer exists.
-//! - Writes with `--path-fence lun-reset` (the default) move once a
+//! - Writes with `--path-fence lun-reset` (opt-in) move once a
 //!   LOGICAL UNIT RESET sent through another path has completed. The
 //!   failed connection was closed with a TCP reset first, so nothing
 //!   rlun had queued on it is delivered later; the LUN reset ends every
@@ -39,13 +39,15 @@
 //!   §7.11), including a write of the failed path that the target had
 //!   wholly received and still held in its back end. After the reset
 //!   answered, no copy of the write is left to land after its retry.
-//!   Commands of other hosts on the LUN are aborted by the reset too (they
-//!   retry, as after any LUN reset a SCSI error handler sends): that is
-//!   the price, and `path-timeout` avoids it for shared LUNs.
+//!   Commands of other hosts on the LUN are aborted by the reset too, and
+//!   a target without TAS (tgtd) ends them without an answer: those
+//!   hosts wait for their own command timeouts (libiscsi's iscsi-perf,
+//!   which has none, waited for ever in our test). That is why it is not
+//!   the default.
 //!   With three or more paths the reset is sent only while no third path
 //!   carries (or, under round-robin and queue-length, may be given) this
 //!   LUN's commands: it would abort them there too.
-//! - Writes with `--path-fence path-timeout`, or when no other path can
+//! - Writes with `--path-fence path-timeout` (the default), or when no other path can
 //!   carry the reset or it fails, wait for the path timeout
 //!   (`--path-timeout`, the session's replacement timeout). If the path
 //!   logs in again within it, its session resends them itself after a

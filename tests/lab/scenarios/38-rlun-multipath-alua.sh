@@ -24,7 +24,7 @@ scenario() {
 
     on_exit "nft delete table inet rlun_mp 2>/dev/null; true"
     on_exit "for d in /dev/nbd0 /dev/nbd1 /dev/nbd2; do '$RLUN' detach \$d 2>/dev/null; done; true"
-    mp_attach attach --multipath-policy failover --failback immediate
+    mp_attach attach --multipath-policy failover --failback immediate --path-fence lun-reset
     mark=$(dmesg | wc -l)
 
     # --- 1. both paths logged in; B's standby read from the target.

@@ -2,7 +2,8 @@
 # default: yes
 # timeout: 900
 #
-# Tuned as 38 tunes rlun (--path-check-interval 1s --path-timeout 2s):
+# Tuned as 38 tunes rlun (--path-check-interval 1s --path-timeout 2s; 38 also
+# fences with --path-fence lun-reset, which dm-multipath has no equivalent of):
 # multipathd checks every path each second (polling_interval 1, tur,
 # checker_timeout 2), open-iscsi notices a dead connection within about
 # 2 s (noop_out_interval 1, noop_out_timeout 1) and fails the commands up
@@ -111,7 +112,7 @@ table = ["multipath with ALUA, LIO, same LUN, same fio loop and path changes (38
 for label, key in rows:
     table.append(f"{label:48} {rlun.get(key, 'not run'):>14} {dm.get(key, 'not run'):>14}")
 table.append("")
-table.append("timeouts: rlun --path-check-interval 1s --path-timeout 2s --nop-interval 1s --nop-timeout 1s;")
+table.append("timeouts: rlun --path-check-interval 1s --path-timeout 2s --nop-interval 1s --nop-timeout 1s --path-fence lun-reset;")
 table.append("  dm: polling_interval 1, checker_timeout 2,")
 table.append("  open-iscsi noop_out 1/1, replacement_timeout 2, fast_io_fail_tmo 2. Seconds: from the change until")
 table.append("  LIO's per-port counter shows 32 more commands through that port (polled every 0.1 s; includes the")
