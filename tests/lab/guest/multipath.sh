@@ -92,6 +92,22 @@ mp_alua() {
     cfs "$MP_DEV/alua/mp_$1/preferred" "$3"
 }
 
+# MP_TRANSITION: how long 38 and 39 hold group B transitioning (s). Both
+# end it at the same time after its start, whatever their checks in
+# between took, so that the longest I/O, which the transition sets on
+# both sides, compares the initiators and not the scenarios.
+MP_TRANSITION=5
+# sleep_until T: sleep until $EPOCHREALTIME reaches T (at once if past).
+sleep_until() {
+    local left
+    left=$(awk -v t="$1" -v n="$EPOCHREALTIME" 'BEGIN { d = t - n; printf "%.3f", (d > 0 ? d : 0) }')
+    sleep "$left"
+}
+# held_ms T0 T1: milliseconds from T0 to T1.
+held_ms() {
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%d", (b - a) * 1000 }'
+}
+
 port_stat() { # port_stat TPGT FILE
     local v
     v=$(<"$MP_TGT/tpgt_$1/lun/lun_0/statistics/scsi_tgt_port/$2")
@@ -187,6 +203,23 @@ longest_in() {
         [ "${v:-0}" -gt "$max" ] && max=$v
     done < <(awk '$2 == "start" {print $1, $3}' "$p.passes")
     echo "$max"
+}
+
+# longest_beyond TAG T0 T1: the longest I/O (ms) of the fio loop TAG, less
+# the part of it that fell into T0..T1 (epoch seconds): with T0..T1 the
+# transition the target imposes on every initiator, what an initiator adds
+# to it. From fio's per-I/O latency logs (completion time in epoch ms,
+# latency in ns).
+longest_beyond() {
+    cat "$LAB_WORK/fio-$1"-*_lat.1.log 2>/dev/null | awk -F', ' -v a="$2" -v b="$3" '
+        BEGIN { a *= 1000; b *= 1000; max = 0 }
+        {
+            e = $1; l = $2 / 1000000; s = e - l
+            lo = s > a ? s : a; hi = e < b ? e : b
+            v = l - (hi > lo ? hi - lo : 0)
+            if (v > max) max = v
+        }
+        END { printf "%d", max }'
 }
 
 # fio_mibs TAG: MiB/s of the fio loop's passes (written plus verified data
@@ -298,6 +331,7 @@ mp_fio_loop() { # mp_fio_loop TAG
         fio --name=mp --filename="${MP_FIO_DEV:-$MP_NBD}" --rw=randwrite --bsrange=4k-64k --ioengine=libaio \
             --iodepth=8 --direct=1 --size="$MP_FIO_SIZE" --randseed=$((7919 * i)) \
             --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 \
+            --write_lat_log="$p-$i" --log_unix_epoch=1 \
             --output-format=json --output="$p-$i.json" </dev/null >/dev/null 2>"$p-$i.err" || rc=$?
         echo "$i end $EPOCHREALTIME rc=$rc" >>"$p.passes"
         if [ "$rc" -ne 0 ]; then

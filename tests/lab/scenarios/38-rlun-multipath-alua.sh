@@ -17,7 +17,7 @@ scenario() {
     need lio
     need nbd
     local W=$LAB_WORK t0 mark mark_log line a0 b0 fio_max
-    local swap_data trans_data cut_data failback_data both_back eio_secs rr_table t_swap t_cut swap_secs trans_secs cut_fail_secs cut_move_secs back_secs failback_secs rr_fail_secs rr_back_secs
+    local swap_data trans_data t_trans t_trans_end trans_held cut_data failback_data both_back eio_secs rr_table t_swap t_cut swap_secs trans_secs cut_fail_secs cut_move_secs back_secs failback_secs rr_fail_secs rr_back_secs
     mp_setup
     mp_show "LIO set up: group A (tpgt_1, $PA) active/optimized, group B (tpgt_2, $PB) standby"
     mp_sg_rtpg
@@ -67,19 +67,23 @@ scenario() {
     # carry I/O, so I/O waits (NOT READY 04/0A is no error for fio), and
     # goes on through B when B is active/optimized again.
     mark_log=$(log_mark)
+    t_trans=$EPOCHREALTIME
     mp_alua b 15 1
     sleep 1
     a0=$(port_mb 1) b0=$(port_mb 2)
-    sleep 4
+    sleep 2
     [ "$(port_mb 1)" -eq "$a0" ] || fail "2b. B transitioning: data went through A (standby): +$(($(port_mb 1) - a0)) MiB"
     [ "$(port_mb 2)" -eq "$b0" ] || fail "2b. B transitioning: LIO completed data through B: +$(($(port_mb 2) - b0)) MiB"
-    log "ok: 2b. B transitioning: no data through either port for 4 s"
+    log "ok: 2b. B transitioning: no data through either port for 2 s"
     line=$(since "$mark_log" | grep -F transitioning | head -n 1)
     [ -n "$line" ] || fail "rlun logged nothing about B transitioning: $(since "$mark_log" | head -n 5 | tr '\n' ' ')"
     log "rlun: $line"
     mark_log=$(log_mark)
+    sleep_until "$(awk -v t="$t_trans" -v d="$MP_TRANSITION" 'BEGIN { printf "%.6f", t + d }')"
     t0=$EPOCHREALTIME
+    trans_held=$(held_ms "$t_trans" "$t0")
     mp_alua b 0 1
+    t_trans_end=$EPOCHREALTIME
     trans_data=$(follow_secs "$t0" 2) || fail "no data through B within 30 s of its transition's end"
     expect_line "B ($PB) is active/optimized again" 30 "$mark_log" "$t0" \
         "ALUA state of the path changed" "portal=$PB" "to=active/optimized"
@@ -130,7 +134,8 @@ scenario() {
 
     mp_fio_stop failover
     fio_max=$FIO_MAX_MS
-    mp_figures mp-rlun.txt errors=0 "fio_max_ms=$fio_max" "swap_s=$swap_data" "trans_s=$trans_data" \
+    mp_figures mp-rlun.txt errors=0 "fio_max_ms=$fio_max" "trans_held_ms=$trans_held" \
+        "beyond_ms=$(longest_beyond failover "$t_trans" "$t_trans_end")" "swap_s=$swap_data" "trans_s=$trans_data" \
         "cut_s=$cut_data" "failback_s=$failback_data" "mibs=$(fio_mibs failover)" \
         "swap_max_ms=$(longest_in failover "$t_swap" "$(awk -v t="$t_swap" 'BEGIN { printf "%.6f", t + 3 }')")" \
         "cut_max_ms=$(longest_in failover "$t_cut" "$(awk -v t="$t_cut" 'BEGIN { printf "%.6f", t + 8 }')")"

@@ -99,6 +99,8 @@ rlun, dm = figures("mp-rlun.txt"), figures("mp-dm.txt")
 rows = [
     ("application (fio) errors", "errors"),
     ("longest fio I/O, whole run (ms)", "fio_max_ms"),
+    ("  B held transitioning by the scenario (ms)", "trans_held_ms"),
+    ("longest fio I/O less its part in the transition (ms)", "beyond_ms"),
     ("longest fio I/O of the passes around the swap (ms)", "swap_max_ms"),
     ("longest fio I/O of the passes around the cut (ms)", "cut_max_ms"),
     ("ALUA swap: 32 commands through B (s)", "swap_s"),
@@ -129,7 +131,7 @@ scenario() {
     command -v nft >/dev/null || skip "nft (nftables) is not installed: the path cut needs it"
     need lio
     need iscsid
-    local W=$LAB_WORK sda sdb t0 t_swap swap trans cut failback
+    local W=$LAB_WORK sda sdb t0 t_swap t_trans t_trans_end trans_held swap trans cut failback
     modules dm_multipath dm_service_time scsi_dh_alua
     mp_setup
     on_exit "nft delete table inet rlun_mp 2>/dev/null; true"
@@ -193,11 +195,14 @@ EOF
     dm_paths "after the swap"
     sleep 5 # as 38's checks take: the next change falls into another fio pass
 
-    # 2b. B transitioning for 5 s, then active/optimized again.
+    # 2b. B transitioning for MP_TRANSITION s, then active/optimized again.
+    t_trans=$EPOCHREALTIME
     mp_alua b 15 1
-    sleep 5
+    sleep_until "$(awk -v t="$t_trans" -v d="$MP_TRANSITION" 'BEGIN { printf "%.6f", t + d }')"
     t0=$EPOCHREALTIME
+    trans_held=$(held_ms "$t_trans" "$t0")
     mp_alua b 0 1
+    t_trans_end=$EPOCHREALTIME
     trans=$(follow_secs "$t0" 2) || trans="over 30"
     log "dm: 32 commands through B ${trans}s after its transition ended"
 
@@ -216,7 +221,8 @@ EOF
     dm_paths "B restored"
 
     dm_fio_stop
-    mp_figures mp-dm.txt "errors=$([ "$DM_ERRORS" = 0 ] && echo 0 || echo yes)" "fio_max_ms=$FIO_MAX_MS" \
+    mp_figures mp-dm.txt "errors=$([ "$DM_ERRORS" = 0 ] && echo 0 || echo yes)" "fio_max_ms=$FIO_MAX_MS" "trans_held_ms=$trans_held" \
+        "beyond_ms=$(longest_beyond dm "$t_trans" "$t_trans_end")" \
         "swap_s=$swap" "trans_s=$trans" "cut_s=$cut" "failback_s=$failback" \
         "mibs=$(fio_mibs dm)" \
         "swap_max_ms=$(longest_in dm "$t_swap" "$(awk -v t="$t_swap" 'BEGIN { printf "%.6f", t + 3 }')")" \
