@@ -353,6 +353,27 @@ fn wait_exit(child: &mut ChildGuard) -> Option<i32> {
     }
 }
 
+/// `rlun mount` of LUN 1 through both portals of `tgtd` (the URL's and
+/// 127.0.0.2) with FAST checks and `extra` arguments, at `dir`/mnt, its
+/// log in `dir`/mount.log; returns once it is mounted.
+fn two_path_mount(tgtd: &Tgtd, dir: &Path, extra: &[&str]) -> (ChildGuard, PathBuf, PathBuf) {
+    let mp = dir.join("mnt");
+    fs::create_dir(&mp).expect("mount point");
+    let mut args = vec![
+        "mount".to_string(),
+        tgtd.url(IQN, 1),
+        mp.display().to_string(),
+        "--portal".into(),
+        format!("127.0.0.2:{}", tgtd.port()),
+        "-v".into(),
+    ];
+    args.extend(FAST.iter().chain(extra).map(|s| s.to_string()));
+    let log = dir.join("mount.log");
+    let mount = spawn_logged(&args, &log);
+    wait_for("the mount", Duration::from_secs(30), || is_rlun_mount(&mp));
+    (mount, mp, log)
+}
+
 /// Start `rlun ARGS...` with its stderr (the log) going to `log`.
 fn spawn_logged(args: &[String], log: &Path) -> ChildGuard {
     let file = fs::File::create(log).expect("log file");
@@ -397,24 +418,8 @@ fn stale_write_case(fence: &str) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, one, _) = two_portal_tgtd(dir.path());
     let port = tgtd.port();
-    let mp = dir.path().join("mnt");
-    fs::create_dir(&mp).expect("mount point");
-    let mut args = vec![
-        "mount".to_string(),
-        tgtd.url(IQN, 1),
-        mp.display().to_string(),
-        "--portal".into(),
-        format!("127.0.0.2:{port}"),
-        "--cache".into(),
-        "none".into(),
-        "--path-fence".into(),
-        fence.into(),
-        "-v".into(),
-    ];
-    args.extend(FAST.iter().map(|s| s.to_string()));
-    let log = dir.path().join("mount.log");
-    let mut mount = spawn_logged(&args, &log);
-    wait_for("the mount", Duration::from_secs(30), || is_rlun_mount(&mp));
+    let extra = ["--cache", "none", "--path-fence", fence];
+    let (mut mount, mp, log) = two_path_mount(&tgtd, dir.path(), &extra);
     let lun = mp.join("lun1");
     let at = 100 * 4096u64;
     let write = |byte: u8| {
@@ -479,22 +484,7 @@ fn other_hosts_io_on_the_lun_runs_through_a_failover_with_the_default_fence() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, _, _) = two_portal_tgtd(dir.path());
     let port = tgtd.port();
-    let mp = dir.path().join("mnt");
-    fs::create_dir(&mp).expect("mount point");
-    let mut args = vec![
-        "mount".to_string(),
-        tgtd.url(IQN, 1),
-        mp.display().to_string(),
-        "--portal".into(),
-        format!("127.0.0.2:{port}"),
-        "--cache".into(),
-        "none".into(),
-        "-v".into(),
-    ];
-    args.extend(FAST.iter().map(|s| s.to_string()));
-    let log = dir.path().join("mount.log");
-    let mut mount = spawn_logged(&args, &log);
-    wait_for("the mount", Duration::from_secs(30), || is_rlun_mount(&mp));
+    let (mut mount, mp, log) = two_path_mount(&tgtd, dir.path(), &["--cache", "none"]);
     let out = dir.path().join("fio.json");
     let file = format!("--filename={}", mp.join("lun1").display());
     let fio_m = fio(
@@ -740,22 +730,7 @@ fn manual_failback_keeps_io_on_the_path_it_moved_to() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tgtd, _, _) = two_portal_tgtd(dir.path());
     let port = tgtd.port();
-    let mp = dir.path().join("mnt");
-    fs::create_dir(&mp).expect("mount point");
-    let mut args = vec![
-        "mount".to_string(),
-        tgtd.url(IQN, 1),
-        mp.display().to_string(),
-        "--portal".into(),
-        format!("127.0.0.2:{port}"),
-        "--failback".into(),
-        "manual".into(),
-        "-v".into(),
-    ];
-    args.extend(FAST.iter().map(|s| s.to_string()));
-    let log = dir.path().join("mount.log");
-    let mut mount = spawn_logged(&args, &log);
-    wait_for("the mount", Duration::from_secs(30), || is_rlun_mount(&mp));
+    let (mut mount, mp, log) = two_path_mount(&tgtd, dir.path(), &["--failback", "manual"]);
     let out = dir.path().join("fio.json");
     let file = format!("--filename={}", mp.join("lun1").display());
     let fio_m = fio(&["--ioengine=psync", &file], 24, &out);
