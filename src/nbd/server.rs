@@ -79,7 +79,6 @@ use bytes::{Buf, Bytes, BytesMut};
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::proto::{
@@ -89,6 +88,7 @@ use super::proto::{
 use crate::export::{Export, ExportError, ExportRead, ExportSet, LunBackend, ZeroMode};
 
 pub mod big;
+mod inflight;
 mod writer;
 
 use big::read_exact_bytes;
@@ -195,6 +195,11 @@ pub enum ConnError {
         "a READ failed after its reply had begun; the connection was closed (NBD hard disconnect)"
     )]
     ReadAborted,
+    /// The task that runs the connection's requests ended early: a
+    /// request panicked (a bug, logged with the panic). The connection is
+    /// closed so that its client does not wait for replies forever.
+    #[error("the connection's requests stopped running (a bug: see the panic logged before)")]
+    RequestsGone,
 }
 
 /// Why a TLS handshake failed, in the words an operator acts on, when it
@@ -451,10 +456,9 @@ impl<B: LunBackend> Server<B> {
         let requests = Arc::new(Semaphore::new(self.limits.max_requests));
         let bytes = Arc::new(Semaphore::new(self.limits.max_bytes));
         let tx = Arc::new(tx);
-        let mut tasks = JoinSet::new();
+        let tasks = inflight::InFlight::start();
         let mut shutdown = self.shutdown.clone();
         let result = loop {
-            while tasks.try_join_next().is_some() {}
             if *shutdown.borrow() {
                 break Ok(());
             }
@@ -532,7 +536,11 @@ impl<B: LunBackend> Server<B> {
                 let structured = tx.negotiated.structured;
                 let (rd, buf) = (&mut rd, &mut buf);
                 match big::start(export, rd, buf, req, structured, permits, &outbox).await {
-                    Ok(task) => tasks.spawn(task),
+                    Ok(task) => {
+                        if tasks.push(task).is_err() {
+                            break Err(ConnError::RequestsGone);
+                        }
+                    }
                     Err(e) => break Err(e.into()),
                 };
                 continue;
@@ -579,8 +587,9 @@ impl<B: LunBackend> Server<B> {
                     None => Box::pin(async move { server.execute(&tx, &export, req, data).await }),
                 };
             // Polled once here: a request that completes at once (a cache
-            // hit) is answered without a task of its own; one that waits
-            // for the target continues in a task, so requests overlap.
+            // hit) is answered at once; one that waits for the target
+            // continues in the connection's executor task, so requests
+            // overlap.
             match poll_once(run.as_mut()).await {
                 Some(mut reply) => {
                     reply.permits = Some(permits);
@@ -588,25 +597,25 @@ impl<B: LunBackend> Server<B> {
                 }
                 None => {
                     let reply_tx = reply_tx.clone();
-                    tasks.spawn(async move {
+                    let job = Box::pin(async move {
                         let mut reply = run.await;
                         reply.permits = Some(permits);
                         let _ = reply_tx.send(reply);
                     });
+                    if tasks.push(job).is_err() {
+                        break Err(ConnError::RequestsGone);
+                    }
                 }
             }
         };
         // Requests read in full run to completion, whatever happened. A
         // streamed READ also waits for the client to take its pieces: after
         // drain_timeout it is told to stop (the writer then closes).
-        let mut joined = std::pin::pin!(async { while tasks.join_next().await.is_some() {} });
-        if tokio::time::timeout(self.limits.drain_timeout, joined.as_mut())
-            .await
-            .is_err()
-        {
-            let _ = stop_tx.send(true);
-            joined.await;
-        }
+        tasks
+            .finish(self.limits.drain_timeout, || {
+                let _ = stop_tx.send(true);
+            })
+            .await;
         drop((reply_tx, outbox));
         match tokio::time::timeout(self.limits.drain_timeout, writer).await {
             Ok(Ok(Err(e))) => debug!(error = %e, "writing replies failed"),
