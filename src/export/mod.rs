@@ -461,8 +461,9 @@ impl<B: LunBackend> Export<B> {
             timer,
         } = p;
         let r = match started {
-            // Not started: a capacity change was swapping devices.
-            None => self.read_unmetered(offset, len).await,
+            // Not started: a capacity change was swapping devices. Rare,
+            // and boxed so that every read's future does not carry it.
+            None => Box::pin(self.read_unmetered(offset, len)).await,
             Some((dev, read)) => dev
                 .read_wait(read)
                 .await

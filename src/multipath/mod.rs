@@ -112,7 +112,13 @@ impl Route {
     pub async fn command(&self, req: CommandRequest) -> Result<CommandResult, SessionError> {
         match self {
             Route::One(s) => s.command(req).await,
-            Route::Many(r) => r.command(req).await,
+            // Boxed: the router's future (its retries, its fence) is about
+            // 850 bytes, and every future that awaits a command (a READ
+            // through the device, the export, a front end's request) would
+            // otherwise carry that much for one path too. A front end boxes
+            // its request's future, and past 1 KiB that costs a slower
+            // allocation and a longer copy per I/O.
+            Route::Many(r) => Box::pin(r.command(req)).await,
         }
     }
 
