@@ -930,6 +930,7 @@ async fn retire<B: LunBackend>(mut old: Arc<LunDevice<B>>, lun: u64, lost: Arc<A
 }
 
 mod error;
+pub mod inflight;
 pub mod meter;
 mod set;
 pub use error::ExportError;

@@ -1,8 +1,9 @@
 //! [`FuseFs`]: the `fuser::Filesystem` adapter — the kernel side of the
 //! mount. It negotiates the connection (request sizes, background depth,
 //! async reads and direct I/O, write-back caching), answers metadata at
-//! once, and spawns every request that does I/O onto the Tokio runtime,
-//! where the task calls [`LunFs`] and sends the reply; what cannot exist
+//! once, and hands every request that does I/O to the mount's request task
+//! on the Tokio runtime ([`InFlight`]), where it calls [`LunFs`] and sends
+//! the reply; what cannot exist
 //! in a LUN directory (create, remove, rename, links, xattrs) is refused.
 
 use std::ffi::OsStr;
@@ -20,6 +21,7 @@ use tracing::debug;
 
 use super::counters::FuseStats;
 use super::fs::{LunFile, LunFs};
+use crate::export::inflight::InFlight;
 use crate::export::LunBackend;
 
 /// Largest read or write one FUSE request carries (`max_write`, and
@@ -42,11 +44,14 @@ const MAX_BACKGROUND: u16 = 128;
 /// `O_DSYNC`, and `O_SYNC` = `__O_SYNC | O_DSYNC`).
 const O_DSYNC: i32 = 0o010000;
 
-/// The `fuser` adapter: decodes requests, spawns the work of each onto the
-/// Tokio runtime and replies from the task.
+/// The `fuser` adapter: decodes requests, hands the work of each to the
+/// mount's request task on the Tokio runtime, which replies.
 pub struct FuseFs<B: LunBackend> {
     fs: Arc<LunFs<B>>,
     rt: tokio::runtime::Handle,
+    /// Where requests run: one executor task of the mount's
+    /// ([`InFlight`]), not a task each (`started` on first use, on `rt`).
+    requests: std::sync::OnceLock<InFlight>,
     stats: Arc<FuseStats>,
 }
 
@@ -55,6 +60,7 @@ impl<B: LunBackend> FuseFs<B> {
         FuseFs {
             fs,
             rt,
+            requests: std::sync::OnceLock::new(),
             stats: Arc::default(),
         }
     }
@@ -85,7 +91,14 @@ impl<B: LunBackend> FuseFs<B> {
         let Some(f) = self.fs.file(ino.0) else {
             return fail(reply, Errno::ENOENT);
         };
-        self.rt.spawn(work(self.fs.clone(), f, reply));
+        let job = Box::pin(work(self.fs.clone(), f, reply));
+        let requests = self.requests.get_or_init(|| InFlight::detached(&self.rt));
+        if let Err(job) = requests.push(job) {
+            // The executor task is gone (a request panicked, logged): this
+            // request, and those after it, run in a task each.
+            debug!("the mount's request task is gone; running the request in a task of its own");
+            self.rt.spawn(job);
+        }
     }
 }
 

@@ -16,9 +16,11 @@
 //!
 //! # Requests
 //!
-//! The `fuser` thread only decodes a request and spawns it onto the Tokio
-//! runtime; the task does the I/O and sends the reply itself, so requests
-//! run in parallel and no lock is held across network I/O (the device's
+//! The `fuser` thread only decodes a request and hands it to the mount's
+//! request task on the Tokio runtime ([`InFlight`](crate::export::inflight::InFlight),
+//! one task for all, not a task each); the request does the I/O and sends
+//! the reply itself, so requests run concurrently and no lock is held
+//! across network I/O (the device's
 //! own block range locks aside). Reads and writes of up to [`MAX_IO`]
 //! bytes arrive in one request (`max_write`, `max_pages`; fuser asks for
 //! `FUSE_MAX_PAGES` and derives `max_pages` from `max_write`), reads
@@ -99,7 +101,7 @@
 //! | file | what |
 //! | --- | --- |
 //! | `fs.rs` | [`LunFs`] and [`LunFile`]: inodes, attributes, open flags, the work of each request over the exports, `fallocate` modes, [`WRITE_SPLIT`] |
-//! | `adapter.rs` | [`FuseFs`], the `fuser::Filesystem` impl: connection set-up ([`MAX_IO`], [`KERNEL_READAHEAD`]), replies, spawning onto the runtime |
+//! | `adapter.rs` | [`FuseFs`], the `fuser::Filesystem` impl: connection set-up ([`MAX_IO`], [`KERNEL_READAHEAD`]), replies, handing requests to the mount's request task (`InFlight`) |
 //! | `counters.rs` | [`FuseStats`] and [`FuseCounters`] |
 //! | `mountinfo.rs` | [`find_mount`] and [`is_rlun_mount`] over `/proc/self/mountinfo` |
 //! | `watch.rs` | the unmount watcher: the process that removes the mount of an rlun that died without unmounting ([`spawn_watcher`], [`run_watcher`]) |

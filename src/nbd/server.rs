@@ -85,10 +85,10 @@ use super::proto::{
     self, cflag, err, tflag, Command, ExportInfo, Handshake, HandshakeError, HandshakeEvent,
     Negotiated, Request, TlsMode, Transmission,
 };
+use crate::export::inflight::InFlight;
 use crate::export::{Export, ExportError, ExportRead, ExportSet, LunBackend, ZeroMode};
 
 pub mod big;
-mod inflight;
 mod writer;
 
 use big::read_exact_bytes;
@@ -456,7 +456,7 @@ impl<B: LunBackend> Server<B> {
         let requests = Arc::new(Semaphore::new(self.limits.max_requests));
         let bytes = Arc::new(Semaphore::new(self.limits.max_bytes));
         let tx = Arc::new(tx);
-        let tasks = inflight::InFlight::start();
+        let tasks = InFlight::start();
         let mut shutdown = self.shutdown.clone();
         let result = loop {
             if *shutdown.borrow() {

@@ -1,20 +1,22 @@
-//! [`InFlight`]: the requests of one connection that wait (for the
-//! target, for the cache's fill), run side by side in one task of the
-//! connection's, not in a task each.
+//! [`InFlight`]: the requests of one front-end connection (an NBD
+//! connection, a FUSE mount) that wait (for the target, for the cache's
+//! fill), run side by side in one task of the connection's, not in a task
+//! each.
 //!
-//! A tokio task per request costs its spawn, its join and a trip
-//! through the scheduler for every wake-up: about 1,200 user-space
-//! instructions per 4 KiB read (`benches/instructions.sh`, `serve 4k`),
-//! a tenth of all rlun spent on one. Here a request is a boxed future
-//! sent to the connection's one executor task, which polls those woken
-//! (a `FuturesUnordered`) and takes new ones in the same turn.
+//! A tokio task per request costs its spawn, its join and a trip through
+//! the scheduler for every wake-up, and tokio copies a request's future
+//! (about 2 KiB for a read through the device) into the task and again
+//! when it finishes: about 1,100 user-space instructions per 4 KiB read of
+//! `rlun serve`, 1,900 of `rlun mount` (`benches/instructions.sh`). Here a
+//! request is a boxed future sent to the connection's one executor task,
+//! which polls those woken (a `FuturesUnordered`) and takes new ones in the
+//! same turn.
 //!
-//! What does not change: every request sent runs to completion (the
-//! connection's reader sends each one whose header and payload it read in
-//! full), and [`InFlight::finish`] waits for all of them. Requests of one
-//! connection now share one task, so with `--threads` above one they run
-//! on one worker at a time (connections still spread over the workers);
-//! rlun's default runtime has one thread anyway.
+//! Every request sent runs to completion, and [`InFlight::finish`] waits
+//! for all of them. Requests of one connection share one task, so with
+//! `--threads` above one they run on one worker at a time (connections
+//! still spread over the workers); rlun's default runtime has one thread
+//! anyway.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,43 +28,57 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// One request on its way: it sends its own reply.
-pub(super) type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The executor task of one connection and the way in to it. Dropped
-/// without [`InFlight::finish`] (the connection's future itself dropped),
-/// it aborts the requests, as a dropped `JoinSet` would.
-pub(super) struct InFlight {
+/// without [`InFlight::finish`], it aborts the requests (as a dropped
+/// `JoinSet` would: the NBD connection's future itself was dropped) or,
+/// when started with [`InFlight::detached`], lets them finish on their own
+/// (a FUSE mount's requests, whose replies the kernel still waits for).
+pub struct InFlight {
     tx: Option<mpsc::UnboundedSender<Job>>,
     task: Option<JoinHandle<()>>,
+    abort_on_drop: bool,
 }
 
-/// The executor task is gone before the connection ended: a request
-/// panicked (a bug). The connection is closed rather than leaving its
-/// client waiting for replies that cannot come.
-#[derive(Debug)]
-pub(super) struct Gone;
-
 impl InFlight {
-    pub(super) fn start() -> InFlight {
+    /// On the current runtime; requests are aborted when it is dropped.
+    pub fn start() -> InFlight {
         let (tx, rx) = mpsc::unbounded_channel();
         InFlight {
             tx: Some(tx),
             task: Some(tokio::spawn(run(rx))),
+            abort_on_drop: true,
         }
     }
 
-    /// Run `job` beside the others.
-    pub(super) fn push(&self, job: Job) -> Result<(), Gone> {
+    /// On `rt` (from a thread outside it); when this is dropped the
+    /// requests sent still run to completion.
+    pub fn detached(rt: &tokio::runtime::Handle) -> InFlight {
+        let (tx, rx) = mpsc::unbounded_channel();
+        InFlight {
+            tx: Some(tx),
+            task: Some(rt.spawn(run(rx))),
+            abort_on_drop: false,
+        }
+    }
+
+    /// Run `job` beside the others. The job comes back when the executor
+    /// task is gone before the connection ended: a request panicked (a
+    /// bug, logged with the panic); the caller then ends the connection or
+    /// runs the job elsewhere, rather than leave its client waiting for a
+    /// reply that cannot come.
+    pub fn push(&self, job: Job) -> Result<(), Job> {
         match &self.tx {
-            Some(tx) => tx.send(job).map_err(|_| Gone),
-            None => Err(Gone),
+            Some(tx) => tx.send(job).map_err(|e| e.0),
+            None => Err(job),
         }
     }
 
     /// Wait for every request sent to finish; after `drain`, call
     /// `on_timeout` (which tells streamed replies to stop) and wait for the
     /// rest.
-    pub(super) async fn finish(mut self, drain: Duration, on_timeout: impl FnOnce()) {
+    pub async fn finish(mut self, drain: Duration, on_timeout: impl FnOnce()) {
         self.tx = None;
         let Some(mut task) = self.task.take() else {
             return;
@@ -76,7 +92,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if let Some(task) = &self.task {
+        if let (true, Some(task)) = (self.abort_on_drop, &self.task) {
             task.abort();
         }
     }
@@ -144,7 +160,7 @@ mod tests {
                 }
                 done.fetch_add(1, Ordering::SeqCst);
             }))
-            .unwrap();
+            .unwrap_or_else(|_| panic!("refused"));
         }
         tokio::task::yield_now().await;
         assert!(done.load(Ordering::SeqCst) < 100);
@@ -164,7 +180,7 @@ mod tests {
             let _ = stop.wait_for(|s| *s).await;
             d.fetch_add(1, Ordering::SeqCst);
         }))
-        .unwrap();
+        .unwrap_or_else(|_| panic!("refused"));
         let mut stopped = false;
         f.finish(Duration::from_millis(50), || {
             stopped = true;
@@ -183,7 +199,7 @@ mod tests {
             std::future::pending::<()>().await;
             drop(tx);
         }))
-        .unwrap();
+        .unwrap_or_else(|_| panic!("refused"));
         tokio::task::yield_now().await;
         drop(f);
         // The aborted request drops its future, and with it the sender.
@@ -193,11 +209,29 @@ mod tests {
             .is_err());
     }
 
+    #[test]
+    fn a_detached_one_lets_its_requests_finish_when_dropped() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let f = InFlight::detached(rt.handle());
+        f.push(Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = tx.send(7);
+        }))
+        .unwrap_or_else(|_| panic!("refused"));
+        drop(f);
+        let got = rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), rx).await });
+        assert_eq!(got.expect("the request did not finish").ok(), Some(7));
+    }
+
     #[tokio::test]
     async fn a_request_that_panics_makes_push_fail_instead_of_hanging() {
         let f = InFlight::start();
         f.push(Box::pin(async { panic!("a bug in a request") }))
-            .unwrap();
+            .unwrap_or_else(|_| panic!("refused"));
         let mut refused = false;
         for _ in 0..100 {
             tokio::task::yield_now().await;
