@@ -790,26 +790,32 @@ pub async fn execute(
             read_len,
             attr: TaskAttr::Simple,
         };
-        let r = route.command(req).await?;
-        let status = Status::from(r.status);
-        if status.is_success() {
-            return Ok(r);
-        }
-        let err = ScsiError::from_status_and_sense_bytes(status, r.sense.as_deref().unwrap_or(&[]));
-        note_target_change(route.primary(), &err);
-        if err.is_unit_attention() && unit_attentions < 8 {
-            unit_attentions += 1;
-            debug!(op, error = %err, "UNIT ATTENTION; retrying");
-            continue;
-        }
-        if err.is_retryable() && !err.is_unit_attention() && busy < 20 {
+        // The answer and the error live in this block only: were they
+        // alive across the retry's sleep, every command's future would
+        // carry them (184 bytes) for the rare BUSY.
+        let wait = {
+            let r = route.command(req).await?;
+            let status = Status::from(r.status);
+            if status.is_success() {
+                return Ok(r);
+            }
+            let err =
+                ScsiError::from_status_and_sense_bytes(status, r.sense.as_deref().unwrap_or(&[]));
+            note_target_change(route.primary(), &err);
+            if err.is_unit_attention() && unit_attentions < 8 {
+                unit_attentions += 1;
+                debug!(op, error = %err, "UNIT ATTENTION; retrying");
+                continue;
+            }
+            if !err.is_retryable() || err.is_unit_attention() || busy >= 20 {
+                return Err(ClientError::Scsi { op, source: err });
+            }
             busy += 1;
             let wait = Duration::from_millis(10u64 << busy.min(7));
             warn!(op, error = %err, ?wait, "transient condition; retrying");
-            tokio::time::sleep(wait).await;
-            continue;
-        }
-        return Err(ClientError::Scsi { op, source: err });
+            wait
+        };
+        tokio::time::sleep(wait).await;
     }
 }
 

@@ -13,7 +13,8 @@
 //! list allocated (and its data carved from a per-thread arena). Any other
 //! request, and a READ that must wait, becomes a future polled once in the
 //! connection task — if it completes at once (a refusal) its reply goes
-//! out straight away — and otherwise continues in a task of its own.
+//! out straight away — and otherwise continues in the connection's one
+//! request task ([`InFlight`]: no task of its own).
 //! Replies go out in completion order while many requests are in flight.
 //!
 //! # Large requests

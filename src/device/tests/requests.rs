@@ -135,6 +135,25 @@ async fn a_large_read_is_split_into_commands_that_are_all_in_flight_at_once() {
 }
 
 #[tokio::test]
+async fn a_read_of_the_maximum_transfer_is_one_command_and_one_block_more_is_two_in_order() {
+    let data = pattern(5, 256 * 1024);
+    let d = device(
+        MemBackend::from_data(512, data.clone()).with_max_transfer(64 * KIB),
+        cfg(CacheMode::None),
+    );
+    let got = d.read_at(4096, 64 * 1024).await.unwrap();
+    assert_eq!(&got[..], &data[4096..4096 + 64 * 1024]);
+    assert_eq!(d.backend().counts().reads, 1);
+    let got = d.read_at(4096, 64 * 1024 + 512).await.unwrap();
+    assert_eq!(&got[..], &data[4096..4096 + 64 * 1024 + 512]);
+    assert_eq!(d.backend().counts().reads, 3);
+    // Unaligned inside: the blocks under the range, sliced.
+    let got = d.read_at(4100, 64 * 1024).await.unwrap();
+    assert_eq!(&got[..], &data[4100..4100 + 64 * 1024]);
+    assert_eq!(d.backend().counts().reads, 5);
+}
+
+#[tokio::test]
 async fn a_large_write_is_split_into_concurrent_commands() {
     let mem = MemBackend::new(512, 4096)
         .with_max_transfer(128 * KIB)
