@@ -802,21 +802,51 @@ pub async fn execute(
             let err =
                 ScsiError::from_status_and_sense_bytes(status, r.sense.as_deref().unwrap_or(&[]));
             note_target_change(route.primary(), &err);
-            if err.is_unit_attention() && unit_attentions < 8 {
-                unit_attentions += 1;
-                debug!(op, error = %err, "UNIT ATTENTION; retrying");
-                continue;
+            match retry(&err, &mut unit_attentions, &mut busy) {
+                Retry::Now => {
+                    debug!(op, error = %err, "UNIT ATTENTION; retrying");
+                    continue;
+                }
+                Retry::After(wait) => {
+                    warn!(op, error = %err, ?wait, "transient condition; retrying");
+                    wait
+                }
+                Retry::No => return Err(ClientError::Scsi { op, source: err }),
             }
-            if !err.is_retryable() || err.is_unit_attention() || busy >= 20 {
-                return Err(ClientError::Scsi { op, source: err });
-            }
-            busy += 1;
-            let wait = Duration::from_millis(10u64 << busy.min(7));
-            warn!(op, error = %err, ?wait, "transient condition; retrying");
-            wait
         };
         tokio::time::sleep(wait).await;
     }
+}
+
+/// What [`execute`] does after a command failed with `err`.
+#[derive(Debug, PartialEq, Eq)]
+enum Retry {
+    /// Send it again at once (a UNIT ATTENTION: the target reported a
+    /// change once; the command itself was not run).
+    Now,
+    /// Send it again after a pause (BUSY, TASK SET FULL, TASK ABORTED, a LUN
+    /// becoming ready or in an ALUA transition): 20 ms, doubling up to
+    /// 1.28 s.
+    After(Duration),
+    /// Give up: the error is the command's result.
+    No,
+}
+
+/// The retry policy: up to 8 UNIT ATTENTIONs, and up to 20 transient
+/// conditions (about 19 s of pauses in all), counted per command.
+fn retry(err: &ScsiError, unit_attentions: &mut u32, busy: &mut u32) -> Retry {
+    if err.is_unit_attention() {
+        if *unit_attentions < 8 {
+            *unit_attentions += 1;
+            return Retry::Now;
+        }
+        return Retry::No;
+    }
+    if !err.is_retryable() || *busy >= 20 {
+        return Retry::No;
+    }
+    *busy += 1;
+    Retry::After(Duration::from_millis(10u64 << (*busy).min(7)))
 }
 
 #[cfg(test)]
@@ -824,6 +854,58 @@ mod tests {
     use super::*;
     use crate::session::SessionError;
     use rlun_iscsi::ErrorKind;
+
+    /// Fixed-format sense data: response code 0x70, `key`, ASC/ASCQ.
+    fn sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
+        let mut s = vec![0u8; 18];
+        s[0] = 0x70;
+        s[2] = key;
+        s[7] = 10;
+        s[12] = asc;
+        s[13] = ascq;
+        s
+    }
+
+    #[test]
+    fn the_retry_policy_resends_8_unit_attentions_and_20_transient_conditions_with_growing_pauses()
+    {
+        let ua =
+            ScsiError::from_status_and_sense_bytes(Status::CheckCondition, &sense(0x6, 0x29, 0x00));
+        let (mut uas, mut busy) = (0, 0);
+        for _ in 0..8 {
+            assert_eq!(retry(&ua, &mut uas, &mut busy), Retry::Now);
+        }
+        assert_eq!(retry(&ua, &mut uas, &mut busy), Retry::No);
+        assert_eq!(busy, 0, "a UNIT ATTENTION is not a transient condition");
+
+        let (mut uas, mut busy) = (0, 0);
+        let statuses = [Status::Busy, Status::TaskSetFull, Status::TaskAborted];
+        let mut waits = Vec::new();
+        for i in 0..20 {
+            let e = ScsiError::from_status_and_sense_bytes(statuses[i % 3], &[]);
+            match retry(&e, &mut uas, &mut busy) {
+                Retry::After(w) => waits.push(w.as_millis() as u64),
+                other => panic!("attempt {i}: {other:?}"),
+            }
+        }
+        assert_eq!(&waits[..8], &[20, 40, 80, 160, 320, 640, 1280, 1280]);
+        assert!(waits[8..].iter().all(|&w| w == 1280));
+        let busy_err = ScsiError::from_status_and_sense_bytes(Status::Busy, &[]);
+        assert_eq!(retry(&busy_err, &mut uas, &mut busy), Retry::No);
+
+        // Becoming ready and an ALUA transition wait; a medium error does not.
+        let (mut uas, mut busy) = (0, 0);
+        for (asc, ascq) in [(0x04, 0x01), (0x04, 0x0A)] {
+            let e = ScsiError::from_status_and_sense_bytes(
+                Status::CheckCondition,
+                &sense(0x2, asc, ascq),
+            );
+            assert!(matches!(retry(&e, &mut uas, &mut busy), Retry::After(_)));
+        }
+        let medium =
+            ScsiError::from_status_and_sense_bytes(Status::CheckCondition, &sense(0x3, 0x11, 0x00));
+        assert_eq!(retry(&medium, &mut uas, &mut busy), Retry::No);
+    }
 
     #[test]
     fn client_errors_classify_their_own_and_defer_to_the_session() {
