@@ -132,13 +132,16 @@ scenario() {
     pid=$(awk -v d="$dev" '$2 == d {print $3}' <("$RLUN" list))
     [[ $pid =~ ^[0-9]+$ ]] || fail "cannot find the pid of the rlun serving $dev"
     ublk_dmesg_mark
+    # Rate-limited (24 MiB written and read back at 4 MiB/s: about 12 s)
+    # so that the kill lands inside the run however fast the VM is: a fast
+    # run once finished within the 4 s before the kill.
     setsid fio --name=ext4-verify --filename="$mnt/verify.dat" --rw=randwrite --bs=4k \
-        --ioengine=libaio --iodepth=16 --direct=1 --size=6M --loops=4 --verify=crc32c \
+        --ioengine=libaio --iodepth=16 --direct=1 --size=6M --loops=4 --rate=4m --verify=crc32c \
         --verify_state_save=0 --verify_fatal=1 --do_verify=1 --output="$W/fio-ext4.txt" \
         </dev/null >/dev/null 2>"$W/fio-ext4.err" &
     fio=$!
     sleep 4
-    kill -0 "$fio" || fail "fio ended before the kill: $(cat "$W/fio-ext4.err" "$W/fio-ext4.txt" | head -n 5)"
+    kill -0 "$fio" || fail "fio ended before the kill: $(cat "$W/fio-ext4.err"; grep -E "error|err=|run=|WRITE:|READ:" "$W/fio-ext4.txt" | head -n 6)"
     run "kill -9 rlun (pid $pid) during fio verify" 10 kill -9 "$pid"
     wait_for "rlun is gone" 10 bash -c "! kill -0 $pid"
     sleep 3
@@ -185,11 +188,13 @@ scenario() {
     wait_for "the unit's rlun attached a device" 60 grep -q '^/dev/ublkb' "$W/unit1.out"
     dev=$(head -n 1 "$W/unit1.out")
     n=${dev#/dev/ublkb}
+    # Rate-limited as the ext4 run above, so that the kill lands inside it.
     setsid fio --name=unit-verify --filename="$dev" --rw=randwrite --bs=4k --ioengine=libaio \
-        --iodepth=16 --direct=1 --size=8M --loops=3 --verify=crc32c --verify_state_save=0 \
+        --iodepth=16 --direct=1 --size=8M --loops=3 --rate=4m --verify=crc32c --verify_state_save=0 \
         --verify_fatal=1 --do_verify=1 --output="$W/fio-unit.txt" </dev/null >/dev/null 2>"$W/fio-unit.err" &
     fio=$!
     sleep 3
+    kill -0 "$fio" || fail "fio ended before the unit's rlun was killed: $(cat "$W/fio-unit.err"; grep -E "error|err=|run=" "$W/fio-unit.txt" | head -n 6)"
     run "kill -9 the unit's rlun (pid $pid) during fio verify" 10 kill -9 "$pid"
     wait_for "rlun is gone" 10 bash -c "! kill -0 $pid"
     RLUN_CONFIG=$W/rlun.toml RUST_LOG=rlun=info setsid "${cmd[@]}" </dev/null >"$W/unit2.out" 2>"$W/unit2.log" &
