@@ -96,6 +96,15 @@ impl Cut {
     fn restore(&self) {
         nft(&["flush", "chain", "inet", &self.table, "input"]);
     }
+
+    /// After `after` seconds, `addr:port` vanishes for `lasting` seconds
+    /// (dropped, no reset), then every path is whole again.
+    fn outage(&self, after: u64, addr: &str, port: u16, lasting: u64) {
+        thread::sleep(Duration::from_secs(after));
+        self.cut(addr, port, false);
+        thread::sleep(Duration::from_secs(lasting));
+        self.restore();
+    }
 }
 
 impl Drop for Cut {
@@ -504,13 +513,9 @@ fn other_hosts_io_on_the_lun_runs_through_a_failover_with_the_default_fence() {
             .spawn()
             .expect("start iscsi-perf (libiscsi-bin)"),
     );
-    let cut = Cut::new("otherhost");
-    thread::sleep(Duration::from_secs(3));
     // The mount's path (the URL's portal) vanishes; the other host's
     // path (127.0.0.2) stays.
-    cut.cut("127.0.0.1", port, false);
-    thread::sleep(Duration::from_secs(6));
-    cut.restore();
+    Cut::new("otherhost").outage(3, "127.0.0.1", port, 6);
     let deadline = Instant::now() + Duration::from_secs(40);
     let perf_exit = loop {
         if let Some(s) = perf.try_wait().expect("poll iscsi-perf") {
@@ -683,11 +688,7 @@ fn bench_under_a_cut(policy: &str, more: &[&str], extra: &[&str]) -> String {
             .spawn()
             .expect("start rlun bench"),
     );
-    let cut = Cut::new("bench");
-    thread::sleep(Duration::from_secs(2));
-    cut.cut("127.0.0.2", port, false);
-    thread::sleep(Duration::from_secs(4));
-    cut.restore();
+    Cut::new("bench").outage(2, "127.0.0.2", port, 4);
     let exit = wait_exit(&mut bench);
     let log = fs::read_to_string(&log).unwrap_or_default();
     let out = fs::read_to_string(&out_path).unwrap_or_default();
