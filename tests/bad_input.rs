@@ -141,6 +141,38 @@ fn closed_port_exits_3_quickly() {
     assert!(took < Duration::from_secs(3), "took {took:?}");
 }
 
+#[test]
+fn several_closed_portals_exit_3_naming_each_without_promising_a_retry() {
+    let free = || {
+        TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port()
+    };
+    let (a, b) = (free(), free());
+
+    let (out, took) = timed_rlun(
+        &[
+            "info",
+            "--portal",
+            &format!("127.0.0.1:{b}"),
+            &format!("iscsi://127.0.0.1:{a}/{IQN}/1"),
+        ],
+        &[],
+        Duration::from_secs(20),
+    );
+
+    let both = format!("none of the 2 portals answered (127.0.0.1:{a}, 127.0.0.1:{b})");
+    assert_failure(&out, EXIT_UNREACHABLE, &[&both, "refused"]);
+    // A one-shot command that gives up must not say it keeps trying.
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("trying again"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
 /// A listener with a backlog of 0 whose accept queue is already full: the
 /// kernel drops further SYNs, so a connect neither succeeds nor fails.
 fn full_listener() -> (socket2::Socket, Vec<TcpStream>, SocketAddr) {

@@ -273,7 +273,7 @@ impl PathSet {
             .iter()
             .map(|p| tokio::spawn(SessionHandle::connect(p.cfg.clone())))
             .collect();
-        let mut first_error = None;
+        let mut unreachable = Vec::new();
         let mut primary = None;
         for (i, login) in logins.into_iter().enumerate() {
             let result = login.await.unwrap_or(Err(SessionError::Closed));
@@ -291,20 +291,29 @@ impl PathSet {
                         source: Arc::new(e),
                     });
                 }
-                Err(e) => {
-                    warn!(
-                        portal = %paths[i].portal,
-                        error = %rlun_iscsi::error_chain(&e),
-                        "path not logged in; trying again every {:?}",
-                        config.check_interval
-                    );
-                    first_error.get_or_insert(e);
-                }
+                Err(e) => unreachable.push((i, e)),
             }
         }
         let Some(primary) = primary else {
-            return Err(first_error.unwrap_or(SessionError::Closed));
+            // Nothing to wait out the others with: one error names them all.
+            let portals = unreachable.iter().map(|(i, _)| paths[*i].portal.clone());
+            let portals = portals.collect();
+            return Err(match unreachable.into_iter().next() {
+                Some((_, first)) => SessionError::NoPortalAnswered {
+                    portals,
+                    first: Arc::new(first),
+                },
+                None => SessionError::Closed,
+            });
         };
+        for (i, e) in &unreachable {
+            warn!(
+                portal = %paths[*i].portal,
+                error = %rlun_iscsi::error_chain(e),
+                "path not logged in; trying again every {:?}",
+                config.check_interval
+            );
+        }
         let set = Arc::new(PathSet {
             paths,
             replacement_timeout: cfg.replacement_timeout,

@@ -85,6 +85,14 @@ pub enum SessionError {
     /// Several paths, none usable for this long (the replacement timeout).
     #[error("no usable path to the target for {0:?}")]
     NoPath(Duration),
+    /// Several portals given, and none of them answered the first login;
+    /// `first` is the first portal's error.
+    #[error("none of the {} portals answered ({})", portals.len(), portals.join(", "))]
+    NoPortalAnswered {
+        portals: Vec<String>,
+        #[source]
+        first: Arc<SessionError>,
+    },
 }
 
 impl SessionError {
@@ -105,6 +113,7 @@ impl SessionError {
             | SessionError::Released(_) => ErrorKind::Unreachable,
             SessionError::StillUnreachable(last) => last.kind(),
             SessionError::PathRefused { source, .. } => source.kind(),
+            SessionError::NoPortalAnswered { first, .. } => first.kind(),
             SessionError::LoginTransport { source, .. } => source.kind(),
             SessionError::Login { source, .. } => source.kind(),
             SessionError::Protocol(_) | SessionError::BadDiscovery(_) => ErrorKind::Protocol,
