@@ -772,6 +772,8 @@ fn log_format_json_writes_one_object_per_line_from_a_daemon() {
         ],
         &[],
     );
+    // Unmounted however the test ends.
+    let _unmount = Mount { mp: mp.clone() };
     assert_success(&out, "rlun mount --daemon --log-format json");
     let out = run_rlun(["umount", &mp.display().to_string()], &[]);
     assert_success(&out, "rlun umount");
@@ -857,15 +859,22 @@ fn a_config_file_target_serves_metrics_where_its_entry_says() {
     let mp = dir.path().join("mnt");
     fs::create_dir(&mp).unwrap();
     let config = config.display().to_string();
-    let mp = mp.display().to_string();
+    let mount = Mount { mp };
 
     let out = run_rlun(
-        ["--config", &config, "mount", "--daemon", "store", &mp],
+        [
+            "--config",
+            &config,
+            "mount",
+            "--daemon",
+            "store",
+            &mount.path(),
+        ],
         &[],
     );
     assert_success(&out, "rlun mount --daemon store");
     let (status, body) = scrape(&addr);
-    let _ = run_rlun(["umount", &mp], &[]);
+    drop(mount);
 
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(sample(&body, "rlun_session_up", &[IQN]), 1.0, "{body}");
