@@ -88,20 +88,25 @@ fn push_clean(st: &mut State, page: Arc<Page>) {
 /// the list): every hit still keeps a page far from eviction, but a hot
 /// set re-read at random does not relink list nodes — scattered cache
 /// lines — on every hit.
-fn lookup(st: &mut State, idx: u64) -> Option<&Arc<Page>> {
-    let age = match st.clean.peek(&idx) {
-        Some(p) => st.tick - p.stamp.load(Ordering::Relaxed),
-        None => return st.dirty.get(&idx),
-    };
-    if age.saturating_mul(2) > st.clean.len() as u64 {
-        st.clean.promote(&idx);
-        let tick = st.tick;
-        st.tick += 1;
-        if let Some(p) = st.clean.peek(&idx) {
-            p.stamp.store(tick, Ordering::Relaxed);
+///
+/// `f` is given the page: a hit that needs no promotion costs one hash
+/// lookup.
+fn lookup<R>(st: &mut State, idx: u64, f: impl FnOnce(&Arc<Page>) -> R) -> Option<R> {
+    match st.clean.peek(&idx) {
+        Some(p) => {
+            let age = st.tick - p.stamp.load(Ordering::Relaxed);
+            if age.saturating_mul(2) <= st.clean.len() as u64 {
+                return Some(f(p));
+            }
         }
+        None => return st.dirty.get(&idx).map(f),
     }
-    st.clean.peek(&idx)
+    st.clean.promote(&idx);
+    let tick = st.tick;
+    st.tick += 1;
+    let p = st.clean.peek(&idx)?;
+    p.stamp.store(tick, Ordering::Relaxed);
+    Some(f(p))
 }
 
 /// Mutable state of one page (behind the page's mutex).
@@ -433,8 +438,8 @@ impl Cache {
         loop {
             {
                 let mut st = self.lock();
-                if let Some(p) = lookup(&mut st, idx) {
-                    return Some(self.pin(p));
+                if let Some(p) = lookup(&mut st, idx, |p| self.pin(p)) {
+                    return Some(p);
                 }
             }
             match self.room(idx) {
@@ -452,7 +457,7 @@ impl Cache {
     /// Pin page `idx` if it is resident (clean or dirty), never allocating.
     pub(crate) fn pin_present(self: &Arc<Self>, idx: u64) -> Option<Pinned> {
         let mut st = self.lock();
-        lookup(&mut st, idx).map(|p| self.pin(p))
+        lookup(&mut st, idx, |p| self.pin(p))
     }
 
     /// For read-ahead: allocate page `idx` only when absent, already marked

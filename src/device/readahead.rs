@@ -119,20 +119,23 @@ impl Streams {
     pub(crate) fn observe(&mut self, offset: u64, len: u64, large: bool, depth: u32) -> Advice {
         self.clock += 1;
         let end = offset.saturating_add(len);
-        let matched = self.streams.iter().position(|s| {
-            s.live && offset.saturating_add(TOLERANCE) >= s.next && offset <= s.next + TOLERANCE
-        });
+        // One pass: the stream this read continues, or else the slot to
+        // reuse (the first free one, or the least recently used).
+        let (mut matched, mut victim, mut oldest) = (None, 0, u64::MAX);
+        for (i, s) in self.streams.iter().enumerate() {
+            if !s.live {
+                if oldest != 0 {
+                    (victim, oldest) = (i, 0);
+                }
+            } else if offset.saturating_add(TOLERANCE) >= s.next && offset <= s.next + TOLERANCE {
+                matched = Some(i);
+                break;
+            } else if s.last_use < oldest {
+                (victim, oldest) = (i, s.last_use);
+            }
+        }
         let Some(slot) = matched else {
-            let slot = (0..STREAMS)
-                .min_by_key(|&i| {
-                    let s = &self.streams[i];
-                    if s.live {
-                        s.last_use
-                    } else {
-                        0
-                    }
-                })
-                .expect("the table is not empty");
+            let slot = victim;
             self.streams[slot] = Stream {
                 next: end,
                 ra_end: end,

@@ -40,6 +40,27 @@ impl Reply {
 /// byte budget (none for a request without payload).
 pub(super) type Permits = (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>);
 
+/// The permits of every reply in `batch`, merged into one permit per
+/// budget (all come from the same connection's two semaphores).
+fn gather_permits(
+    batch: &mut [Reply],
+) -> (Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>) {
+    fn merge(into: &mut Option<OwnedSemaphorePermit>, p: OwnedSemaphorePermit) {
+        match into {
+            Some(all) => all.merge(p),
+            None => *into = Some(p),
+        }
+    }
+    let (mut requests, mut bytes) = (None, None);
+    for (r, b) in batch.iter_mut().filter_map(|r| r.permits.take()) {
+        merge(&mut requests, r);
+        if let Some(b) = b {
+            merge(&mut bytes, b);
+        }
+    }
+    (requests, bytes)
+}
+
 /// One more piece of a streamed READ reply.
 pub(super) enum Piece {
     /// Bytes for the wire: a chunk header (structured replies; empty for a
@@ -128,8 +149,12 @@ pub(super) async fn write_replies<W: AsyncWrite + Unpin>(
                 }
             }
         }
-        // Written (or dropped after a failure): the permits go back.
+        // Written (or dropped after a failure): the permits go back, one
+        // release per budget for the whole batch (each release takes the
+        // semaphore's lock).
+        let back = gather_permits(&mut batch);
         batch.clear();
+        drop(back);
     }
     if let Some(e) = failed {
         return Err(e);
