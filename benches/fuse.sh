@@ -13,11 +13,15 @@
 # (without that they would be page-cache re-reads at memory speed). Each
 # pass is printed in MiB/s and as a ratio to that mount's rlun bench figure
 # (goal: pass 1 >= 0.8, passes 2 and 3 no slower than pass 1), with the
-# range over the mounts.
+# range over the mounts, and the CPU each process spent per GiB in rlun
+# bench and in pass 1 (dd, the mount, tgtd): on a machine with few cores
+# pass 1 is bound by that sum, which FUSE's page cache makes larger (dd's
+# copy out of it, the kernel's copy of each reply into it).
 #
 # Then the cases, each on both files (one mount each), and the rlun bench
 # reference for it:
 #   seq read   dd bs=1M of the whole LUN, page cache of the file dropped first
+#              and after (so the next reader reuses those pages)
 #              (not the first read of that mount: the cold read is above)
 #              (rlun bench --pattern read --bs 1M --qd 8)
 #   seq write  dd bs=1M of the whole LUN with conv=fdatasync
@@ -123,6 +127,12 @@ seq_read() { # file -> MiB/s
     t0=$(date +%s.%N)
     timeout 600 dd if="$f" of=/dev/null bs=1M count="$count" status=none
     t1=$(date +%s.%N)
+    # Give the pages back: the next reader's page cache then reuses them
+    # instead of growing into memory not touched for a while, which costs
+    # far more on a VM whose host backs guest memory lazily (see the
+    # README's benchmark section) and would slow whichever file is read
+    # second.
+    dd if="$f" iflag=nocache count=0 status=none
     mib_per_s "$size_r" "$(python3 -c "print($t1 - $t0)")"
 }
 
@@ -170,7 +180,8 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # pid -> utime + stime,
 hz=$(getconf CLK_TCK)
 
 # cold_pass FILE PID: one dd bs=1M of FILE (its page cache dropped first)
-# -> "MiB/s CPU-s/GiB", the CPU of dd, of the rlun mount PID and of tgtd.
+# -> "MiB/s CPU-s/GiB dd rlun tgtd": the CPU of dd, of the rlun mount PID
+# and of tgtd summed, then each of them (s/GiB).
 cold_pass() {
     local f=$1 pid=$2 t0 t1 m0 m1 g0 g1 dd_cpu TIMEFORMAT='%3U %3S'
     dd if="$f" iflag=nocache count=0 status=none
@@ -181,11 +192,12 @@ cold_pass() {
 import sys
 b, t0, t1, m, g, hz, u, s = map(float, sys.argv[1:])
 gib = b / 2**30
-print(f'{b / (t1 - t0) / 2**20:.1f} {(m / hz + g / hz + u + s) / gib:.2f}')
+print(f'{b / (t1 - t0) / 2**20:.1f} {(m / hz + g / hz + u + s) / gib:.2f} {(u + s) / gib:.2f} {m / hz / gib:.2f} {g / hz / gib:.2f}')
 " "$size_r" "$t0" "$t1" $((m1 - m0)) $((g1 - g0)) "$hz" $dd_cpu
 }
 
-# cold_bench: rlun bench read --bs 1M --qd 8 -> "MiB/s CPU-s/GiB" (rlun bench and tgtd).
+# cold_bench: rlun bench read --bs 1M --qd 8 -> "MiB/s CPU-s/GiB rlun tgtd"
+# (rlun bench and tgtd summed, then each).
 cold_bench() {
     local g0 g1 cpu TIMEFORMAT='%3U %3S'
     g0=$(cpu_ticks "$tgtd_pid")
@@ -198,33 +210,35 @@ import json, sys
 b = json.load(open(sys.argv[1]))
 g, hz, u, s = map(float, sys.argv[2:])
 gib = b['bytes'] / 2**30
-print(f\"{b['bytes'] / b['seconds'] / 2**20:.1f} {(g / hz + u + s) / gib:.2f}\")
+print(f\"{b['bytes'] / b['seconds'] / 2**20:.1f} {(g / hz + u + s) / gib:.2f} {(u + s) / gib:.2f} {g / hz / gib:.2f}\")
 " "$work/bench.json" $((g1 - g0)) "$hz" $cpu
 }
 
 # cold_mount N: rlun bench, then a fresh mount on $work/cold and three dd
 # passes (the page cache dropped before 2 and 3); one table row.
 cold_mount() {
-    local n=$1 b bc p1 c1 p2 c2 p3 c3 pid f="$work/cold/lun1"
+    local n=$1 b bc br bt p1 c1 d1 r1 t1 p2 c2 p3 c3 pid f="$work/cold/lun1"
     echo "cold read, fresh mount $n: rlun bench ..." >&2
-    read -r b bc < <(cold_bench)
+    read -r b bc br bt < <(cold_bench)
     # shellcheck disable=SC2086
     "$RLUN" mount --daemon --log-file "$work/cold$n.log" ${RLUN_MOUNT_ARGS:-} "$url" "$work/cold" ||
         die "rlun mount failed: $(cat "$work/cold$n.log" 2>/dev/null)"
     pid=$("$RLUN" stats --json "$work/cold" | python3 -c "import json, sys; print(json.load(sys.stdin)['processes'][0]['pid'])") ||
         die "rlun stats found no rlun behind $work/cold"
     echo "cold read, fresh mount $n: passes 1, 2, 3 ..." >&2
-    read -r p1 c1 < <(cold_pass "$f" "$pid") # the first read of the mount: nothing to drop
+    read -r p1 c1 d1 r1 t1 < <(cold_pass "$f" "$pid") # the first read of the mount: nothing to drop
     read -r p2 c2 < <(cold_pass "$f" "$pid")
     read -r p3 c3 < <(cold_pass "$f" "$pid")
     "$RLUN" umount "$work/cold" || die "rlun umount failed"
     cold_b+=("$b") cold_p1+=("$p1") cold_p2+=("$p2") cold_p3+=("$p3")
     cold_r1+=("$(ratio "$p1" "$b")") cold_r2+=("$(ratio "$p2" "$b")") cold_r3+=("$(ratio "$p3" "$b")")
     cold_cb+=("$bc") cold_c1+=("$c1") cold_cr+=("$(ratio "$bc" "$c1")")
+    cold_split+=("$(printf '%-6s | %10s | %10s | %10s | %10s | %10s' "$n" "$br" "$bt" "$d1" "$r1" "$t1")")
     cold_rows+=("$(printf '%-6s | %11s | %13s | %13s | %13s | %9s | %9s' "$n" "$b" \
         "$p1 (${cold_r1[-1]})" "$p2 (${cold_r2[-1]})" "$p3 (${cold_r3[-1]})" "$bc" "$c1")")
 }
 cold_b=() cold_p1=() cold_p2=() cold_p3=() cold_r1=() cold_r2=() cold_r3=() cold_cb=() cold_c1=() cold_cr=() cold_rows=()
+cold_split=()
 if [ "$COLD_MOUNTS" -gt 0 ]; then
     mkdir -p "$work/cold"
     for n in $(seq "$COLD_MOUNTS"); do cold_mount "$n"; done
@@ -250,6 +264,15 @@ if [ "$COLD_MOUNTS" -gt 0 ]; then
         "$(span "${cold_cr[@]}")"
     echo "(goal: pass 1 >= 0.8 of rlun bench, passes 2 and 3 no slower than pass 1; the ratio under"
     echo "CPU 1 is CPU b / CPU 1, what pass 1 can reach when the cores, not the pipeline, are the limit)"
+    echo
+    echo "where the CPU goes, s/GiB: rlun bench and tgtd during rlun bench; dd, the rlun mount and tgtd"
+    echo "during pass 1 (dd's is the kernel's copy out of the page cache; the mount's beyond rlun bench's"
+    echo "is mostly the kernel's copy of each reply into the page cache)"
+    header=$(printf '%-6s | %10s | %10s | %10s | %10s | %10s' mount "rlun bench" "tgtd (b)" "dd (1)" \
+        "mount (1)" "tgtd (1)")
+    echo "$header"
+    printf '%s\n' "${header//?/-}"
+    printf '%s\n' "${cold_split[@]}"
     echo
 fi
 rows=()
