@@ -4,6 +4,7 @@
 //! encoding of READ replies and failures.
 
 use std::io;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -47,7 +48,9 @@ fn gather_permits(
 ) -> (Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>) {
     fn merge(into: &mut Option<OwnedSemaphorePermit>, p: OwnedSemaphorePermit) {
         match into {
-            Some(all) => all.merge(p),
+            Some(all) if Arc::ptr_eq(all.semaphore(), p.semaphore()) => all.merge(p),
+            // Not the connection's (cannot happen): released on its own.
+            Some(_) => drop(p),
             None => *into = Some(p),
         }
     }
@@ -296,7 +299,6 @@ pub(super) fn failure(e: ExportError) -> (u32, String) {
 mod tests {
     use super::*;
     use std::pin::Pin;
-    use std::sync::Arc;
     use std::task::{Context, Poll};
     use tokio::sync::Semaphore;
 
@@ -364,6 +366,48 @@ mod tests {
     /// Simple and structured READ replies with data (small and larger than
     /// the staging limit), an empty one, a write's reply and an error:
     /// (the replies, the bytes the client must receive).
+    #[test]
+    fn a_batch_gives_back_every_permit_through_one_per_budget() {
+        let (requests, bytes, other) = (
+            Arc::new(Semaphore::new(8)),
+            Arc::new(Semaphore::new(100)),
+            Arc::new(Semaphore::new(8)),
+        );
+        let reply = |r: &Arc<Semaphore>, b: Option<u32>| {
+            let mut reply = Reply::new(BytesMut::new(), Bytes::new());
+            reply.permits = Some((
+                r.clone().try_acquire_owned().unwrap(),
+                b.map(|n| bytes.clone().try_acquire_many_owned(n).unwrap()),
+            ));
+            reply
+        };
+        let mut batch = vec![
+            reply(&requests, Some(10)),
+            reply(&requests, None),
+            reply(&requests, Some(30)),
+            reply(&other, Some(5)),
+        ];
+
+        let (r, b) = gather_permits(&mut batch);
+        let merged = (
+            r.as_ref().map(|p| p.num_permits()),
+            b.as_ref().map(|p| p.num_permits()),
+        );
+        let held = (requests.available_permits(), bytes.available_permits());
+        drop((r, b));
+
+        assert!(batch.iter().all(|r| r.permits.is_none()));
+        assert_eq!(merged, (Some(3), Some(45)));
+        assert_eq!(held, (5, 55), "nothing is given back before the drop");
+        assert_eq!(requests.available_permits(), 8);
+        assert_eq!(bytes.available_permits(), 100);
+        assert_eq!(
+            other.available_permits(),
+            8,
+            "a stray semaphore's permit too"
+        );
+    }
+
     fn replies(permits: &Arc<Semaphore>) -> (Vec<Reply>, Vec<u8>) {
         let mut out = Vec::new();
         let mut wire = Vec::new();
