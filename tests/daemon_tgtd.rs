@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::cli::{assert_failure, assert_success, both};
 use common::proxy::{Fault, FaultProxy};
-use common::{make_backing_file, pattern_bytes, run_rlun, spawn_rlun, Tgtd};
+use common::{make_backing_file, pattern_bytes, recv_notify, run_rlun, spawn_rlun, Tgtd};
 use rlun::fuse::find_mount;
 
 const IQN: &str = "iqn.2026-11.org.example:daemon";
@@ -335,18 +335,15 @@ fn systemd_hears_ready_only_once_the_mount_works_and_stopping_on_sigterm() {
         ["mount", url.as_str(), mp_s.as_str()],
         &[("NOTIFY_SOCKET", &sock_path.to_string_lossy())],
     );
-    let mut buf = [0u8; 4096];
 
-    let n = sock.recv(&mut buf).expect("READY=1 within 30 s");
-    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let ready = recv_notify(&sock, "READY=1");
     let mounted_then = is_mounted(&mp);
     let first_block = fs::read(mp.join("lun1")).map(|d| d[..512].to_vec());
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .output()
         .expect("kill");
-    let n = sock.recv(&mut buf).expect("STOPPING=1 within 30 s");
-    let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let stopping = recv_notify(&sock, "STOPPING=1");
     let mut status = None;
     wait_until(Duration::from_secs(30), || {
         status = child.try_wait().expect("try_wait");

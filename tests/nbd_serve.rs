@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::cli::{assert_failure, assert_same_bytes, both, json};
 use common::{
-    make_backing_file, pattern_bytes, run_rlun, run_with_timeout, spawn_rlun, ChildGuard, Tgtd,
+    make_backing_file, pattern_bytes, recv_notify, run_rlun, run_with_timeout, spawn_rlun,
+    ChildGuard, Tgtd,
 };
 
 const IQN: &str = "iqn.2026-11.org.example:nbd";
@@ -1208,10 +1209,8 @@ fn systemd_hears_ready_only_once_the_socket_serves_and_stopping_on_sigterm() {
         socket: Some(socket),
         tcp: None,
     };
-    let mut buf = [0u8; 4096];
 
-    let n = notify.recv(&mut buf).expect("READY=1 within 30 s");
-    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let ready = recv_notify(&notify, "READY=1");
     // Straight after READY=1, with no retry: the export must answer.
     let size_then = Command::new("nbdinfo")
         .args(["--size", &s.uri("lun1")])
@@ -1221,8 +1220,7 @@ fn systemd_hears_ready_only_once_the_socket_serves_and_stopping_on_sigterm() {
     let code = {
         let mut child = s.child.take().expect("running");
         sh("kill", &["-TERM", &child.id().to_string()]);
-        let n = notify.recv(&mut buf).expect("STOPPING=1 within 30 s");
-        let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let stopping = recv_notify(&notify, "STOPPING=1");
         assert!(stopping.starts_with("STOPPING=1\n"), "{stopping:?}");
         run_with_timeout_wait(&mut child)
     };

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::cli::{assert_failure, assert_success, both, json, stdout};
-use common::{make_backing_file, run_rlun, run_with_timeout, Tgtd};
+use common::{make_backing_file, recv_notify, run_rlun, run_with_timeout, Tgtd};
 use serde_json::Value;
 
 const IQN: &str = "iqn.2026-12.org.example:stats";
@@ -906,9 +906,7 @@ fn systemd_status_tells_the_dirty_bytes_once_they_change() {
         &[("NOTIFY_SOCKET", &sock_path.to_string_lossy())],
     );
     let _unmount = Mount { mp: mp.clone() };
-    let mut buf = [0u8; 4096];
-    let n = sock.recv(&mut buf).expect("READY=1 within 30 s");
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("READY=1"));
+    assert!(recv_notify(&sock, "READY=1").starts_with("READY=1"));
 
     let out = run_with_timeout(
         Command::new("dd").args([
@@ -923,8 +921,7 @@ fn systemd_status_tells_the_dirty_bytes_once_they_change() {
         Duration::from_secs(30),
     );
     assert!(out.status.success(), "dd: {}", both(&out));
-    let n = sock.recv(&mut buf).expect("a STATUS= update within 30 s");
-    let status = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let status = recv_notify(&sock, "STATUS= update");
     drop(child);
 
     assert_eq!(

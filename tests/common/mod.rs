@@ -27,6 +27,7 @@ pub mod backing;
 pub mod cli;
 pub mod error;
 pub mod hostile;
+pub mod notify;
 pub mod process;
 pub mod proxy;
 pub mod scripted;
@@ -35,6 +36,7 @@ pub mod tgtd;
 pub use backing::{fill_pattern, make_backing_file, pattern_bytes};
 pub use error::{HarnessError, Result};
 pub use hostile::{Behaviour, HostileTarget};
+pub use notify::recv_notify;
 pub use process::{
     rlun_bin, run_rlun, run_rlun_measured, run_rlun_with_timeout, run_with_timeout, spawn_rlun,
     try_run_with_timeout, ChildGuard, RLUN_TIMEOUT,
