@@ -84,7 +84,7 @@
 #                               --metrics-listen 127.0.0.1:9860)
 #   RLUN=target/release/rlun    rlun binary (built with cargo build --release
 #                               when it is the default and missing)
-#   INSTR_QUICK=1               (or --quick) 1 s and 2 s runs, 16 and 48 MiB (and a
+#   INSTR_QUICK=1               (or --quick) 1 s and 2 s runs, 16 and 80 MiB (and a
 #                               16 MiB serve-hit region): checks that the
 #                               script works and its table is well formed, as
 #                               scripts/test.sh runs it; the figures are rough
@@ -100,7 +100,7 @@ QUICK=${INSTR_QUICK:-0}
 [ "${1:-}" = --quick ] && QUICK=1
 if [ "$QUICK" = 1 ]; then
     SHORT=${INSTR_SHORT:-1} LONG=${INSTR_LONG:-2}
-    CP_SHORT=${INSTR_CP_SHORT_MIB:-16} CP_LONG=${INSTR_CP_LONG_MIB:-48}
+    CP_SHORT=${INSTR_CP_SHORT_MIB:-16} CP_LONG=${INSTR_CP_LONG_MIB:-80}
 else
     SHORT=${INSTR_SHORT:-2} LONG=${INSTR_LONG:-6}
     CP_SHORT=${INSTR_CP_SHORT_MIB:-128} CP_LONG=${INSTR_CP_LONG_MIB:-512}
