@@ -38,9 +38,11 @@ use rlun_iscsi::scsi::{ScsiError, Status};
 
 mod identity;
 mod queue;
+mod started;
 
 pub use identity::LunIdentity;
 pub use queue::LunQueue;
+pub use started::StartedRead;
 
 /// Errors of the client layer.
 #[derive(Debug, Error)]

@@ -16,10 +16,11 @@
 //! `ExportSet<Lun>` need no wrapper type.
 
 use std::future::Future;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
-use crate::client::{ClientError, Lun};
+use crate::client::{ClientError, Lun, StartedRead};
 use crate::device::{BackendError, BlockBackend, CommandFailure, LunBackend};
 use rlun_iscsi::scsi::lba_status::LbaStatus;
 use rlun_iscsi::scsi::sense::errno;
@@ -86,6 +87,17 @@ impl BlockBackend for Lun {
     async fn read_blocks(&self, lba: u64, blocks: u32) -> Result<Bytes, BackendError> {
         self.fenced()?;
         Ok(self.read(lba, blocks).await?)
+    }
+    type StartedRead = StartedRead;
+    fn start_read(&self, lba: u64, blocks: u32) -> StartedRead {
+        Lun::start_read(self, lba, blocks)
+    }
+    fn poll_read(
+        &self,
+        started: &mut StartedRead,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, BackendError>>> {
+        Lun::poll_read(self, started, cx).map(|r| r.map(|r| r.map_err(BackendError::from)))
     }
     async fn write_blocks(&self, lba: u64, data: Bytes, fua: bool) -> Result<(), BackendError> {
         self.fenced()?;

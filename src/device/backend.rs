@@ -13,6 +13,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use thiserror::Error;
@@ -174,6 +175,25 @@ pub trait BlockBackend: Send + Sync + 'static {
         lba: u64,
         blocks: u32,
     ) -> impl Future<Output = Result<Bytes, BackendError>> + Send;
+    /// A read [`start_read`](Self::start_read) started, polled with
+    /// [`poll_read`](Self::poll_read). Dropping it abandons the read (its
+    /// data is discarded).
+    type StartedRead: Send + Unpin + 'static;
+    /// Start reading `blocks` blocks at `lba` without waiting: a remote
+    /// backend sends its command here, so that what waits for it holds
+    /// only the answer's channel, not a future of every layer above.
+    fn start_read(&self, lba: u64, blocks: u32) -> Self::StartedRead;
+    /// The answer to a read [`start_read`](Self::start_read) started:
+    /// `Some` with what [`read_blocks`](Self::read_blocks) would have
+    /// returned, or `None` when the caller must run the read with
+    /// `read_blocks` (it was not sent, or its answer asks for it to be
+    /// run again; a backend with nothing to send, like memory, always
+    /// says `None`). Not polled again after `Ready`.
+    fn poll_read(
+        &self,
+        started: &mut Self::StartedRead,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, BackendError>>>;
     /// Write whole blocks at `lba`; `fua` asks for durable media before
     /// completion (SBC-4 §5.40 FUA bit).
     fn write_blocks(

@@ -362,6 +362,27 @@ impl<B: BlockBackend> Inner<B> {
 
     /// READ the blocks under bytes `offset..offset + len`, past the cache,
     /// and slice the range out of them.
+    /// Send the blocks under `len` bytes at `offset` to the backend, when
+    /// one command carries them: their first block and count, and the
+    /// started read ([`BlockBackend::start_read`]). Counted as
+    /// [`Inner::read_blocks`] counts.
+    pub(super) fn send_direct(
+        &self,
+        offset: u64,
+        len: usize,
+    ) -> Option<(u64, u32, B::StartedRead)> {
+        let bs = self.geo.bs;
+        let b0 = offset / bs;
+        let b1 = (offset + len as u64).div_ceil(bs);
+        if b1 <= b0 || b1 - b0 > self.geo.max_xfer_blocks {
+            return None;
+        }
+        add(&self.c.bytes_read, (b1 - b0) * bs);
+        add(&self.c.read_commands, 1);
+        let blocks = (b1 - b0) as u32;
+        Some((b0, blocks, self.backend.start_read(b0, blocks)))
+    }
+
     pub(super) async fn read_direct(&self, offset: u64, len: usize) -> BResult<Bytes> {
         let bs = self.geo.bs;
         let end = offset + len as u64;

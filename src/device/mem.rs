@@ -282,6 +282,17 @@ impl BlockBackend for MemBackend {
         Ok(out)
     }
 
+    /// Memory has nothing to send ahead: reads run with `read_blocks`.
+    type StartedRead = ();
+    fn start_read(&self, _lba: u64, _blocks: u32) {}
+    fn poll_read(
+        &self,
+        _started: &mut (),
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Bytes, BackendError>>> {
+        std::task::Poll::Ready(None)
+    }
+
     async fn write_blocks(&self, lba: u64, data: Bytes, fua: bool) -> Result<(), BackendError> {
         let bs = self.block_size as u64;
         let blocks = data.len() as u64 / bs;

@@ -149,8 +149,10 @@ mod write;
 mod writeback;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 
@@ -168,12 +170,83 @@ use writeback::flusher;
 
 /// What [`LunDevice::read_now`] could do without waiting.
 #[derive(Debug)]
-pub enum ReadNow {
+pub enum ReadNow<B: BlockBackend> {
     /// The read's result.
     Done(Result<Bytes, DeviceError>),
+    /// Sent to the backend as it is (no cache: one command): await it.
+    Sent(SentRead<B>),
     /// It must wait (for the target, a fetch, memory): finish it with
     /// [`LunDevice::read_wait`].
     Wait(PendingRead),
+}
+
+/// A read [`LunDevice::read_now`] sent to the backend in one command
+/// ([`BlockBackend::start_read`]): a future of the read's result (or drop
+/// it: it holds nothing to give back). It is a small one — the backend's
+/// started read and the slicing of its blocks — where
+/// [`LunDevice::read_wait`]'s carries every way a read can go.
+pub struct SentRead<B: BlockBackend> {
+    inner: Arc<Inner<B>>,
+    offset: u64,
+    len: usize,
+    /// Where `offset` is in the first block.
+    skip: usize,
+    /// The blocks asked for.
+    lba: u64,
+    blocks: u32,
+    started: B::StartedRead,
+    /// The read run in full with `read_blocks`, when the backend says so.
+    again: Option<BackendRead>,
+}
+
+/// A backend's `read_blocks`, boxed.
+type BackendRead = Pin<Box<dyn Future<Output = Result<Bytes, BackendError>> + Send>>;
+
+impl<B: BlockBackend> std::fmt::Debug for SentRead<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentRead")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: BlockBackend> Future for SentRead<B> {
+    type Output = Result<Bytes, DeviceError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let r = loop {
+            if let Some(again) = &mut this.again {
+                break ready!(again.as_mut().poll(cx));
+            }
+            match ready!(this.inner.backend.poll_read(&mut this.started, cx)) {
+                Some(r) => break r,
+                None => {
+                    let (inner, lba, blocks) = (this.inner.clone(), this.lba, this.blocks);
+                    this.again = Some(Box::pin(async move {
+                        inner.backend.read_blocks(lba, blocks).await
+                    }));
+                }
+            }
+        };
+        let ctx = |source| DeviceError::Io {
+            op: Op::Read,
+            offset: this.offset,
+            len: this.len as u64,
+            source: Arc::new(source),
+        };
+        let want = this.blocks as usize * this.inner.geo.bs as usize;
+        Poll::Ready(match r {
+            Ok(data) if data.len() == want => Ok(data.slice(this.skip..this.skip + this.len)),
+            Ok(data) => Err(ctx(BackendError::ShortTransfer {
+                op: "READ",
+                got: data.len(),
+                expected: want,
+            })),
+            Err(e) => Err(ctx(e)),
+        })
+    }
 }
 
 /// A read [`LunDevice::read_now`] started but could not complete; holds
@@ -281,6 +354,7 @@ impl<B: BlockBackend> LunDevice<B> {
     pub async fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, DeviceError> {
         match self.read_now(offset, len) {
             ReadNow::Done(r) => r,
+            ReadNow::Sent(s) => s.await,
             ReadNow::Wait(w) => self.read_wait(w).await,
         }
     }
@@ -288,11 +362,12 @@ impl<B: BlockBackend> LunDevice<B> {
     /// Start a read of `len` bytes at `offset` without waiting: its result
     /// when it needs no waiting — an error found up front, an empty read,
     /// or a read every page of which is resident and valid (a cache hit,
-    /// copied out right here) — else a [`PendingRead`] to finish with
-    /// [`LunDevice::read_wait`]. A hit this way costs no future, task or
+    /// copied out right here); without a cache, the read sent to the
+    /// backend (a [`SentRead`], a future);
+    /// else a [`PendingRead`] to finish with [`LunDevice::read_wait`]. A hit this way costs no future, task or
     /// page-list allocation; what it returns, and the read-ahead and
     /// counters it drives, are exactly those of [`LunDevice::read_at`].
-    pub fn read_now(&self, offset: u64, len: usize) -> ReadNow {
+    pub fn read_now(&self, offset: u64, len: usize) -> ReadNow<B> {
         if let Err(e) = self.check(Op::Read, offset, len as u64) {
             return ReadNow::Done(Err(e));
         }
@@ -306,9 +381,22 @@ impl<B: BlockBackend> LunDevice<B> {
         };
         // Large reads take a stream token (returned when they end) and
         // may bypass the cache: they go the waiting way whole.
-        if self.mode() == CacheMode::None
-            || (self.inner.cfg.bypass_min > 0 && len as u64 >= self.inner.cfg.bypass_min)
-        {
+        if self.mode() == CacheMode::None {
+            return match self.inner.send_direct(offset, len) {
+                Some((lba, blocks, started)) => ReadNow::Sent(SentRead {
+                    inner: self.inner.clone(),
+                    offset,
+                    len,
+                    skip: (offset - lba * self.inner.geo.bs) as usize,
+                    lba,
+                    blocks,
+                    started,
+                    again: None,
+                }),
+                None => ReadNow::Wait(w),
+            };
+        }
+        if self.inner.cfg.bypass_min > 0 && len as u64 >= self.inner.cfg.bypass_min {
             return ReadNow::Wait(w);
         }
         let advice = self.inner.advise(offset, len as u64);

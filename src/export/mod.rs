@@ -76,7 +76,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::{debug, error, info, trace, warn};
 
-use crate::device::{DeviceConfig, DeviceError, LunDevice, PendingRead, ReadNow};
+use crate::device::{DeviceConfig, DeviceError, LunDevice, PendingRead, ReadNow, SentRead};
 use rlun_iscsi::error_chain;
 
 pub use crate::device::LunBackend;
@@ -142,7 +142,20 @@ pub struct Extent {
 /// What [`Export::read_now`] could do without waiting.
 pub enum ExportRead<B: LunBackend> {
     Done(Result<Bytes, ExportError>),
+    /// Sent to the target as it is (no cache): finish it with
+    /// [`Export::read_sent`], whose future is a small one.
+    Sent(SentExportRead<B>),
     Wait(PendingExportRead<B>),
+}
+
+/// A read [`Export::read_now`] sent to the target; finish it with
+/// [`Export::read_sent`] (or drop it: it holds nothing to give back).
+pub struct SentExportRead<B: LunBackend> {
+    read: SentRead<B>,
+    offset: u64,
+    len: usize,
+    /// In flight until finished or dropped.
+    timer: Timer,
 }
 
 /// A read [`Export::read_now`] started; finish it with
@@ -391,9 +404,11 @@ impl<B: LunBackend> Export<B> {
 
     /// [`Export::read`] without waiting when it can complete at once (an
     /// error found up front, a read at or past the end, a cache hit): its
-    /// result; else what to finish with [`Export::read_wait`]. Front ends
-    /// that answer many small requests use it to serve cache hits without
-    /// a future or task of their own.
+    /// result; without a cache, the read sent to the target (finish it
+    /// with [`Export::read_sent`]); else what to finish with
+    /// [`Export::read_wait`]. Front ends that answer many small requests
+    /// use it to serve cache hits without a future or task of their own,
+    /// and to wait for uncached reads in a small one.
     pub fn read_now(&self, offset: u64, len: usize) -> ExportRead<B> {
         let timer = self.meter.start(Op::Read);
         match self.read_now_unmetered(offset, len, timer) {
@@ -440,6 +455,15 @@ impl<B: LunBackend> Export<B> {
                 ExportRead::Done(r.map_err(|e| self.read_error(offset, len, e))),
                 Some(timer),
             ),
+            ReadNow::Sent(read) => {
+                let sent = SentExportRead {
+                    read,
+                    offset,
+                    len,
+                    timer,
+                };
+                (ExportRead::Sent(sent), None)
+            }
             ReadNow::Wait(w) => {
                 let pending = PendingExportRead {
                     started: Some((dev, w)),
@@ -450,6 +474,23 @@ impl<B: LunBackend> Export<B> {
                 (ExportRead::Wait(pending), None)
             }
         }
+    }
+
+    /// Finish a read [`Export::read_now`] sent.
+    pub async fn read_sent(&self, p: SentExportRead<B>) -> Result<Bytes, ExportError> {
+        let SentExportRead {
+            read,
+            offset,
+            len,
+            timer,
+        } = p;
+        let r = read.await.map_err(|e| self.read_error(offset, len, e));
+        timer.done(
+            r.as_ref()
+                .map(|b| b.len() as u64)
+                .map_err(ExportError::class),
+        );
+        r
     }
 
     /// Finish a read [`Export::read_now`] could not complete at once.

@@ -66,6 +66,17 @@ impl BlockBackend for TestLun {
     ) -> impl Future<Output = Result<Bytes, BackendError>> + Send {
         self.mem.read_blocks(lba, blocks)
     }
+    type StartedRead = ();
+    fn start_read(&self, lba: u64, blocks: u32) {
+        self.mem.start_read(lba, blocks)
+    }
+    fn poll_read(
+        &self,
+        started: &mut (),
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Bytes, BackendError>>> {
+        self.mem.poll_read(started, cx)
+    }
     fn write_blocks(
         &self,
         lba: u64,

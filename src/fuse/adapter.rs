@@ -3,7 +3,9 @@
 //! async reads and direct I/O, write-back caching), answers metadata at
 //! once, and hands every request that does I/O to the mount's request task
 //! on the Tokio runtime ([`InFlight`]), where it calls [`LunFs`] and sends
-//! the reply; what cannot exist
+//! the reply. A read goes as far as it can first, on the FUSE thread: a
+//! cache hit is answered there, and an uncached read is sent to the
+//! target before its (small) future is handed on. What cannot exist
 //! in a LUN directory (create, remove, rename, links, xattrs) is refused.
 
 use std::ffi::OsStr;
@@ -11,6 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -22,7 +25,7 @@ use tracing::debug;
 use super::counters::FuseStats;
 use super::fs::{LunFile, LunFs};
 use crate::export::inflight::InFlight;
-use crate::export::LunBackend;
+use crate::export::{ExportRead, LunBackend};
 
 /// Largest read or write one FUSE request carries (`max_write`, and
 /// `max_pages` for reads).
@@ -91,7 +94,11 @@ impl<B: LunBackend> FuseFs<B> {
         let Some(f) = self.fs.file(ino.0) else {
             return fail(reply, Errno::ENOENT);
         };
-        let job = Box::pin(work(self.fs.clone(), f, reply));
+        self.run(Box::pin(work(self.fs.clone(), f, reply)));
+    }
+
+    /// Run `job` in the mount's request task.
+    fn run(&self, job: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) {
         let requests = self.requests.get_or_init(|| InFlight::detached(&self.rt));
         if let Err(job) = requests.push(job) {
             // The executor task is gone (a request panicked, logged): this
@@ -218,18 +225,41 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         reply: ReplyData,
     ) {
         let in_flight = self.stats.start(false, u64::from(size));
-        self.with_file(
-            ino,
-            reply,
-            ReplyData::error,
-            move |fs, f, reply| async move {
-                let _in_flight = in_flight;
-                match fs.read(&f, offset, size).await {
-                    Ok(data) => reply.data(&data),
-                    Err(e) => reply.error(e),
-                }
-            },
-        );
+        if ino == INodeNo::ROOT {
+            return reply.error(Errno::EISDIR);
+        }
+        let Some(f) = self.fs.file(ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let answer = |r: Result<Bytes, Errno>, reply: ReplyData| match r {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        };
+        // As far as the read goes without waiting, here on the FUSE
+        // thread: a cache hit is answered at once, and a read without a
+        // cache is on its way to the target before its future exists,
+        // which then holds only that read.
+        let now = {
+            let _rt = self.rt.enter();
+            self.fs.read_now(&f, offset, size)
+        };
+        match now {
+            ExportRead::Done(r) => answer(r.map_err(|e| Errno::from_i32(e.to_errno())), reply),
+            ExportRead::Sent(p) => {
+                let fs = self.fs.clone();
+                self.run(Box::pin(async move {
+                    let _in_flight = in_flight;
+                    answer(fs.read_sent(&f, p).await, reply)
+                }))
+            }
+            ExportRead::Wait(p) => {
+                let fs = self.fs.clone();
+                self.run(Box::pin(async move {
+                    let _in_flight = in_flight;
+                    answer(fs.read_wait(&f, p).await, reply)
+                }))
+            }
+        }
     }
 
     fn write(

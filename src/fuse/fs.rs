@@ -14,7 +14,10 @@ use fuser::{Errno, FileAttr, FileType, FopenFlags, INodeNo, OpenAccMode, OpenFla
 #[cfg(doc)]
 use crate::device::LunDevice;
 use crate::device::{DeviceConfig, DeviceError};
-use crate::export::{Export, ExportError, ExportSet, LunBackend, ZeroMode};
+use crate::export::{
+    Export, ExportError, ExportRead, ExportSet, LunBackend, PendingExportRead, SentExportRead,
+    ZeroMode,
+};
 
 /// A write request larger than this goes to the LUN as several commands
 /// at once, split on multiples of it ([`LunFs::write`]): a buffered writer
@@ -310,6 +313,24 @@ impl<B: LunBackend> LunFs<B> {
     /// (the mount is going away while files are still open).
     pub fn shut_down(&self) {
         self.set.shut_down();
+    }
+
+    /// [`LunFs::read`] as far as it goes without waiting
+    /// ([`Export::read_now`]): its result, or the read to finish with
+    /// [`LunFs::read_sent`] or [`LunFs::read_wait`]. Call it inside the
+    /// runtime (a cache read may start read-ahead tasks).
+    pub fn read_now(&self, f: &LunFile<B>, offset: u64, size: u32) -> ExportRead<B> {
+        f.export.read_now(offset, size as usize)
+    }
+
+    /// Finish a read [`LunFs::read_now`] sent.
+    pub async fn read_sent(&self, f: &LunFile<B>, p: SentExportRead<B>) -> Result<Bytes, Errno> {
+        f.export.read_sent(p).await.map_err(|e| errno(&e))
+    }
+
+    /// Finish a read [`LunFs::read_now`] could not complete at once.
+    pub async fn read_wait(&self, f: &LunFile<B>, p: PendingExportRead<B>) -> Result<Bytes, Errno> {
+        f.export.read_wait(p).await.map_err(|e| errno(&e))
     }
 
     /// Read up to `size` bytes at `offset` (fewer at the end of the LUN).

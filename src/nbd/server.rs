@@ -562,30 +562,36 @@ impl<B: LunBackend> Server<B> {
                 Bytes::new()
             };
             // A READ that can complete at once (a cache hit) is answered
-            // right here, without a future or task.
-            let pending = if req.command == Command::Read {
-                match export.read_now(req.offset, req.length as usize) {
-                    ExportRead::Done(r) => {
-                        let mut reply = read_reply(tx.negotiated.structured, &req, r);
-                        reply.permits = Some(permits);
-                        let _ = reply_tx.send(reply);
-                        continue;
-                    }
-                    ExportRead::Wait(p) => Some(p),
-                }
-            } else {
-                None
-            };
-            let server = self.clone();
-            let tx = tx.clone();
-            let export = export.clone();
+            // right here, without a future or task. One sent to the target
+            // as it is (no cache) waits in a future that holds only the
+            // read; the others in one that can run any request.
             let mut run: std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>> =
-                match pending {
-                    Some(p) => Box::pin(async move {
-                        let r = export.read_wait(p).await;
-                        read_reply(tx.negotiated.structured, &req, r)
-                    }),
-                    None => Box::pin(async move { server.execute(&tx, &export, req, data).await }),
+                if req.command == Command::Read {
+                    match export.read_now(req.offset, req.length as usize) {
+                        ExportRead::Done(r) => {
+                            let mut reply = read_reply(tx.negotiated.structured, &req, r);
+                            reply.permits = Some(permits);
+                            let _ = reply_tx.send(reply);
+                            continue;
+                        }
+                        ExportRead::Sent(p) => {
+                            let (export, structured) = (export.clone(), tx.negotiated.structured);
+                            Box::pin(async move {
+                                let r = export.read_sent(p).await;
+                                read_reply(structured, &req, r)
+                            })
+                        }
+                        ExportRead::Wait(p) => {
+                            let (export, structured) = (export.clone(), tx.negotiated.structured);
+                            Box::pin(async move {
+                                let r = export.read_wait(p).await;
+                                read_reply(structured, &req, r)
+                            })
+                        }
+                    }
+                } else {
+                    let (server, tx, export) = (self.clone(), tx.clone(), export.clone());
+                    Box::pin(async move { server.execute(&tx, &export, req, data).await })
                 };
             // Polled once here: a request that completes at once (a cache
             // hit) is answered at once; one that waits for the target

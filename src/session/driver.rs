@@ -32,7 +32,7 @@ use tracing::{debug, info, trace, warn};
 use super::config::SessionConfig;
 use super::error::SessionError;
 use super::login::{establish, Established, SessionInfo};
-use super::queue::{CmdWaiter, Completions, Request};
+use super::queue::{CmdWaiter, Completions, Inbox, Request};
 use crate::clock;
 use crate::stats;
 use crate::transport::{
@@ -56,6 +56,8 @@ pub(super) struct Shared {
     /// Bumped each time the connection is lost, for whoever must act at
     /// once (the multipath router).
     pub(super) losses: tokio::sync::watch::Sender<u64>,
+    /// [`super::SessionHandle::submit`]'s commands on their way here.
+    pub(super) inbox: Inbox,
 }
 
 /// The session's time without a connection, for `rlun stats`.
@@ -130,6 +132,7 @@ pub(super) fn start_driver<T: Transport>(
         outages: std::sync::Mutex::new(Outages::default()),
         changes: tokio::sync::watch::Sender::new(0),
         losses: tokio::sync::watch::Sender::new(0),
+        inbox: Inbox::default(),
     });
     let (tx, rx) = mpsc::unbounded_channel();
     let policy = RecoveryConfig::new(
@@ -404,6 +407,9 @@ impl<T: Transport> Driver<T> {
         while let Ok(req) = rx.try_recv() {
             drop(req);
         }
+        // After the channel: a caller whose `Inbox` message found it
+        // closed clears what it queued itself.
+        self.shared.inbox.clear();
     }
 
     /// The transport of the current connection failed.
@@ -419,8 +425,12 @@ impl<T: Transport> Driver<T> {
 
     fn request(&mut self, req: Request, now: Instant) {
         let (id, waiter) = match req {
-            Request::Command(c, tx) => {
-                self.machine.handle_command(c, tx, now);
+            Request::Inbox => {
+                let mut batch = self.shared.inbox.take();
+                for (c, tx) in batch.drain(..) {
+                    self.machine.handle_command(c, CmdWaiter::One(tx), now);
+                }
+                self.shared.inbox.recycle(batch);
                 return;
             }
             Request::Batch(queue, mut batch) => {

@@ -55,8 +55,9 @@
 //!   connection into its full feature phase, delivering answers.
 //! - `login.rs`: connecting and logging in, following redirections;
 //!   [`SessionInfo`], what a login established.
-//! - `queue.rs`: the requests handles send the driver, and the completion
-//!   queue ([`CommandQueue`]) with its tickets.
+//! - `queue.rs`: the requests handles send the driver, the inbox that
+//!   carries [`SessionHandle::submit`]'s commands to it in batches, and
+//!   the completion queue ([`CommandQueue`]) with its tickets.
 //! - `config.rs`: [`SessionConfig`].
 //! - `error.rs`: [`SessionError`] and how it is classified.
 
@@ -88,7 +89,7 @@ pub use queue::{CommandQueue, Completion};
 
 use driver::{start_driver, Shared};
 use login::establish;
-use queue::{CmdWaiter, Request};
+use queue::Request;
 
 /// A cheap, cloneable handle to a running session.
 #[derive(Clone)]
@@ -98,6 +99,7 @@ pub struct SessionHandle {
 }
 
 /// A command submitted with [`SessionHandle::submit`], awaiting its result.
+#[derive(Debug)]
 pub struct PendingCommand {
     rx: oneshot::Receiver<Result<CommandResult, SessionError>>,
 }
@@ -105,6 +107,16 @@ pub struct PendingCommand {
 impl PendingCommand {
     pub async fn wait(self) -> Result<CommandResult, SessionError> {
         self.rx.await.unwrap_or(Err(SessionError::Closed))
+    }
+
+    /// [`PendingCommand::wait`] as a poll, for a hand-written future.
+    /// Ready once; do not poll it again after.
+    pub fn poll_answer(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<CommandResult, SessionError>> {
+        std::future::Future::poll(std::pin::Pin::new(&mut self.rx), cx)
+            .map(|r| r.unwrap_or(Err(SessionError::Closed)))
     }
 }
 
@@ -206,8 +218,12 @@ impl SessionHandle {
     /// Queue a SCSI command; the returned future resolves when it completes.
     pub fn submit(&self, req: CommandRequest) -> PendingCommand {
         let (tx, rx) = oneshot::channel();
-        // If the driver is gone, `tx` is dropped and `wait` reports Closed.
-        let _ = self.tx.send(Request::Command(req, CmdWaiter::One(tx)));
+        // The first command into an empty inbox tells the driver; if the
+        // driver is gone the commands are dropped, and `wait` reports
+        // Closed.
+        if self.shared.inbox.push(req, tx) && self.tx.send(Request::Inbox).is_err() {
+            self.shared.inbox.clear();
+        }
         PendingCommand { rx }
     }
 

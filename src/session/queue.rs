@@ -16,7 +16,8 @@ use super::error::SessionError;
 
 /// A caller's request to the driver task.
 pub(super) enum Request {
-    Command(CommandRequest, CmdWaiter),
+    /// Take the commands in the session's [`Inbox`].
+    Inbox,
     /// A [`CommandQueue`]'s commands since its last flush; the emptied
     /// vector goes back to the queue for the next batch
     /// ([`Completions::recycle`]).
@@ -40,6 +41,75 @@ pub(super) enum Request {
         all: bool,
         tx: oneshot::Sender<Released>,
     },
+}
+
+/// The commands [`super::SessionHandle::submit`] queued for the driver
+/// and the driver has not taken yet. The one that finds it empty sends
+/// the driver one [`Request::Inbox`]; those after it until the driver
+/// takes them send nothing. Callers that each submit a command of their
+/// own (the device layer under a front end's many requests) thereby reach
+/// the driver in batches, as a [`CommandQueue`]'s commands do, without a
+/// message each.
+///
+/// Order with the other requests is kept where it matters: a command is
+/// in the inbox before the `Inbox` message that takes it is sent, so a
+/// request sent after `submit` returns finds the command handled before
+/// it (or with it).
+#[derive(Default)]
+pub(super) struct Inbox {
+    state: std::sync::Mutex<InboxState>,
+}
+
+type InboxCommand = (
+    CommandRequest,
+    oneshot::Sender<Result<CommandResult, SessionError>>,
+);
+
+#[derive(Default)]
+struct InboxState {
+    commands: Vec<InboxCommand>,
+    /// The vector the driver emptied last, for the next batch.
+    spare: Vec<InboxCommand>,
+}
+
+impl Inbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, InboxState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue a command; true when the inbox was empty (the caller sends
+    /// the driver [`Request::Inbox`]).
+    pub(super) fn push(
+        &self,
+        req: CommandRequest,
+        tx: oneshot::Sender<Result<CommandResult, SessionError>>,
+    ) -> bool {
+        let mut st = self.lock();
+        let first = st.commands.is_empty();
+        if first && st.commands.capacity() == 0 {
+            st.commands = std::mem::take(&mut st.spare);
+        }
+        st.commands.push((req, tx));
+        first
+    }
+
+    /// Take every queued command (the driver).
+    pub(super) fn take(&self) -> Vec<InboxCommand> {
+        std::mem::take(&mut self.lock().commands)
+    }
+
+    /// Give back the vector [`Inbox::take`] returned, emptied.
+    pub(super) fn recycle(&self, v: Vec<InboxCommand>) {
+        debug_assert!(v.is_empty());
+        self.lock().spare = v;
+    }
+
+    /// Drop every queued command: their callers see
+    /// [`SessionError::Closed`] (the driver is gone).
+    pub(super) fn clear(&self) {
+        let dropped = std::mem::take(&mut self.lock().commands);
+        drop(dropped);
+    }
 }
 
 /// How a command's answer reaches its caller. It travels inside the

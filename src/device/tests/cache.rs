@@ -42,7 +42,7 @@ async fn read_now_answers_hits_at_once_with_the_newest_data_and_leaves_misses_to
     // Nothing resident: read_now sends nothing and hands the read on.
     let w = match d.read_now(64 * KIB, 4096) {
         ReadNow::Wait(w) => w,
-        ReadNow::Done(r) => panic!("a miss completed at once: {r:?}"),
+        other => panic!("a miss was not handed on: {other:?}"),
     };
     assert_eq!(d.backend().counts().reads, 0);
     assert_eq!(
@@ -59,7 +59,7 @@ async fn read_now_answers_hits_at_once_with_the_newest_data_and_leaves_misses_to
     for _ in 0..3 {
         match d.read_now(64 * KIB, 4096) {
             ReadNow::Done(r) => assert!(r.unwrap()[..] == want[..]),
-            ReadNow::Wait(_) => panic!("a resident page was not a hit"),
+            other => panic!("a resident page was not a hit: {other:?}"),
         }
     }
     assert_eq!(d.stats().hits, hits + 3, "one hit per page read");
@@ -67,7 +67,7 @@ async fn read_now_answers_hits_at_once_with_the_newest_data_and_leaves_misses_to
     // Partly resident: handed on, and the whole read is right.
     let w = match d.read_now(60 * KIB, 8192) {
         ReadNow::Wait(w) => w,
-        ReadNow::Done(_) => panic!("a read with an absent page completed at once"),
+        other => panic!("a read with an absent page was not handed on: {other:?}"),
     };
     let got = d.read_wait(w).await.unwrap();
     assert!(got[..4096] == data[60 * KIB as usize..][..4096]);
@@ -320,6 +320,48 @@ async fn fua_write_in_write_back_mode_reaches_the_target_before_completing() {
         3584,
         "block 0 is clean, the rest dirty"
     );
+}
+
+#[tokio::test]
+async fn without_a_cache_read_now_sends_a_one_command_read_and_hands_larger_ones_on() {
+    let data = pattern(8, 4 << 20);
+    let d = device(
+        MemBackend::from_data(512, data.clone()),
+        cfg(CacheMode::None),
+    );
+    // Unaligned, inside one command: sent, and the future is its bytes.
+    let sent = match d.read_now(1000, 5000) {
+        ReadNow::Sent(s) => s,
+        other => panic!("not sent: {other:?}"),
+    };
+    assert_eq!(sent.await.unwrap()[..], data[1000..6000]);
+    assert_eq!(d.backend().counts().reads, 1);
+    assert_eq!(d.stats().bytes_read, 11 * 512, "whole blocks, counted once");
+    // More than one command carries (1 MiB here): handed on, and split.
+    match d.read_now(0, (1 << 20) + 512) {
+        ReadNow::Wait(w) => assert_eq!(d.read_wait(w).await.unwrap()[..], data[..(1 << 20) + 512]),
+        other => panic!("not handed on: {other:?}"),
+    }
+    assert_eq!(d.backend().counts().reads, 3);
+    // A failure is the read's error, with its range.
+    d.backend().fail_next(MemOp::Read, 1, errno::EIO);
+    let sent = match d.read_now(4096, 512) {
+        ReadNow::Sent(s) => s,
+        other => panic!("not sent: {other:?}"),
+    };
+    let e = sent.await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DeviceError::Io {
+                offset: 4096,
+                len: 512,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.to_errno(), errno::EIO);
 }
 
 #[tokio::test]
