@@ -357,6 +357,40 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_inbox_asks_for_the_driver_once_per_batch_and_a_cleared_inbox_closes_its_commands() {
+        let inbox = Inbox::default();
+        let (tx1, mut rx1) = oneshot::channel();
+        let (tx2, _rx2) = oneshot::channel();
+        assert!(
+            inbox.push(read_of(1), tx1),
+            "the first into an empty inbox calls"
+        );
+        assert!(!inbox.push(read_of(2), tx2), "the next ones do not");
+        let mut batch = inbox.take();
+        assert_eq!(
+            batch.iter().map(|(c, _)| c.cdb[5]).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        // Taken: the next command calls again, and reuses the vector.
+        let cap = batch.capacity();
+        batch.clear();
+        inbox.recycle(batch);
+        let (tx3, mut rx3) = oneshot::channel();
+        assert!(inbox.push(read_of(3), tx3));
+        assert_eq!(inbox.lock().commands.capacity(), cap);
+        // The driver gone: clearing drops the waiters, which see Closed.
+        inbox.clear();
+        assert!(rx3
+            .try_recv()
+            .is_err_and(|e| e == oneshot::error::TryRecvError::Closed));
+        assert!(inbox.take().is_empty());
+        // A command taken and dropped unanswered is closed too.
+        assert!(rx1
+            .try_recv()
+            .is_err_and(|e| e == oneshot::error::TryRecvError::Closed));
+    }
+
     /// The one message the queue sent, as the driver receives it.
     fn the_batch(
         rx: &mut mpsc::UnboundedReceiver<Request>,
