@@ -563,8 +563,8 @@ impl<B: LunBackend> Server<B> {
             };
             // A READ that can complete at once (a cache hit) is answered
             // right here, without a future or task. One sent to the target
-            // as it is (no cache) waits in a future that holds only the
-            // read; the others in one that can run any request.
+            // as it is (no cache) waits in a job that holds only the read;
+            // the others in a future that can run any request.
             let mut run: std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>> =
                 if req.command == Command::Read {
                     match export.read_now(req.offset, req.length as usize) {
@@ -575,11 +575,21 @@ impl<B: LunBackend> Server<B> {
                             continue;
                         }
                         ExportRead::Sent(p) => {
+                            // Never ready yet: straight to the executor
+                            // task, in one allocation and without a poll
+                            // here under this task's waker.
                             let (export, structured) = (export.clone(), tx.negotiated.structured);
-                            Box::pin(async move {
+                            let reply_tx = reply_tx.clone();
+                            let job = Box::pin(async move {
                                 let r = export.read_sent(p).await;
-                                read_reply(structured, &req, r)
-                            })
+                                let mut reply = read_reply(structured, &req, r);
+                                reply.permits = Some(permits);
+                                let _ = reply_tx.send(reply);
+                            });
+                            if tasks.push(job).is_err() {
+                                break Err(ConnError::RequestsGone);
+                            }
+                            continue;
                         }
                         ExportRead::Wait(p) => {
                             let (export, structured) = (export.clone(), tx.negotiated.structured);
