@@ -155,7 +155,32 @@ pub struct SentExportRead<B: LunBackend> {
     offset: u64,
     len: usize,
     /// In flight until finished or dropped.
-    timer: Timer,
+    timer: Option<Timer>,
+}
+
+impl<B: LunBackend> SentExportRead<B> {
+    /// [`Export::read_sent`] by hand, for a front end's job that would
+    /// rather not carry that future: `export` is the export that sent it.
+    /// Not polled again after `Ready`.
+    pub fn poll_read(
+        &mut self,
+        export: &Export<B>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Bytes, ExportError>> {
+        let r = std::task::ready!(std::future::Future::poll(
+            std::pin::Pin::new(&mut self.read),
+            cx
+        ))
+        .map_err(|e| export.read_error(self.offset, self.len, e));
+        if let Some(timer) = self.timer.take() {
+            timer.done(
+                r.as_ref()
+                    .map(|b| b.len() as u64)
+                    .map_err(ExportError::class),
+            );
+        }
+        std::task::Poll::Ready(r)
+    }
 }
 
 /// A read [`Export::read_now`] started; finish it with
@@ -460,7 +485,7 @@ impl<B: LunBackend> Export<B> {
                     read,
                     offset,
                     len,
-                    timer,
+                    timer: Some(timer),
                 };
                 (ExportRead::Sent(sent), None)
             }
@@ -477,20 +502,8 @@ impl<B: LunBackend> Export<B> {
     }
 
     /// Finish a read [`Export::read_now`] sent.
-    pub async fn read_sent(&self, p: SentExportRead<B>) -> Result<Bytes, ExportError> {
-        let SentExportRead {
-            read,
-            offset,
-            len,
-            timer,
-        } = p;
-        let r = read.await.map_err(|e| self.read_error(offset, len, e));
-        timer.done(
-            r.as_ref()
-                .map(|b| b.len() as u64)
-                .map_err(ExportError::class),
-        );
-        r
+    pub async fn read_sent(&self, mut p: SentExportRead<B>) -> Result<Bytes, ExportError> {
+        std::future::poll_fn(|cx| p.poll_read(self, cx)).await
     }
 
     /// Finish a read [`Export::read_now`] could not complete at once.

@@ -245,11 +245,14 @@ impl<B: LunBackend> Filesystem for FuseFs<B> {
         };
         match now {
             ExportRead::Done(r) => answer(r.map_err(|e| Errno::from_i32(e.to_errno())), reply),
-            ExportRead::Sent(p) => {
-                let fs = self.fs.clone();
+            ExportRead::Sent(mut p) => {
+                // Holding the export and the read only: a small job.
+                let export = f.export().clone();
+                drop(f);
                 self.run(Box::pin(async move {
                     let _in_flight = in_flight;
-                    answer(fs.read_sent(&f, p).await, reply)
+                    let r = std::future::poll_fn(|cx| p.poll_read(&export, cx)).await;
+                    answer(r.map_err(|e| Errno::from_i32(e.to_errno())), reply)
                 }))
             }
             ExportRead::Wait(p) => {

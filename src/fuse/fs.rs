@@ -15,8 +15,7 @@ use fuser::{Errno, FileAttr, FileType, FopenFlags, INodeNo, OpenAccMode, OpenFla
 use crate::device::LunDevice;
 use crate::device::{DeviceConfig, DeviceError};
 use crate::export::{
-    Export, ExportError, ExportRead, ExportSet, LunBackend, PendingExportRead, SentExportRead,
-    ZeroMode,
+    Export, ExportError, ExportRead, ExportSet, LunBackend, PendingExportRead, ZeroMode,
 };
 
 /// A write request larger than this goes to the LUN as several commands
@@ -317,15 +316,11 @@ impl<B: LunBackend> LunFs<B> {
 
     /// [`LunFs::read`] as far as it goes without waiting
     /// ([`Export::read_now`]): its result, or the read to finish with
-    /// [`LunFs::read_sent`] or [`LunFs::read_wait`]. Call it inside the
+    /// [`Export::read_sent`] (or by hand, on [`LunFile::export`]) or
+    /// [`LunFs::read_wait`]. Call it inside the
     /// runtime (a cache read may start read-ahead tasks).
     pub fn read_now(&self, f: &LunFile<B>, offset: u64, size: u32) -> ExportRead<B> {
         f.export.read_now(offset, size as usize)
-    }
-
-    /// Finish a read [`LunFs::read_now`] sent.
-    pub async fn read_sent(&self, f: &LunFile<B>, p: SentExportRead<B>) -> Result<Bytes, Errno> {
-        f.export.read_sent(p).await.map_err(|e| errno(&e))
     }
 
     /// Finish a read [`LunFs::read_now`] could not complete at once.

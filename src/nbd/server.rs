@@ -580,8 +580,9 @@ impl<B: LunBackend> Server<B> {
                             // here under this task's waker.
                             let (export, structured) = (export.clone(), tx.negotiated.structured);
                             let reply_tx = reply_tx.clone();
+                            let mut p = p;
                             let job = Box::pin(async move {
-                                let r = export.read_sent(p).await;
+                                let r = std::future::poll_fn(|cx| p.poll_read(&export, cx)).await;
                                 let mut reply = read_reply(structured, &req, r);
                                 reply.permits = Some(permits);
                                 let _ = reply_tx.send(reply);
