@@ -858,7 +858,7 @@ mod tests {
     use rlun_iscsi::ErrorKind;
 
     /// Fixed-format sense data: response code 0x70, `key`, ASC/ASCQ.
-    fn sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
+    pub(super) fn sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
         let mut s = vec![0u8; 18];
         s[0] = 0x70;
         s[2] = key;

@@ -184,15 +184,9 @@ mod tests {
         })
     }
 
-    /// Fixed-format sense data: response code 0x70, `key`, ASC/ASCQ.
+    /// Fixed-format sense data (the client's tests' own).
     fn sense(key: u8, asc: u8, ascq: u8) -> Option<Vec<u8>> {
-        let mut s = vec![0u8; 18];
-        s[0] = 0x70;
-        s[2] = key;
-        s[7] = 10;
-        s[12] = asc;
-        s[13] = ascq;
-        Some(s)
+        Some(crate::client::tests::sense(key, asc, ascq))
     }
 
     fn judge(a: Result<CommandResult, SessionError>, expected: usize) -> (Judged, usize) {

@@ -360,8 +360,6 @@ impl<B: BlockBackend> Inner<B> {
         Ok(())
     }
 
-    /// READ the blocks under bytes `offset..offset + len`, past the cache,
-    /// and slice the range out of them.
     /// Send the blocks under `len` bytes at `offset` to the backend, when
     /// one command carries them: their first block and count, and the
     /// started read ([`BlockBackend::start_read`]). Counted as
@@ -383,6 +381,8 @@ impl<B: BlockBackend> Inner<B> {
         Some((b0, blocks, self.backend.start_read(b0, blocks)))
     }
 
+    /// READ the blocks under bytes `offset..offset + len`, past the cache,
+    /// and slice the range out of them.
     pub(super) async fn read_direct(&self, offset: u64, len: usize) -> BResult<Bytes> {
         let bs = self.geo.bs;
         let end = offset + len as u64;

@@ -363,9 +363,9 @@ impl<B: BlockBackend> LunDevice<B> {
     /// when it needs no waiting — an error found up front, an empty read,
     /// or a read every page of which is resident and valid (a cache hit,
     /// copied out right here); without a cache, the read sent to the
-    /// backend (a [`SentRead`], a future);
-    /// else a [`PendingRead`] to finish with [`LunDevice::read_wait`]. A hit this way costs no future, task or
-    /// page-list allocation; what it returns, and the read-ahead and
+    /// backend when one command carries it (a [`SentRead`], a future);
+    /// else a [`PendingRead`] to finish with [`LunDevice::read_wait`]. A
+    /// hit this way costs no future, task or page-list allocation; what it returns, and the read-ahead and
     /// counters it drives, are exactly those of [`LunDevice::read_at`].
     pub fn read_now(&self, offset: u64, len: usize) -> ReadNow<B> {
         if let Err(e) = self.check(Op::Read, offset, len as u64) {
@@ -379,8 +379,6 @@ impl<B: BlockBackend> LunDevice<B> {
             len,
             advice: None,
         };
-        // Large reads take a stream token (returned when they end) and
-        // may bypass the cache: they go the waiting way whole.
         if self.mode() == CacheMode::None {
             return match self.inner.send_direct(offset, len) {
                 Some((lba, blocks, started)) => ReadNow::Sent(SentRead {
@@ -396,6 +394,8 @@ impl<B: BlockBackend> LunDevice<B> {
                 None => ReadNow::Wait(w),
             };
         }
+        // Large reads take a stream token (returned when they end) and
+        // may bypass the cache: they go the waiting way whole.
         if self.inner.cfg.bypass_min > 0 && len as u64 >= self.inner.cfg.bypass_min {
             return ReadNow::Wait(w);
         }
