@@ -824,6 +824,13 @@ fn stats_finds_a_server_by_its_socket_and_by_nbd_address() {
         Duration::from_secs(30),
     );
     assert!(read.status.success(), "qemu-io: {}", both(&read));
+    // The TCP server listens before it has logged in and registered
+    // itself with `rlun stats`; a handshake (no read) waits for that.
+    let info = run_with_timeout(
+        Command::new("nbdinfo").args(["--size", &format!("nbd://{addr}/lun1")]),
+        Duration::from_secs(30),
+    );
+    assert!(info.status.success(), "nbdinfo: {}", both(&info));
 
     let one = |what: &str| -> Value {
         let out = run_rlun(["stats", what, "--json"], &[]);
